@@ -1,0 +1,44 @@
+# Thin wrapper over the project's scripts. `make test` is the one command CI runs (.ci/run).
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: venv k8s lint test test-unit test-integration test-e2e demo cluster-up protos clean
+
+venv:
+	@hack/venv.sh
+
+k8s:
+	@tools/k8s/build.sh
+
+lint: venv
+	$(BIN)/ruff check src tests bench tools
+	$(BIN)/ruff format --check src tests bench tools
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test-unit: venv
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: venv k8s
+	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+test-e2e: venv k8s
+	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+
+# All tiers, after lint. The integration and e2e tiers run against the real local control plane.
+test: lint k8s
+	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+# Until the rack demo exists, the main job brings the local cluster up and keeps it running.
+cluster-up: venv k8s
+	$(BIN)/python -m imexdra.localcluster --nodes 2
+
+demo: cluster-up
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+protos: venv
+	@hack/gen-protos.sh

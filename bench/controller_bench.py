@@ -1,0 +1,443 @@
+"""ComputeDomain controller: create→Ready latency, burst throughput, writes per lifecycle, RSS (a benchmark).
+
+Setup: a real local control plane without nodes (no domain here needs a daemon: numNodes is 0) and the
+CRDs; the controller runs as the real ``compute-domain-controller`` process, authenticated as admin,
+with the client rate limit raised to ``--kube-api-qps``/``--kube-api-burst`` (upstream's 5/10 would
+make any burst a measurement of the throttle). Phases:
+
+1. single domain, driver-managed and host-managed: create one ComputeDomain, wait until a watch shows
+   ``status.status=Ready``, delete it and wait until it is gone; ``--single`` times per mode. Latency is
+   measured from just before the create request to the watch event. The controller's own write counter
+   gives the API writes per domain lifecycle (create + delete).
+2. burst: ``--burst`` host-managed domains created by 50 concurrent clients; time from the first create
+   to the last Ready, and the time until all of them are deleted again after a burst delete.
+3. memory: ``--total`` host-managed domains Ready at once; the controller's RSS (and at idle).
+
+A calibration first measures how many creates per second this machine's apiserver sustains, which
+bounds any burst from below (4 writes per host-managed domain: the user's and the controller's 3).
+The apiserver's ``apiserver_request_total{code="409"}`` on every resource the controller writes, and
+the controller's own 409 count, give the conflicts. Output: JSON on stdout and in
+``bench/results/controller_bench.json``, and an SVG plot (written by a small SVG writer below, no
+plotting library) in ``bench/results/controller_bench.svg``. Targets: p50 ≤ 100 ms single, burst all
+Ready ≤ 10 s, 0 conflicts.
+
+Run: ``.venv/bin/python bench/controller_bench.py`` after ``make k8s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import operator
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller_plot import TARGET_BURST_S, TARGET_P50_MS, write_plot
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap
+from prometheus_client.parser import text_string_to_metric_families
+
+from imexdra.api.computedomain import (
+    ComputeDomain,
+    ComputeDomainChannelSpec,
+    ComputeDomainSpec,
+    ResourceClaimTemplateReference,
+)
+from imexdra.common.kube import load_config
+from imexdra.controller.transport import Transport, resource_path
+from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+CRDS = ROOT / "deployments" / "helm" / "imexdra" / "crds"
+CONTROLLER_BIN = Path(sys.executable).parent / "compute-domain-controller"
+DRIVER_NAMESPACE = "imexdra-bench"
+NAMESPACE = "bench"
+CONTROLLER_RESOURCES = (
+    "computedomains",
+    "computedomaincliques",
+    "resourceclaimtemplates",
+    "daemonsets",
+    "nodes",
+)
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse_metrics(text: str) -> Samples:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    return sum(
+        v for (n, ls), v in samples.items() if n == name and all((k, x) in ls for k, x in labels.items())
+    )
+
+
+@dataclass
+class Controller:
+    """The controller binary as a child process."""
+
+    kubeconfig: Path
+    gates: str
+    qps: float
+    burst: int
+    log: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        argv = [
+            str(CONTROLLER_BIN),
+            f"--kubeconfig={self.kubeconfig}",
+            "--pod-name=bench-controller",
+            f"--namespace={DRIVER_NAMESPACE}",
+            "--image-name=imexdra.test/compute-domain-daemon:bench",
+            "--log-verbosity-cd-daemon=0",
+            f"--http-endpoint=127.0.0.1:{self.port}",
+            f"--feature-gates={self.gates}",
+            f"--kube-api-qps={self.qps}",
+            f"--kube-api-burst={self.burst}",
+            "--logging-format=json",
+        ]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+                return int(response.status), response.read().decode()
+        except OSError:
+            return 0, ""
+
+    async def wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while self.get("/readyz")[0] != 200:
+            if time.monotonic() > deadline or (self.process and self.process.poll() is not None):
+                raise RuntimeError(f"controller did not become ready; see {self.log}")
+            await asyncio.sleep(0.1)
+
+    def metrics(self) -> Samples:
+        return parse_metrics(self.get("/metrics")[1])
+
+    def rss_mib(self) -> dict[str, float]:
+        assert self.process is not None
+        fields = {}
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = round(int(value.split()[0]) / 1024, 1)
+        return fields
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the controller has used so far."""
+        assert self.process is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=30)
+
+
+def domain(name: str) -> ComputeDomain:
+    return ComputeDomain(
+        metadata=ObjectMeta(name=name, namespace=NAMESPACE),
+        spec=ComputeDomainSpec(
+            channel=ComputeDomainChannelSpec(
+                resource_claim_template=ResourceClaimTemplateReference(name=f"{name}-ch")
+            )
+        ),
+    )
+
+
+class User:
+    """Creates and deletes domains as a user's tooling would.
+
+    It uses the lean transport so that the bench's own CPU use slows the controller it measures as
+    little as possible.
+    """
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    async def create(self, name: str) -> None:
+        path = resource_path(ComputeDomain, namespace=NAMESPACE)
+        await self.transport.request("POST", path, body=domain(name))
+
+    async def delete(self, name: str) -> None:
+        await self.transport.request("DELETE", resource_path(ComputeDomain, name, namespace=NAMESPACE))
+
+
+class Observer:
+    """A watch on the bench namespace recording when each domain was first Ready and when it vanished."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.ready: dict[str, float] = {}
+        self.gone: dict[str, float] = {}
+        self.changed = asyncio.Event()
+
+    async def run(self) -> None:
+        async for op, obj in self.client.watch(ComputeDomain, namespace=NAMESPACE):
+            now = time.monotonic()
+            name = obj.metadata.name if obj.metadata else None
+            if name is None:
+                continue
+            if op == "DELETED":
+                self.gone.setdefault(name, now)
+            elif obj.status is not None and obj.status.status == "Ready":
+                self.ready.setdefault(name, now)
+            self.changed.set()
+
+    async def until(self, check: Callable[[], bool], within: float) -> None:
+        deadline = time.monotonic() + within
+        while not check():
+            self.changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("benchmark phase timed out")
+            try:
+                await asyncio.wait_for(self.changed.wait(), timeout=remaining)
+            except TimeoutError:
+                continue
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+def writes(samples: Samples) -> float:
+    return total(samples, "imexdra_controller_api_writes_total")
+
+
+async def single_domains(
+    user: User, observer: Observer, controller: Controller, prefix: str, count: int
+) -> dict[str, Any]:
+    before = controller.metrics()
+    cpu_before = controller.cpu_seconds()
+    latencies: list[float] = []
+    deletions: list[float] = []
+    for i in range(count):
+        name = f"{prefix}-{i}"
+        started = time.monotonic()
+        await user.create(name)
+        await observer.until(functools.partial(operator.contains, observer.ready, name), within=30)
+        latencies.append((observer.ready[name] - started) * 1000)
+        started = time.monotonic()
+        await user.delete(name)
+        await observer.until(functools.partial(operator.contains, observer.gone, name), within=30)
+        deletions.append((observer.gone[name] - started) * 1000)
+        await asyncio.sleep(0.05)
+    after = controller.metrics()
+    return {
+        "domains": count,
+        "create_to_ready_ms": {
+            "p50": round(statistics.median(latencies), 1),
+            "p90": round(percentile(latencies, 0.9), 1),
+            "max": round(max(latencies), 1),
+        },
+        "delete_to_gone_ms": {"p50": round(statistics.median(deletions), 1), "max": round(max(deletions), 1)},
+        "api_writes_per_lifecycle": round((writes(after) - writes(before)) / count, 2),
+        "controller_cpu_ms_per_lifecycle": round((controller.cpu_seconds() - cpu_before) * 1000 / count, 2),
+        "samples_ms": [round(x, 1) for x in latencies],
+    }
+
+
+async def burst(
+    user: User, observer: Observer, controller: Controller, prefix: str, count: int
+) -> dict[str, Any]:
+    names = [f"{prefix}-{i}" for i in range(count)]
+    gate = asyncio.Semaphore(50)
+    sent: dict[str, float] = {}
+
+    async def create(name: str) -> None:
+        async with gate:
+            sent[name] = time.monotonic()
+            await user.create(name)
+
+    cpu_before = controller.cpu_seconds()
+    started = time.monotonic()
+    await asyncio.gather(*(create(n) for n in names))
+    created = time.monotonic() - started
+    await observer.until(lambda: all(n in observer.ready for n in names), within=300)
+    ready = sorted(observer.ready[n] - started for n in names)
+    each = [(observer.ready[n] - sent[n]) * 1000 for n in names]
+    return {
+        "domains": count,
+        "create_requests_s": round(created, 2),
+        "all_ready_s": round(ready[-1], 2),
+        "last_ready_after_last_create_s": round(ready[-1] - created, 2),
+        "per_domain_create_to_ready_ms": {
+            "p50": round(statistics.median(each), 1),
+            "p99": round(percentile(each, 0.99), 1),
+        },
+        "controller_cpu_ms_per_domain": round((controller.cpu_seconds() - cpu_before) * 1000 / count, 2),
+        "ready_curve_s": [round(x, 3) for x in ready],
+    }
+
+
+async def burst_delete(user: User, observer: Observer, names: list[str]) -> float:
+    gate = asyncio.Semaphore(50)
+
+    async def delete(name: str) -> None:
+        async with gate:
+            await user.delete(name)
+
+    started = time.monotonic()
+    await asyncio.gather(*(delete(n) for n in names))
+    await observer.until(lambda: all(n in observer.gone for n in names), within=300)
+    return round(max(observer.gone[n] for n in names) - started, 2)
+
+
+def conflicts_seen(cluster: LocalCluster) -> dict[str, float]:
+    """409s per resource the controller writes (DaemonSet status is the DaemonSet controller's, not ours)."""
+    samples = parse_metrics(cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout)
+    return {
+        r: total(samples, "apiserver_request_total", resource=r, code="409")
+        - (
+            total(samples, "apiserver_request_total", resource=r, subresource="status", code="409")
+            if r == "daemonsets"
+            else 0
+        )
+        for r in CONTROLLER_RESOURCES
+    }
+
+
+async def apiserver_write_capacity(cluster: LocalCluster, count: int = 300) -> float:
+    """Creates per second the apiserver sustains for 50 concurrent writers on the controller's transport.
+
+    A calibration: a burst costs the apiserver 4 writes per host-managed domain (the user's create and
+    the controller's 3), so ``4 x domains / capacity`` is the floor no controller can beat on this machine.
+    """
+    transport = Transport(load_config(cluster.kubeconfig))
+    gate = asyncio.Semaphore(50)
+    path = resource_path(ConfigMap, namespace=NAMESPACE)
+
+    async def create(i: int) -> None:
+        async with gate:
+            await transport.request("POST", path, body={"metadata": {"name": f"calibrate-{i}"}})
+
+    started = time.monotonic()
+    await asyncio.gather(*(create(i) for i in range(count)))
+    elapsed = time.monotonic() - started
+    transport.close()
+    return count / elapsed
+
+
+async def run(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
+    client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="imexdra-bench")
+    user = User(Transport(load_config(cluster.kubeconfig)))
+    observer = Observer(client)
+    watcher = asyncio.create_task(observer.run())
+    conflicts_before = conflicts_seen(cluster)
+    assert cluster.run_dir is not None
+    results: dict[str, Any] = {
+        "client_rate_limit": {"qps": args.qps, "burst": args.burst_limit},
+        "load_average_at_start": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "apiserver_creates_per_s": round(await apiserver_write_capacity(cluster), 1),
+    }
+    own_conflicts = 0.0
+    try:
+        for mode, gates in (("driver_managed", ""), ("host_managed", "HostManagedIMEX=true")):
+            controller = Controller(
+                cluster.kubeconfig, gates, args.qps, args.burst_limit, cluster.run_dir / f"{mode}.log"
+            )
+            controller.start()
+            await controller.wait_ready()
+            results[f"single_{mode}"] = await single_domains(
+                user, observer, controller, mode.replace("_", "-"), args.single
+            )
+            if mode == "host_managed":
+                results["idle_rss_mib"] = controller.rss_mib()
+                results["burst_host_managed"] = await burst(user, observer, controller, "burst", args.burst)
+                results["burst_host_managed"]["delete_all_gone_s"] = await burst_delete(
+                    user, observer, [f"burst-{i}" for i in range(args.burst)]
+                )
+                await burst(user, observer, controller, "mem", args.total)
+                await asyncio.sleep(2)
+                results["rss_mib_with_domains"] = {"domains": args.total, **controller.rss_mib()}
+            own_conflicts += total(controller.metrics(), "rest_client_requests_total", code="409")
+            controller.stop()
+    finally:
+        watcher.cancel()
+        user.transport.close()
+        await client.close()
+    results["load_average_at_end"] = os.getloadavg()
+    after = conflicts_seen(cluster)
+    results["conflicts"] = {
+        "apiserver_409_by_resource": {r: after[r] - conflicts_before[r] for r in CONTROLLER_RESOURCES},
+        "controller_409": own_conflicts,
+    }
+    return results
+
+
+def verdict(results: dict[str, Any]) -> dict[str, Any]:
+    p50 = max(
+        results["single_driver_managed"]["create_to_ready_ms"]["p50"],
+        results["single_host_managed"]["create_to_ready_ms"]["p50"],
+    )
+    conflicts = (
+        sum(results["conflicts"]["apiserver_409_by_resource"].values())
+        + results["conflicts"]["controller_409"]
+    )
+    floor = 4 * results["burst_host_managed"]["domains"] / results["apiserver_creates_per_s"]
+    return {
+        "burst_floor_s_on_this_apiserver": round(floor, 1),
+        "single_p50_ms": p50,
+        "single_p50_target_met": p50 <= TARGET_P50_MS,
+        "burst_all_ready_s": results["burst_host_managed"]["all_ready_s"],
+        "burst_target_met": results["burst_host_managed"]["all_ready_s"] <= TARGET_BURST_S,
+        "conflicts": conflicts,
+        "conflicts_target_met": conflicts == 0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--single", type=int, default=30, help="domains per mode in the single-domain phase")
+    parser.add_argument("--burst", type=int, default=500, help="host-managed domains created at once")
+    parser.add_argument("--total", type=int, default=1000, help="domains held for the memory reading")
+    parser.add_argument("--qps", type=float, default=500.0, help="controller --kube-api-qps")
+    parser.add_argument("--burst-limit", type=int, default=1000, help="controller --kube-api-burst")
+    args = parser.parse_args()
+    with LocalCluster(nodes_specs=[], keep_run_dir=False) as cluster:
+        cluster.kubectl("apply", "-f", str(CRDS))
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        cluster.create_namespace(NAMESPACE)
+        cluster.create_namespace(DRIVER_NAMESPACE)
+        results = asyncio.run(run(cluster, args))
+    results["verdict"] = verdict(results)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    write_plot(results, RESULTS / "controller_bench.svg")
+    printable = json.loads(json.dumps(results))
+    for key in ("single_driver_managed", "single_host_managed"):
+        printable[key].pop("samples_ms")
+    printable["burst_host_managed"].pop("ready_curve_s")
+    (RESULTS / "controller_bench.json").write_text(json.dumps(results, indent=2))
+    print(json.dumps(printable, indent=2))
+
+
+if __name__ == "__main__":
+    main()

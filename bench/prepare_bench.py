@@ -1,0 +1,436 @@
+"""NodePrepareResources latency of the kubelet plugin over its real gRPC socket (a benchmark, not a test).
+
+Setup: a real local control plane (no kubelet: the bench calls the DRA socket itself, as the kubelet
+would), the CRDs, a Node object, a ComputeDomain whose daemon on that node is recorded Ready (clique
+and status, as the controller writes them), and N allocated ResourceClaims — the plugin GETs each one,
+as upstream's library does. The plugin runs as the real ``compute-domain-kubelet-plugin`` process on
+a simulated node (fake NVML, fake ``/proc/devices``), driver-managed, with upstream's default client
+rate limit (5 QPS, burst 10).
+
+Each cycle prepares one claim (channel 0 on the node, so only one can be prepared at a time) and
+unprepares it. A prepare costs two API requests (GET claim, label the node) and an unprepare one
+(unlabel), so cycles are paced to stay within the client rate limit; otherwise the numbers would
+measure the throttle rather than the plugin. Reported: prepare (and unprepare) latency percentiles
+against the targets p50 <= 5 ms and p99 <= 50 ms, the plugin's peak RSS, as JSON on stdout and in
+``bench/results/prepare_bench.json``, with a plot in ``bench/results/prepare_bench.svg``.
+
+Run: ``.venv/bin/python bench/prepare_bench.py [--claims 1000] [--state-dir /dev/shm]`` after
+``make k8s``; ``--state-dir`` moves the node's plugin directory and CDI root off the disk, which shows
+how much of the latency is the disk's (the checkpoint and CDI files are replaced by rename).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import grpc
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+
+from imexdra.common.kube import http_client
+from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
+from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
+from imexdra.localcluster.cluster import LocalCluster
+
+DRIVER = "compute-domain.nvidia.com"
+NODE = "bench-node"
+NAMESPACE = "bench"
+DRIVER_NAMESPACE = "imexdra-bench"
+CLIQUE = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60.32766"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PLUGIN_BIN = Path(sys.executable).parent / "compute-domain-kubelet-plugin"
+TARGET_P50_MS = 5.0
+TARGET_P99_MS = 50.0
+API_CALLS_PER_CYCLE = 3
+
+
+def kubectl_apply(cluster: LocalCluster, *objects: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
+
+
+def channel_config(domain_uid: str) -> dict[str, Any]:
+    return {
+        "requests": ["channel"],
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "ComputeDomainChannelConfig",
+                "domainID": domain_uid,
+                "allocationMode": "Single",
+            },
+        },
+    }
+
+
+def setup_domain(cluster: LocalCluster) -> str:
+    """CRDs, Node, namespaces, a ComputeDomain recorded Ready on the node; returns the domain UID."""
+    cluster.kubectl("apply", "-f", str(ROOT / "deployments/helm/imexdra/crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    kubectl_apply(
+        cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
+        },
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}},
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomain",
+            "metadata": {"name": "bench", "namespace": NAMESPACE},
+            "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "bench-channel"}}},
+        },
+    )
+    uid = cluster.kubectl(
+        "get", "computedomain", "bench", "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}"
+    ).stdout
+    entry = {"ipAddress": "127.100.1.2", "cliqueID": CLIQUE, "index": 0, "status": "Ready"}
+    kubectl_apply(
+        cluster,
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomainClique",
+            "metadata": {"name": f"{uid}.{CLIQUE}", "namespace": DRIVER_NAMESPACE},
+            "daemons": [{"nodeName": NODE, **entry}],
+        },
+    )
+    status = {"status": {"status": "Ready", "nodes": [{"name": NODE, **entry}]}}
+    cluster.kubectl(
+        "patch",
+        "computedomain",
+        "bench",
+        "-n",
+        NAMESPACE,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(status),
+    )
+    return uid
+
+
+async def create_claims(cluster: LocalCluster, domain_uid: str, count: int) -> list[tuple[str, str]]:
+    """``count`` ResourceClaims allocated to channel-0 of the node; returns (name, uid) pairs."""
+    client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="prepare-bench")
+    http = http_client(client)  # raw requests: the typed models add nothing here
+    base = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
+    limit = asyncio.Semaphore(16)
+    allocation = {
+        "devices": {
+            "results": [{"request": "channel", "driver": DRIVER, "pool": NODE, "device": "channel-0"}],
+            "config": [{"source": "FromClaim", **channel_config(domain_uid)}],
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+            ]
+        },
+    }
+
+    async def one(index: int) -> tuple[str, str]:
+        name = f"claim-{index:05d}"
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "channel",
+                            "exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"},
+                        }
+                    ],
+                    "config": [channel_config(domain_uid)],
+                }
+            },
+        }
+        async with limit:
+            created = (await http.post(base, json=body)).raise_for_status().json()
+            patch = {"status": {"allocation": allocation}}
+            headers = {"Content-Type": "application/merge-patch+json"}
+            response = await http.patch(f"{base}/{name}/status", content=json.dumps(patch), headers=headers)
+            response.raise_for_status()
+        return name, str(created["metadata"]["uid"])
+
+    try:
+        return list(await asyncio.gather(*(one(i) for i in range(count))))
+    finally:
+        await client.close()
+
+
+def simulated_node(base: Path) -> dict[str, str]:
+    """Stand-in hardware and kubelet directories; returns the plugin's environment."""
+    driver_root = base / "driver-root"
+    for dev in ("nvidia0", "nvidiactl", "nvidia-caps-imex-channels/channel0"):
+        (driver_root / "dev" / dev).parent.mkdir(parents=True, exist_ok=True)
+        (driver_root / "dev" / dev).touch()
+    (base / "registry").mkdir(parents=True)
+    uuid, _, clique = CLIQUE.rpartition(".")
+    (base / "nvml.json").write_text(json.dumps({"fabric": {"clusterUUID": uuid, "cliqueID": int(clique)}}))
+    (base / "proc-devices").write_text(
+        "Character devices:\n235 nvidia-caps-imex-channels\n236 nvidia-caps\n\nBlock devices:\n"
+    )
+    return {
+        "NODE_NAME": NODE,
+        "NAMESPACE": DRIVER_NAMESPACE,
+        "KUBELET_REGISTRAR_DIRECTORY_PATH": str(base / "registry"),
+        "KUBELET_PLUGINS_DIRECTORY_PATH": str(base / "plugins"),
+        "CDI_ROOT": str(base / "cdi"),
+        "DRIVER_ROOT_CTR_PATH": str(driver_root),
+        "NVIDIA_DRIVER_ROOT": "/",
+        "FAKE_NVML_CONFIG": str(base / "nvml.json"),
+        "ALT_PROC_DEVICES_PATH": str(base / "proc-devices"),
+        "LOGGING_FORMAT": "json",
+    }
+
+
+def wait_for_socket(socket: Path, process: subprocess.Popen[bytes], within: float = 60) -> None:
+    deadline = time.monotonic() + within
+    while not socket.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"plugin did not serve {socket} (exit code {process.poll()})")
+        time.sleep(0.1)
+
+
+async def cycle_claims(
+    socket: Path, claims: list[tuple[str, str]], interval: float
+) -> tuple[list[float], list[float]]:
+    """Prepare then unprepare each claim, paced at ``interval`` seconds per cycle; latencies in ms."""
+    prepare_ms: list[float] = []
+    unprepare_ms: list[float] = []
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        stub = dra_grpc.DRAPluginStub(channel)
+        for name, uid in claims:
+            started = time.monotonic()
+            request = [dra.Claim(namespace=NAMESPACE, name=name, uid=uid)]
+            t0 = time.perf_counter()
+            prepared = await stub.NodePrepareResources(
+                dra.NodePrepareResourcesRequest(claims=request), timeout=60
+            )
+            prepare_ms.append((time.perf_counter() - t0) * 1e3)
+            result = prepared.claims[uid]
+            if result.error or list(result.devices[0].cdi_device_ids) != [
+                f"k8s.compute-domain.nvidia.com/claim={uid}-channel-0"
+            ]:
+                raise RuntimeError(f"unexpected prepare result for {name}: {result}")
+            t0 = time.perf_counter()
+            unprepared = await stub.NodeUnprepareResources(
+                dra.NodeUnprepareResourcesRequest(claims=request), timeout=60
+            )
+            unprepare_ms.append((time.perf_counter() - t0) * 1e3)
+            if unprepared.claims[uid].error:
+                raise RuntimeError(f"unexpected unprepare result for {name}: {unprepared.claims[uid].error}")
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+    return prepare_ms, unprepare_ms
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` (a load-independent measure next to the latencies)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def summary(
+    prepare_ms: list[float], unprepare_ms: list[float], rss: float, args: argparse.Namespace
+) -> dict[str, Any]:
+    p50, p99 = percentile(prepare_ms, 0.50), percentile(prepare_ms, 0.99)
+    return {
+        "benchmark": "prepare_bench",
+        "claims": len(prepare_ms),
+        "prepare_ms": {
+            "p50": round(p50, 2),
+            "p90": round(percentile(prepare_ms, 0.90), 2),
+            "p99": round(p99, 2),
+            "max": round(max(prepare_ms), 2),
+            "mean": round(statistics.fmean(prepare_ms), 2),
+        },
+        "unprepare_ms": {
+            "p50": round(percentile(unprepare_ms, 0.5), 2),
+            "p99": round(percentile(unprepare_ms, 0.99), 2),
+        },
+        "targets_ms": {"p50": TARGET_P50_MS, "p99": TARGET_P99_MS},
+        "meets_targets": p50 <= TARGET_P50_MS and p99 <= TARGET_P99_MS,
+        "plugin_peak_rss_mib": round(rss, 1),
+        "plugin_cpu_ms_per_cycle": round(args.cpu_ms_per_cycle, 2),
+        "kube_api_qps": args.kube_api_qps,
+        "cycle_interval_s": round(args.interval, 3),
+        "state_dir": args.state_dir,
+        "load_average": os.getloadavg(),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    with (
+        LocalCluster(nodes_specs=[]) as cluster,
+        tempfile.TemporaryDirectory(prefix="kp-bench-", dir=args.state_dir) as tmp,
+    ):
+        domain_uid = setup_domain(cluster)
+        claims = asyncio.run(create_claims(cluster, domain_uid, args.claims))
+        base = Path(tmp)
+        env = {**os.environ, **simulated_node(base), "KUBECONFIG": str(cluster.kubeconfig)}
+        env["KUBE_API_QPS"] = str(args.kube_api_qps)
+        with (base / "plugin.log").open("wb") as log:
+            process = subprocess.Popen([str(PLUGIN_BIN)], env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            socket = base / "plugins" / DRIVER / "dra.sock"
+            wait_for_socket(socket, process)
+            time.sleep(2.0)  # let the watches list and the client's token bucket refill before measuring
+            cpu_before = cpu_seconds(process.pid)
+            prepare_ms, unprepare_ms = asyncio.run(cycle_claims(socket, claims, args.interval))
+            args.cpu_ms_per_cycle = (cpu_seconds(process.pid) - cpu_before) / len(claims) * 1e3
+            rss = peak_rss_mib(process.pid)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+    result = summary(prepare_ms, unprepare_ms, rss, args)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    samples = {**result, "prepare_samples_ms": prepare_ms}
+    (RESULTS / "prepare_bench.json").write_text(json.dumps(samples, indent=1))
+    percentiles = result["prepare_ms"]
+    write_plot(
+        RESULTS / "prepare_bench.svg",
+        prepare_ms,
+        p50=percentiles["p50"],
+        p99=percentiles["p99"],
+        target_p50=TARGET_P50_MS,
+        target_p99=TARGET_P99_MS,
+    )
+    return result
+
+
+# --- plot (matplotlib is not a dependency: plain SVG) ----------------------------------------------
+
+_W, _H, _PAD = 460, 360, 55
+
+
+def _log_position(value: float, low: float, high: float, start: float, end: float) -> float:
+    span = math.log10(high) - math.log10(low)
+    return start + (math.log10(max(value, low)) - math.log10(low)) / span * (end - start)
+
+
+def _panel(x0: float, title: str, x_label: str, y_label: str) -> list[str]:
+    left, top, right, bottom = x0 + _PAD, _PAD / 2 + 10, x0 + _W - 15, _H - _PAD
+    return [
+        f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" '
+        'fill="none" stroke="#444"/>',
+        f'<text x="{(left + right) / 2}" y="{top - 8}" text-anchor="middle" '
+        f'font-weight="bold">{escape(title)}</text>',
+        f'<text x="{(left + right) / 2}" y="{_H - 12}" text-anchor="middle">{escape(x_label)}</text>',
+        f'<text x="{x0 + 14}" y="{(top + bottom) / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 {x0 + 14} {(top + bottom) / 2})">{escape(y_label)}</text>',
+    ]
+
+
+def _decades(low: float, high: float) -> list[float]:
+    return [10.0**k for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)]
+
+
+def write_plot(
+    path: Path, samples: list[float], *, p50: float, p99: float, target_p50: float, target_p99: float
+) -> None:
+    """Latency per claim (log scale) and its cumulative distribution with percentiles and targets."""
+    low = min(min(samples), target_p50) / 1.5
+    high = max(max(samples), target_p99) * 1.5
+    top, bottom = _PAD / 2 + 10, _H - _PAD
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * _W}" height="{_H}" '
+        'font-family="sans-serif" font-size="12">'
+    ]
+    parts.append(f'<rect width="{2 * _W}" height="{_H}" fill="white"/>')
+    parts += _panel(0, "NodePrepareResources latency per claim", "claim #", "ms (log)")
+    left, right = _PAD, _W - 15
+    for decade in _decades(low, high):
+        if low <= decade <= high:
+            y = _log_position(decade, low, high, bottom, top)
+            parts.append(f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
+            parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{decade:g}</text>')
+    for index, value in enumerate(samples):
+        x = left + index / max(1, len(samples) - 1) * (right - left)
+        y = _log_position(value, low, high, bottom, top)
+        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="1.3" fill="#1f77b4"/>')
+    for value, colour, label in (
+        (target_p50, "#2ca02c", "target p50"),
+        (target_p99, "#d62728", "target p99"),
+    ):
+        y = _log_position(value, low, high, bottom, top)
+        parts.append(
+            f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" '
+            f'stroke="{colour}" stroke-dasharray="5,4"/>'
+        )
+        parts.append(
+            f'<text x="{right - 4}" y="{y - 4:.1f}" text-anchor="end" '
+            f'fill="{colour}">{label} {value:g} ms</text>'
+        )
+    parts += _panel(_W, "cumulative distribution", "ms (log)", "fraction of claims")
+    left, right = _W + _PAD, 2 * _W - 15
+    ordered = sorted(samples)
+    points = " ".join(
+        f"{_log_position(v, low, high, left, right):.1f},{bottom - rank / len(ordered) * (bottom - top):.1f}"
+        for rank, v in enumerate(ordered, start=1)
+    )
+    parts.append(f'<polyline points="{points}" fill="none" stroke="#1f77b4" stroke-width="1.5"/>')
+    for decade in _decades(low, high):
+        if low <= decade <= high:
+            x = _log_position(decade, low, high, left, right)
+            parts.append(f'<text x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">{decade:g}</text>')
+    marks = ((p50, "#1f77b4", f"p50 {p50:.2f}"), (p99, "#9467bd", f"p99 {p99:.2f}"))
+    marks += ((target_p50, "#2ca02c", "target p50"), (target_p99, "#d62728", "target p99"))
+    for row, (value, colour, label) in enumerate(marks):
+        x = _log_position(value, low, high, left, right)
+        dash = ' stroke-dasharray="5,4"' if label.startswith("target") else ""
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{bottom}" stroke="{colour}"{dash}/>')
+        parts.append(
+            f'<text x="{x + 3:.1f}" y="{top + 14 + 14 * row}" fill="{colour}">{escape(label)}</text>'
+        )
+    parts.append("</svg>")
+    path.write_text("\n".join(parts) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--claims", type=int, default=1000, help="claims to prepare (>= 1000 for the target)")
+    parser.add_argument(
+        "--kube-api-qps", type=float, default=5.0, help="the plugin's client QPS (upstream: 5)"
+    )
+    parser.add_argument(
+        "--state-dir",
+        default="/tmp",
+        help="where the node's kubelet dirs and CDI root live (default /tmp: disk, like /var/lib/kubelet)",
+    )
+    args = parser.parse_args()
+    # Pace cycles so the plugin's API requests stay within its client rate limit (see the docstring).
+    args.interval = API_CALLS_PER_CYCLE / args.kube_api_qps * 1.1
+    print(json.dumps(run(args), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The ComputeDomainClique custom resource as a typed msgspec model usable with lightkube's clients.
+
+A clique object lists the IMEX daemons of one ComputeDomain that share one NVLink clique; it lives in
+the driver namespace and is named ``<ComputeDomain UID>.<clique ID>`` (api-and-controller.md §1.2). It
+has no spec and no status subresource: the payload is the top-level ``daemons`` list, which is left
+out when empty. Every daemon entry always carries ``index`` and ``status``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from lightkube.core import resource as res
+from lightkube.core.resource_registry import resource_registry
+from lightkube.core.schema import DictMixin
+from lightkube.models.meta_v1 import ObjectMeta
+
+from imexdra.api.constants import (
+    API_GROUP,
+    API_GROUP_VERSION,
+    API_VERSION,
+    KIND_COMPUTE_DOMAIN_CLIQUE,
+    PLURAL_COMPUTE_DOMAIN_CLIQUES,
+    ComputeDomainStatusValue,
+)
+
+
+class ComputeDomainDaemonInfo(msgspec.Struct, kw_only=True):
+    """One IMEX daemon of the clique (every field always serialized)."""
+
+    node_name: str = msgspec.field(name="nodeName")
+    ip_address: str = msgspec.field(name="ipAddress")
+    clique_id: str = msgspec.field(name="cliqueID")
+    #: Lowest free slot below the max nodes per IMEX domain; names the daemon's DNS entry.
+    index: int = 0
+    status: ComputeDomainStatusValue = ComputeDomainStatusValue.NOT_READY
+
+
+class ComputeDomainClique(res.NamespacedResourceG, DictMixin, kw_only=True):
+    """A ComputeDomainClique (``computedomaincliques.resource.nvidia.com``, namespaced)."""
+
+    _api_info = res.ApiInfo(
+        resource=res.ResourceDef(API_GROUP, API_GROUP_VERSION, KIND_COMPUTE_DOMAIN_CLIQUE),
+        plural=PLURAL_COMPUTE_DOMAIN_CLIQUES,
+        verbs=[
+            "delete",
+            "deletecollection",
+            "get",
+            "global_list",
+            "global_watch",
+            "list",
+            "patch",
+            "post",
+            "put",
+            "watch",
+        ],
+    )
+
+    # lightkube reads and fills these two attributes by their wire names.
+    apiVersion: str | None = None  # noqa: N815
+    kind: str | None = None
+    metadata: ObjectMeta | None = None
+    daemons: list[ComputeDomainDaemonInfo] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """Stamp the type so encoded objects always carry apiVersion and kind."""
+        self.apiVersion = API_VERSION
+        self.kind = KIND_COMPUTE_DOMAIN_CLIQUE
+
+
+def clique_name(compute_domain_uid: str, clique_id: str) -> str:
+    """Object name of the clique of ``clique_id`` (``<clusterUUID>.<cliqueId>``) in one ComputeDomain."""
+    return f"{compute_domain_uid}.{clique_id}"
+
+
+resource_registry.register(ComputeDomainClique)

@@ -1,0 +1,243 @@
+"""Option groups more than one binary uses: logging, feature gates, API client, metrics, identity, IMEX.
+
+Upstream's klog flags beyond ``-v`` (``--vmodule``, buffer sizes, ...) have no meaning for structlog
+and are not offered; ``--logging-format`` keeps its name and its ``text``/``json`` values. The
+logging settings feed ``imexdra.common.logging.configure_logging``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import click
+
+from imexdra.api.config.groups import OptionGroup, check_dns_label, check_dns_subdomain, option
+from imexdra.api.featuregates import FeatureGates, Gate, resolve_feature_gates
+from imexdra.common.errors import ConfigError
+
+
+class LogFormat(StrEnum):
+    """Values of ``--logging-format``."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingSettings:
+    """How much to log (klog-style verbosity, 0 = least) and in which format (``None``: by terminal)."""
+
+    verbosity: int
+    logging_format: LogFormat | None
+
+
+logging_options = OptionGroup(
+    "logging",
+    LoggingSettings,
+    option(
+        "-v",
+        "--v",
+        "verbosity",
+        envvar=["V", "LOG_VERBOSITY"],
+        type=click.IntRange(min=0),
+        default=0,
+        help="Log verbosity, as klog's -v.",
+    ),
+    option(
+        "--logging-format",
+        envvar="LOGGING_FORMAT",
+        type=click.Choice([fmt.value for fmt in LogFormat]),
+        callback=lambda _ctx, _param, value: LogFormat(value) if value else None,
+        default=None,
+        help="Log line format; unset picks text on a terminal and json otherwise.",
+    ),
+)
+
+
+class FeatureGatesType(click.ParamType[FeatureGates]):
+    """``Name=bool,...`` resolved into ``FeatureGates`` (overrides applied, dependencies checked)."""
+
+    name = "gates"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> FeatureGates:
+        """Resolve ``value``; a ``ConfigError`` becomes a usage error."""
+        if isinstance(value, FeatureGates):
+            return value
+        try:
+            return resolve_feature_gates(str(value))
+        except ConfigError as err:
+            self.fail(str(err), param, ctx)
+
+
+feature_gate_options = OptionGroup(
+    "feature_gates",
+    lambda feature_gates: feature_gates,
+    option(
+        "--feature-gates",
+        envvar="FEATURE_GATES",
+        type=FeatureGatesType(),
+        default="",
+        help="Comma-separated Name=true|false pairs.",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KubeClientSettings:
+    """How to reach the API server: a kubeconfig file (``None``: in-cluster) and client rate limits."""
+
+    kubeconfig: Path | None
+    kube_api_qps: float
+    kube_api_burst: int
+
+
+kube_client_options = OptionGroup(
+    "kube_client",
+    KubeClientSettings,
+    option(
+        "--kubeconfig",
+        envvar="KUBECONFIG",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="Kubeconfig file; unset means the in-cluster configuration.",
+    ),
+    option(
+        "--kube-api-qps",
+        envvar="KUBE_API_QPS",
+        type=click.FloatRange(min=0, min_open=True),
+        default=5.0,
+        help="Sustained API requests per second.",
+    ),
+    option(
+        "--kube-api-burst",
+        envvar="KUBE_API_BURST",
+        type=click.IntRange(min=1),
+        default=10,
+        help="API request burst above the QPS.",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """The HTTP endpoint serving metrics (``""``: no server) and the metrics path on it."""
+
+    http_endpoint: str
+    metrics_path: str
+
+    def __post_init__(self) -> None:
+        """Check the endpoint is ``[host]:port`` and the path absolute."""
+        _listen_address(self.http_endpoint)
+        if self.metrics_path and not self.metrics_path.startswith("/"):
+            raise ConfigError(f'"{self.metrics_path}" must start with "/"', field="metrics_path")
+
+    @property
+    def listen_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` to listen on (host ``""``: all interfaces), or ``None`` when disabled."""
+        return _listen_address(self.http_endpoint)
+
+
+def _listen_address(endpoint: str) -> tuple[str, int] | None:
+    if not endpoint:
+        return None
+    host, colon, port = endpoint.rpartition(":")
+    if not colon or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f'"{endpoint}" is not [host]:port', field="http_endpoint")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+metrics_options = OptionGroup(
+    "metrics",
+    MetricsSettings,
+    option(
+        "--http-endpoint",
+        envvar="HTTP_ENDPOINT",
+        default="",
+        help="[host]:port of the metrics server; empty disables it.",
+    ),
+    option("--metrics-path", envvar="METRICS_PATH", default="/metrics", help="HTTP path of the metrics."),
+)
+
+
+def _driver_namespace(namespace: str) -> str:
+    check_dns_label(namespace, field="namespace")
+    return namespace
+
+
+namespace_options = OptionGroup(
+    "namespace",
+    _driver_namespace,
+    option(
+        "--namespace",
+        envvar="NAMESPACE",
+        default="default",
+        help="The driver's namespace (daemon DaemonSets, daemon claim templates, cliques).",
+    ),
+)
+
+
+def _node_name(node_name: str) -> str:
+    check_dns_subdomain(node_name, field="node_name")
+    return node_name
+
+
+node_name_options = OptionGroup(
+    "node_name",
+    _node_name,
+    option("--node-name", envvar="NODE_NAME", required=True, help="Name of the node this process serves."),
+)
+
+
+class ImexMode(StrEnum):
+    """Values of ``--imex-mode``; the ``HostManagedIMEX`` feature gate is what selects host mode."""
+
+    DRIVER_MANAGED = "driverManaged"
+    HOST_MANAGED = "hostManaged"
+
+
+@dataclass(frozen=True, slots=True)
+class ImexSettings:
+    """Upstream's IMEX mode and isolation flags, kept so upstream values and env keep working."""
+
+    imex_mode: ImexMode
+    imex_isolation: str
+
+    def __post_init__(self) -> None:
+        """Accept isolation ``domain`` (or empty, its old spelling) only, like upstream."""
+        if self.imex_isolation == "channel":
+            raise ConfigError('"channel" is not supported yet; use "domain"', field="imex_isolation")
+        if self.imex_isolation not in ("", "domain"):
+            raise ConfigError(f'unknown value "{self.imex_isolation}"; use "domain"', field="imex_isolation")
+
+    def host_managed(self, gates: FeatureGates) -> bool:
+        """Whether the host runs nvidia-imex: the gate decides; ``--imex-mode=hostManaged`` needs it on."""
+        enabled = gates.enabled(Gate.HOST_MANAGED_IMEX)
+        if self.imex_mode is ImexMode.HOST_MANAGED and not enabled:
+            raise ConfigError(
+                f"{ImexMode.HOST_MANAGED.value} requires feature gate {Gate.HOST_MANAGED_IMEX.value}=true",
+                field="imex_mode",
+            )
+        return enabled
+
+
+imex_options = OptionGroup(
+    "imex",
+    ImexSettings,
+    option(
+        "--imex-mode",
+        envvar="IMEX_MODE",
+        type=click.Choice([mode.value for mode in ImexMode]),
+        callback=lambda _ctx, _param, value: ImexMode(value),
+        default=ImexMode.DRIVER_MANAGED.value,
+        help="Who runs nvidia-imex; hostManaged needs the HostManagedIMEX feature gate.",
+    ),
+    option(
+        "--imex-isolation",
+        envvar="IMEX_ISOLATION",
+        default="domain",
+        help="IMEX isolation; only domain is supported.",
+    ),
+)

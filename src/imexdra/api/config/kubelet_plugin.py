@@ -1,0 +1,133 @@
+"""Options only the kubelet plugin takes: kubelet directories, CDI, driver root, health check.
+
+Names, variables and defaults are upstream's (kubelet-plugin.md §1.1); the derived socket and data
+paths follow kubelet-plugin.md §0, which the kubelet relies on to find the plugin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from imexdra.api.config.groups import OptionGroup, check_absolute, option
+from imexdra.api.constants import DRIVER_NAME
+
+_PATH = click.Path(path_type=Path)
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletPluginSettings:
+    """Where the kubelet, CDI and the NVIDIA driver live, and the health-check port."""
+
+    kubelet_registrar_directory_path: Path
+    kubelet_plugins_directory_path: Path
+    cdi_root: Path
+    nvidia_driver_root: Path
+    container_driver_root: Path
+    #: ``None``: the plugin provides its own copy of nvidia-cdi-hook.
+    nvidia_cdi_hook_path: Path | None
+    imex_host_socket_path: Path
+    #: ``< 0`` disables the gRPC health server, ``0`` picks a free port.
+    healthcheck_port: int
+    gpu_clique_label_enabled: bool
+
+    def __post_init__(self) -> None:
+        """Require absolute paths: they are shared with the kubelet and the container runtime."""
+        for name in (
+            "kubelet_registrar_directory_path",
+            "kubelet_plugins_directory_path",
+            "cdi_root",
+            "nvidia_driver_root",
+            "container_driver_root",
+            "nvidia_cdi_hook_path",
+            "imex_host_socket_path",
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                check_absolute(value, field=name)
+
+    @property
+    def plugin_data_directory(self) -> Path:
+        """The driver's directory under the kubelet plugins directory (checkpoint, DRA socket, locks)."""
+        return self.kubelet_plugins_directory_path / DRIVER_NAME
+
+    @property
+    def dra_socket_path(self) -> Path:
+        """The DRA gRPC socket the kubelet calls."""
+        return self.plugin_data_directory / "dra.sock"
+
+    @property
+    def registration_socket_path(self) -> Path:
+        """The plugin-registration socket the kubelet watches for."""
+        return self.kubelet_registrar_directory_path / f"{DRIVER_NAME}-reg.sock"
+
+
+kubelet_plugin_options = OptionGroup(
+    "kubelet_plugin",
+    KubeletPluginSettings,
+    option(
+        "--kubelet-registrar-directory-path",
+        envvar="KUBELET_REGISTRAR_DIRECTORY_PATH",
+        type=_PATH,
+        default=Path("/var/lib/kubelet/plugins_registry"),
+        help="Directory where the kubelet looks for plugin registration sockets.",
+    ),
+    option(
+        "--kubelet-plugins-directory-path",
+        envvar="KUBELET_PLUGINS_DIRECTORY_PATH",
+        type=_PATH,
+        default=Path("/var/lib/kubelet/plugins"),
+        help="Directory holding the plugins' data directories and DRA sockets.",
+    ),
+    option(
+        "--cdi-root",
+        envvar="CDI_ROOT",
+        type=_PATH,
+        default=Path("/etc/cdi"),
+        help="Directory for the generated CDI spec files.",
+    ),
+    option(
+        "--nvidia-driver-root",
+        envvar=["NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT"],
+        type=_PATH,
+        default=Path("/"),
+        help="Host path of the NVIDIA driver installation.",
+    ),
+    option(
+        "--container-driver-root",
+        envvar="DRIVER_ROOT_CTR_PATH",
+        type=_PATH,
+        default=Path("/driver-root"),
+        help="Where the driver root is mounted in this container.",
+    ),
+    option(
+        "--nvidia-cdi-hook-path",
+        envvar="NVIDIA_CDI_HOOK_PATH",
+        type=_PATH,
+        default=None,
+        help="nvidia-cdi-hook executable; unset copies the bundled one into the plugin directory.",
+    ),
+    option(
+        "--imex-host-socket-path",
+        envvar="IMEX_HOST_SOCKET_PATH",
+        type=_PATH,
+        default=Path("/etc/nvidia-imex/imex_ctrl.sock"),
+        help="Command socket of the host's nvidia-imex (host-managed mode).",
+    ),
+    option(
+        "--healthcheck-port",
+        envvar="HEALTHCHECK_PORT",
+        type=click.IntRange(min=-1, max=65535),
+        default=-1,
+        help="Port of the gRPC health server; -1 disables it, 0 picks a free port.",
+    ),
+    option(
+        "--gpu-clique-label-enabled",
+        envvar="GPU_CLIQUE_LABEL_ENABLED",
+        is_flag=True,
+        default=False,
+        help="Maintain the nvidia.com/gpu.clique node label.",
+    ),
+)

@@ -1,0 +1,1 @@
+"""The ``imexdra`` command: rack demo, status and diagnosis against any cluster."""

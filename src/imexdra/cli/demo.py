@@ -1,0 +1,252 @@
+"""``imexdra demo``: the seed workload on a simulated NVL72 rack, end to end, with progress.
+
+Brings up the local cluster shaped as a rack, installs imexdra with its Helm chart (controller and
+kubelet plugin run as pods), runs the real Kubeflow MPI Operator, then submits the seed's ComputeDomain
+and MPIJob (4 GPUs per worker, pod affinity on ``nvidia.com/gpu.clique``, the generated claim
+template) and shows what a user would look at.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from imexdra.cli import rack
+from imexdra.localcluster.cluster import LocalCluster
+
+WORKLOAD_NAMESPACE = "nvbandwidth"
+DOMAIN = "imex-domain"
+CLAIM_TEMPLATE = "imex-channel-0"
+JOB = "nvbandwidth-test"
+SEED_IMAGE = "ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163"
+
+
+def compute_domain() -> dict[str, Any]:
+    """The seed's ComputeDomain."""
+    return {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": DOMAIN, "namespace": WORKLOAD_NAMESPACE},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": CLAIM_TEMPLATE}}},
+    }
+
+
+def mpi_job(workers: int) -> dict[str, Any]:
+    """The seed's MPIJob (CoreWeave's GB200 example), sized to the simulated rack."""
+    worker_labels = {"app": "nvbandwidth-test-worker"}
+    affinity = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchExpressions": [
+                            {"key": "app", "operator": "In", "values": list(worker_labels.values())}
+                        ]
+                    },
+                    "topologyKey": "nvidia.com/gpu.clique",
+                }
+            ]
+        }
+    }
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": JOB, "namespace": WORKLOAD_NAMESPACE},
+        "spec": {
+            "slotsPerWorker": rack.GPUS_PER_NODE,
+            "runPolicy": {"cleanPodPolicy": "Running"},
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "image": SEED_IMAGE,
+                                    "name": "mpi-launcher",
+                                    "securityContext": {"runAsUser": 1000},
+                                    "command": ["/bin/bash", "-c"],
+                                    "args": ["sleep infinity"],
+                                    "resources": {"requests": {"cpu": "10m", "memory": "128Mi"}},
+                                }
+                            ]
+                        }
+                    },
+                },
+                "Worker": {
+                    "replicas": workers,
+                    "template": {
+                        "metadata": {"labels": worker_labels},
+                        "spec": {
+                            "resourceClaims": [
+                                {"name": "imex-channel", "resourceClaimTemplateName": CLAIM_TEMPLATE}
+                            ],
+                            "containers": [
+                                {
+                                    "image": SEED_IMAGE,
+                                    "name": "nccl",
+                                    "securityContext": {"privileged": False},
+                                    "resources": {
+                                        "claims": [{"name": "imex-channel"}],
+                                        "requests": {"nvidia.com/gpu": rack.GPUS_PER_NODE},
+                                        "limits": {"nvidia.com/gpu": rack.GPUS_PER_NODE},
+                                    },
+                                    "volumeMounts": [{"mountPath": "/dev/shm", "name": "dshm"}],
+                                }
+                            ],
+                            "affinity": affinity,
+                            "volumes": [{"emptyDir": {"medium": "Memory"}, "name": "dshm"}],
+                        },
+                    },
+                },
+            },
+        },
+    }
+
+
+class Progress:
+    """Numbered steps with their durations, for a user watching the demo."""
+
+    def __init__(self) -> None:
+        """Start the clock."""
+        self.start = time.monotonic()
+        self.timings: dict[str, float] = {}
+        self._step = 0
+
+    @contextmanager
+    def step(self, title: str) -> Iterator[None]:
+        """Print the step, run it, print how long it took."""
+        self._step += 1
+        click.secho(f"[{self._step}] {title} ...", bold=True)
+        t0 = time.monotonic()
+        yield
+        self.timings[title] = time.monotonic() - t0
+        click.echo(f"    done in {self.timings[title]:.1f}s")
+
+
+def _json(cluster: LocalCluster, *args: str) -> Any:
+    return json.loads(cluster.kubectl(*args, "-o", "json").stdout)
+
+
+def _workers_running(cluster: LocalCluster, workers: int) -> bool:
+    pods = _json(
+        cluster, "get", "pods", "-n", WORKLOAD_NAMESPACE, "-l", "training.kubeflow.org/job-role=worker"
+    )
+    running = [p for p in pods["items"] if p["status"].get("phase") == "Running"]
+    return len(running) == workers
+
+
+def _domain_ready(cluster: LocalCluster) -> bool:
+    cd = _json(cluster, "get", "computedomain", DOMAIN, "-n", WORKLOAD_NAMESPACE)
+    return bool(cd.get("status", {}).get("status") == "Ready")
+
+
+def show_injected_channels(cluster: LocalCluster) -> None:
+    """Print, per worker container, the CDI devices the runtime received and the device nodes they add."""
+    pods = _json(
+        cluster, "get", "pods", "-n", WORKLOAD_NAMESPACE, "-l", "training.kubeflow.org/job-role=worker"
+    )
+    for pod in sorted(pods["items"], key=lambda p: p["metadata"]["name"]):
+        node = cluster.node(pod["spec"]["nodeName"])
+        creates = [r for r in node.cri_records("CreateContainer") if r["pod_uid"] == pod["metadata"]["uid"]]
+        for record in creates:
+            paths = device_paths(node.host_dir / "var/run/cdi", record["cdi_devices"])
+            click.echo(
+                f"    {pod['metadata']['name']:<28} {node.name:<10} {', '.join(record['cdi_devices']) or '-'}"
+                f"\n    {'':<28} {'':<10} -> {', '.join(paths) or '(no device nodes)'}"
+            )
+
+
+def device_paths(cdi_dir: Path, devices: list[str]) -> list[str]:
+    """Device node paths that the named CDI devices add, read from the node's CDI spec files."""
+    paths = []
+    for spec_file in sorted(cdi_dir.glob("*.yaml")):
+        spec = yaml.safe_load(spec_file.read_text())
+        for device in spec.get("devices", []):
+            if f"{spec['kind']}={device['name']}" in devices:
+                paths += [n["path"] for n in device.get("containerEdits", {}).get("deviceNodes", [])]
+    return paths
+
+
+def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
+    """Run the whole demo; return its step timings."""
+    progress = Progress()
+    cluster = rack.new_rack_cluster(config)
+    mode = "HostManagedIMEX" if config.host_managed else "driver-managed IMEX"
+    click.secho(f"imexdra demo: {config.nodes}-node simulated GB200 rack, {mode}", fg="green", bold=True)
+    try:
+        rack.bring_up(cluster, config, progress.step)
+        click.echo(cluster.kubectl("get", "pods", "-n", rack.DRIVER_NAMESPACE, "-o", "wide").stdout)
+        cluster.create_namespace(WORKLOAD_NAMESPACE)
+        with progress.step(
+            f"create ComputeDomain {DOMAIN} and MPIJob {JOB} ({config.nodes} workers x 4 GPUs)"
+        ):
+            cluster.kubectl(
+                "apply", "-f", "-", input=yaml.safe_dump_all([compute_domain(), mpi_job(config.nodes)])
+            )
+            rack.wait_for("all workers Running", lambda: _workers_running(cluster, config.nodes), timeout=300)
+            rack.wait_for("ComputeDomain Ready", lambda: _domain_ready(cluster), timeout=120)
+        click.secho("\nWhat a user sees:", bold=True)
+        for args in (
+            ("get", "computedomain", "-n", WORKLOAD_NAMESPACE, "-o", "wide"),
+            ("get", "resourceclaim", "-n", WORKLOAD_NAMESPACE),
+            ("get", "pods", "-n", WORKLOAD_NAMESPACE, "-o", "wide"),
+            *(
+                ()
+                if config.host_managed
+                else (
+                    ("get", "computedomaincliques", "-n", rack.DRIVER_NAMESPACE, "-o", "yaml"),
+                    ("get", "pods", "-n", rack.DRIVER_NAMESPACE, "-o", "wide"),
+                )
+            ),
+        ):
+            click.echo(f"$ kubectl {' '.join(args)}")
+            click.echo(cluster.kubectl(*args).stdout)
+        click.secho("IMEX channel injected into each worker container:", bold=True)
+        show_injected_channels(cluster)
+        with progress.step("delete the MPIJob and the ComputeDomain"):
+            cluster.kubectl("delete", "mpijob", JOB, "-n", WORKLOAD_NAMESPACE, "--wait=true", timeout=180)
+            cluster.kubectl(
+                "delete", "computedomain", DOMAIN, "-n", WORKLOAD_NAMESPACE, "--wait=true", timeout=180
+            )
+    except (TimeoutError, subprocess.CalledProcessError):
+        _explain_failure(cluster)
+        raise
+    finally:
+        total = time.monotonic() - progress.start
+        click.secho(
+            f"\ntimings: {json.dumps({k: round(v, 1) for k, v in progress.timings.items()})}", fg="cyan"
+        )
+        click.secho(f"total {total:.1f}s; logs in {cluster.run_dir}/logs", fg="cyan")
+        if keep:
+            click.echo(f"cluster kept running: export KUBECONFIG={cluster.kubeconfig}  (Ctrl-C to stop)")
+            _wait_for_interrupt()
+        cluster.stop()
+    return progress.timings
+
+
+def _explain_failure(cluster: LocalCluster) -> None:
+    """Show what a user would look at when the demo stalls: pods and recent warning events."""
+    click.secho("\nthe demo failed; cluster state:", fg="red", bold=True)
+    for args in (
+        ("get", "pods", "-A", "-o", "wide"),
+        ("get", "events", "-A", "--field-selector=type=Warning", "--sort-by=.lastTimestamp"),
+    ):
+        result = cluster.kubectl(*args, check=False)
+        click.echo(f"$ kubectl {' '.join(args)}\n{result.stdout}{result.stderr}")
+
+
+def _wait_for_interrupt() -> None:
+    try:
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass

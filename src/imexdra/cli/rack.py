@@ -1,0 +1,199 @@
+"""A simulated GB200 NVL72 rack on the local cluster, with imexdra installed by its Helm chart.
+
+Each node is a real kubelet on fakecri with its own fake hardware: a fake NVML file (4 GPUs in the
+rack's NVLink clique, or no fabric), a fake ``/proc/devices`` with the IMEX channel major, a CDI
+directory, and ``nvidia.com/gpu: 4``. The chart's pods run as host processes: fakecri maps the image
+to this virtualenv's console scripts (plus fake ``nvidia-imex``/``nvidia-imex-ctl`` on PATH) and
+rewrites the pods' host paths to the node's own directories.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+import imexdra
+from imexdra.devices.driverroot_fake import write_driver_root
+from imexdra.devices.fakeimex.install import install_fake_imex
+from imexdra.devices.procfs_fake import write_proc_devices
+from imexdra.localcluster.addons import start_mpi_operator
+from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.nodes import GPU_NODE_LABELS, HostImage, Node, NodeSpec
+
+IMAGE_REPOSITORY = "imexdra.local/imexdra"
+IMAGE_TAG = imexdra.__version__
+DRIVER_NAMESPACE = "imexdra"
+RELEASE = "imexdra"
+SIM_DIR = "/etc/imexdra-sim"
+"""Host path of a node's simulated hardware files; fakecri maps it to ``<node>/host/sim``."""
+CDI_ROOT = "/var/run/cdi"
+GPUS_PER_NODE = 4
+CHART = Path(__file__).resolve().parents[3] / "deployments" / "helm" / "imexdra"
+
+
+@dataclass(frozen=True, slots=True)
+class RackConfig:
+    """Shape of the simulated rack."""
+
+    nodes: int = 4
+    host_managed: bool = False
+    cluster_uuid: str = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60"
+    clique: int = 32766
+    no_fabric_nodes: tuple[int, ...] = ()
+    """Indexes of nodes whose NVML reports no NVLink fabric (empty clique ID)."""
+
+    @property
+    def clique_id(self) -> str:
+        """The NVLink clique ID NVML reports for the rack's nodes."""
+        return f"{self.cluster_uuid}.{self.clique}"
+
+
+def node_specs(config: RackConfig) -> list[NodeSpec]:
+    """Simulated GB200 nodes, labelled as GPU Feature Discovery labels them."""
+    specs = []
+    for i in range(config.nodes):
+        labels = dict(GPU_NODE_LABELS)
+        if i not in config.no_fabric_nodes:
+            labels["nvidia.com/gpu.clique"] = config.clique_id
+        specs.append(NodeSpec(name=f"gb200-{i:02d}", labels=labels, pod_cidr=f"127.100.{i + 1}.0/24"))
+    return specs
+
+
+def new_rack_cluster(config: RackConfig, run_dir: Path | None = None) -> LocalCluster:
+    """A not yet started LocalCluster shaped as the rack, running imexdra images as host processes."""
+    venv_bin = Path(sys.executable).parent
+    run_dir = run_dir or Path(tempfile.mkdtemp(prefix="imx-", dir="/tmp"))
+    fake = install_fake_imex(run_dir / "fake-bin")
+    # Like an image that ships nvidia-imex at a fixed path: the daemon runs the fake binaries.
+    image = HostImage(
+        path=(str(venv_bin), str(fake.directory)),
+        env={"NVIDIA_IMEX_BINARY": str(fake.imex), "NVIDIA_IMEX_CTL_BINARY": str(fake.ctl)},
+    )
+    return LocalCluster(
+        nodes_specs=node_specs(config),
+        run_dir=run_dir,
+        host_images={f"{IMAGE_REPOSITORY}:{IMAGE_TAG}": image},
+        host_path_map={SIM_DIR: "sim"},
+        cdi_dirs=(CDI_ROOT,),
+    )
+
+
+def write_node_hardware(node: Node, config: RackConfig, index: int) -> None:
+    """Write the node's fake NVML file and ``/proc/devices`` under its simulated host paths."""
+    sim = node.host_dir / "sim"
+    fabric = None
+    if index not in config.no_fabric_nodes:
+        fabric = {"clusterUUID": config.cluster_uuid, "cliqueID": config.clique, "state": "completed"}
+    sim.mkdir(parents=True, exist_ok=True)
+    (sim / "nvml.yaml").write_text(
+        yaml.safe_dump({"nodeName": node.name, "gpuCount": GPUS_PER_NODE, "fabric": fabric})
+    )
+    write_proc_devices(sim / "proc-devices")
+    write_driver_root(sim / "driver-root")
+
+
+def create_host_placeholders() -> None:
+    """Create empty stand-ins of the simulated host paths on the real host.
+
+    The kubelet checks a hostPath volume's type (``Directory``, ``File``) on the real host before the
+    pod starts; fakecri then mounts each node's own copy instead, so only the kind matters here.
+    """
+    sim = Path(SIM_DIR)
+    (sim / "driver-root").mkdir(parents=True, exist_ok=True)
+    for name in ("nvml.yaml", "proc-devices"):
+        (sim / name).touch(exist_ok=True)
+
+
+def advertise_gpus(cluster: LocalCluster, node: Node) -> None:
+    """Give the node ``nvidia.com/gpu: 4`` (an extended resource, as the GPU device plugin would)."""
+    patch = {"status": {"capacity": {"nvidia.com/gpu": str(GPUS_PER_NODE)}}}
+    cluster.kubectl(
+        "patch", "node", node.name, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
+    )
+
+
+def chart_values(config: RackConfig) -> dict[str, object]:
+    """Helm values for the simulated rack (a ComputeDomain-only install)."""
+    sim_env = [
+        {"name": "FAKE_NVML_CONFIG", "value": f"{SIM_DIR}/nvml.yaml"},
+    ]
+    return {
+        "image": {"repository": IMAGE_REPOSITORY, "tag": IMAGE_TAG, "pullPolicy": "IfNotPresent"},
+        "resources": {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}},
+        "featureGates": {"HostManagedIMEX": config.host_managed},
+        "nvidiaDriverRoot": f"{SIM_DIR}/driver-root",
+        "altProcDevices": f"{SIM_DIR}/proc-devices",
+        # Host-process pods share the host's network namespace: bind servers to each pod's own IP, and
+        # keep clear of :8080, where the MPI Operator (a host process here) hard-codes its health server.
+        "controller": {"leaderElection": {"enabled": True}, "metrics": {"httpEndpoint": "$(POD_IP):8090"}},
+        "kubeletPlugin": {
+            "metrics": {"computeDomainHttpEndpoint": "$(POD_IP):8081"},
+            "containers": {
+                "computeDomains": {
+                    "healthcheckPort": 0,
+                    "env": sim_env,
+                    "extraVolumeMounts": [{"name": "imexdra-sim", "mountPath": SIM_DIR, "readOnly": True}],
+                }
+            },
+            "extraVolumes": [{"name": "imexdra-sim", "hostPath": {"path": SIM_DIR, "type": "Directory"}}],
+        },
+    }
+
+
+def install_chart(cluster: LocalCluster, config: RackConfig) -> None:
+    """``helm install`` the imexdra chart into the driver namespace and wait for it."""
+    assert cluster.binaries is not None and cluster.run_dir is not None
+    values = cluster.run_dir / "imexdra-values.yaml"
+    values.write_text(yaml.safe_dump(chart_values(config)))
+    cluster.run(
+        str(cluster.binaries.path("helm")),
+        "install",
+        RELEASE,
+        str(CHART),
+        f"--kubeconfig={cluster.kubeconfig}",
+        f"--namespace={DRIVER_NAMESPACE}",
+        "--create-namespace",
+        f"--values={values}",
+        "--wait",
+        "--timeout=180s",
+        timeout=240,
+    )
+
+
+def bring_up(
+    cluster: LocalCluster,
+    config: RackConfig,
+    step: Callable[[str], AbstractContextManager[None]] = lambda _title: nullcontext(),
+) -> None:
+    """Start the cluster, give every node its hardware, run the MPI Operator and install imexdra.
+
+    ``step`` wraps each phase (the demo prints progress with it; tests pass nothing).
+    """
+    with step(f"start Kubernetes v1.36 control plane and {config.nodes} kubelets"):
+        cluster.start()
+        create_host_placeholders()
+        for index, node in enumerate(cluster.nodes):
+            write_node_hardware(node, config, index)
+            advertise_gpus(cluster, node)
+    with step("start the Kubeflow MPI Operator"):
+        start_mpi_operator(cluster)
+    with step("helm install imexdra (controller + kubelet plugin as pods)"):
+        install_chart(cluster, config)
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.5) -> float:
+    """Poll ``check`` until true; return the seconds it took, or raise TimeoutError naming ``what``."""
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+    return time.monotonic() - start

@@ -1,0 +1,1 @@
+"""The cluster-wide ComputeDomain controller."""

@@ -1,0 +1,124 @@
+"""The controller's view of the cluster: one informer per kind and scope, read through overlays.
+
+What is watched (api-and-controller.md §3.3, minus what HostManagedIMEX never needs, seed 004 §6):
+
+| Kind | Scope | Selector | Driver-managed | Host-managed |
+|---|---|---|---|---|
+| ComputeDomain | all namespaces | — | yes | yes |
+| ResourceClaimTemplate | all namespaces | CD label (host-managed: target Workload) | yes | yes |
+| DaemonSet, Pod | each managed namespace | CD label | yes | no |
+| ComputeDomainClique | driver namespace | — | gate ComputeDomainCliques | no |
+| Node | cluster | CD label | yes | no |
+
+Every store is indexed by the owning domain's UID (``overlay.DOMAIN_INDEX``; for ComputeDomains their
+own UID), so a reconcile finds a domain's objects without scanning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.computedomainclique import ComputeDomainClique
+from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY, ClaimTemplateTarget
+from imexdra.common.informer import EventHandler, Informer
+from imexdra.common.store import KubeObject, T, index_by_label, index_by_uid
+from imexdra.controller.config import ControllerConfig
+from imexdra.controller.daemons import DaemonPod, daemon_pod
+from imexdra.controller.overlay import DOMAIN_INDEX, Overlay
+
+
+def domain_label(obj: KubeObject) -> str | None:
+    """The owning domain's UID from the CD label."""
+    labels = obj.metadata.labels if obj.metadata else None
+    return (labels or {}).get(COMPUTE_DOMAIN_LABEL_KEY) or None
+
+
+def own_uid(obj: KubeObject) -> str | None:
+    """A ComputeDomain's own UID."""
+    return obj.metadata.uid if obj.metadata else None
+
+
+def template_target(template: ResourceClaimTemplate) -> str | None:
+    """``Daemon`` or ``Workload`` from the target label."""
+    labels = template.metadata.labels if template.metadata else None
+    return (labels or {}).get(TARGET_LABEL_KEY)
+
+
+class Caches:
+    """Informers and overlays for everything the controller reads."""
+
+    def __init__(self, client: AsyncClient, config: ControllerConfig) -> None:
+        resync = config.resync_seconds
+        by_label = {DOMAIN_INDEX: index_by_label(COMPUTE_DOMAIN_LABEL_KEY)}
+        self.informers: list[Informer[Any]] = []
+
+        def watch(resource: type[T], indexers: Any, **kwargs: Any) -> Informer[T]:
+            informer = Informer(client, resource, indexers=indexers, resync_period=resync, **kwargs)
+            self.informers.append(informer)
+            return informer
+
+        self.domains = watch(ComputeDomain, {DOMAIN_INDEX: index_by_uid})
+        self.domain_view = Overlay([self.domains.store], own_uid)
+        selector = COMPUTE_DOMAIN_LABEL_KEY
+        if config.host_managed:
+            selector += f",{TARGET_LABEL_KEY} in ({ClaimTemplateTarget.WORKLOAD.value})"
+        self.templates = watch(ResourceClaimTemplate, by_label, label_selector=selector)
+        self.template_view = Overlay([self.templates.store], domain_label)
+        self.daemon_sets: list[Informer[DaemonSet]] = []
+        self.pods: list[Informer[Pod]] = []
+        self.cliques: Informer[ComputeDomainClique] | None = None
+        self.nodes: Informer[Node] | None = None
+        if not config.host_managed:
+            for namespace in config.managed_namespaces:
+                scope = {"namespace": namespace, "label_selector": COMPUTE_DOMAIN_LABEL_KEY}
+                self.daemon_sets.append(watch(DaemonSet, by_label, **scope))
+                self.pods.append(watch(Pod, by_label, **scope))
+            self.nodes = watch(Node, by_label, label_selector=COMPUTE_DOMAIN_LABEL_KEY)
+            if config.cliques_enabled:
+                self.cliques = watch(ComputeDomainClique, by_label, namespace=config.driver_namespace)
+        self.daemon_set_view = Overlay([i.store for i in self.daemon_sets], domain_label)
+        self.clique_view = Overlay([self.cliques.store] if self.cliques else [], domain_label)
+        self.node_view = Overlay([self.nodes.store] if self.nodes else [], domain_label)
+        follow(self.domains, self.domain_view)
+        follow(self.templates, self.template_view)
+        for ds_informer in self.daemon_sets:
+            follow(ds_informer, self.daemon_set_view)
+        if self.cliques is not None:
+            follow(self.cliques, self.clique_view)
+        if self.nodes is not None:
+            follow(self.nodes, self.node_view)
+
+    def synced(self) -> bool:
+        """Whether every informer has completed its first LIST."""
+        return all(informer.has_synced() for informer in self.informers)
+
+    def domain_key(self, uid: str) -> str | None:
+        """The ``namespace/name`` work-queue key of the domain with ``uid``, if it is cached."""
+        keys = self.domains.store.index_keys(DOMAIN_INDEX, uid)
+        return keys[0] if keys else None
+
+    def known_domains(self) -> set[str]:
+        """UIDs of every cached ComputeDomain."""
+        return {uid for cd in self.domains.store.objects() if (uid := own_uid(cd))}
+
+    def daemon_pods(self, uid: str) -> list[DaemonPod]:
+        """The domain's live daemon pods in every managed namespace."""
+        pods = (
+            daemon_pod(pod) for informer in self.pods for pod in informer.store.by_index(DOMAIN_INDEX, uid)
+        )
+        return [pod for pod in pods if pod is not None and pod.domain_uid == uid]
+
+    def templates_of(self, uid: str, target: ClaimTemplateTarget) -> list[ResourceClaimTemplate]:
+        """The domain's claim templates with the given target label."""
+        return [t for t in self.template_view.by_domain(uid) if template_target(t) == target.value]
+
+
+def follow(informer: Informer[T], overlay: Overlay[T]) -> None:
+    """Let ``overlay`` drop recorded writes of objects the informer saw deleted."""
+    informer.add_handler(EventHandler(on_delete=overlay.observe_deleted))

@@ -1,0 +1,80 @@
+"""The controller's effective configuration, resolved once from the command-line settings.
+
+Upstream hands one "bag" of twelve fields to every manager; here the bag is a frozen dataclass whose
+fields say which component reads them, and the derived facts (host-managed or not, which namespaces
+hold daemon objects, whether cliques are in use) are computed once instead of at every call site.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from imexdra.api.config.common import ImexSettings
+from imexdra.api.config.controller import ControllerSettings
+from imexdra.api.featuregates import FeatureGates, Gate
+
+#: Field manager and Event ``reportingController`` of every write the controller makes.
+CONTROLLER_NAME = "compute-domain.nvidia.com/controller"
+
+#: Batching window for daemon-pod and clique events of one domain: a burst of daemons starting within
+#: this window costs one clique write and one status write (user-pain.md §2.1: no N-writer storms).
+DEFAULT_DEBOUNCE_SECONDS = 0.15
+
+#: Least time between two membership publications (clique and status writes) of one domain: while
+#: daemons keep starting, their changes are gathered into one write per interval (upstream: 2 s sync).
+DEFAULT_MIN_PUBLISH_INTERVAL_SECONDS = 0.5
+
+#: Informer resync and stale-object sweep period (upstream: 10 minutes for both).
+DEFAULT_RESYNC_SECONDS = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Everything the controller's parts need to know about the install."""
+
+    #: Where daemon DaemonSets, daemon claim templates and cliques are created.
+    driver_namespace: str
+    #: The driver namespace first, then ``--additional-namespaces`` (de-duplicated): daemon objects in
+    #: any of them are found, finalized and cleaned up, new ones only ever go to the driver namespace.
+    managed_namespaces: tuple[str, ...]
+    pod_name: str
+    image_name: str
+    image_pull_secrets: tuple[str, ...]
+    daemon_log_verbosity: int
+    max_nodes_per_imex_domain: int
+    feature_gates: FeatureGates
+    #: HostManagedIMEX: only the workload claim template; no daemons, cliques, node labels or status sync.
+    host_managed: bool
+    debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
+    min_publish_interval: float = DEFAULT_MIN_PUBLISH_INTERVAL_SECONDS
+    resync_seconds: float = DEFAULT_RESYNC_SECONDS
+    #: Reconciles in flight at once (one per domain at most); they mostly wait on the API server.
+    workers: int = 48
+
+    @property
+    def cliques_enabled(self) -> bool:
+        """Whether daemon membership is published in ComputeDomainClique objects (else in CD status)."""
+        return not self.host_managed and self.feature_gates.enabled(Gate.COMPUTE_DOMAIN_CLIQUES)
+
+    @classmethod
+    def from_settings(
+        cls,
+        *,
+        namespace: str,
+        controller: ControllerSettings,
+        imex: ImexSettings,
+        feature_gates: FeatureGates,
+    ) -> ControllerConfig:
+        """Combine the option groups; raises ``ConfigError`` for hostManaged without the gate."""
+        namespaces = tuple(dict.fromkeys((namespace, *controller.additional_namespaces)))
+        return cls(
+            driver_namespace=namespace,
+            managed_namespaces=namespaces,
+            pod_name=controller.pod_name,
+            image_name=controller.image_name,
+            image_pull_secrets=controller.cd_daemon_image_pull_secret_names,
+            daemon_log_verbosity=controller.log_verbosity_cd_daemon,
+            max_nodes_per_imex_domain=controller.max_nodes_per_imex_domain,
+            feature_gates=feature_gates,
+            host_managed=imex.host_managed(feature_gates),
+        )

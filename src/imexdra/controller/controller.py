@@ -1,0 +1,155 @@
+"""Wires informers, the work queue, the reconciler and the sweeper into one running controller.
+
+Event routing (one queue, keyed by the domain's ``namespace/name``; a key is never processed by two
+workers at once, and adding a queued key again is free):
+
+- ComputeDomain add/update → the domain, at once (create→Ready latency is one reconcile);
+- daemon pods, cliques, claim templates, DaemonSets, nodes → the owning domain (by the CD label), after
+  the batching window ``config.debounce_seconds``, so a burst of daemon events costs one reconcile;
+- anything labelled for an unknown domain, or a domain vanishing → a sweep (``cleanup``) a second later;
+- every ``config.resync_seconds``: every domain again (informer resync) and a sweep.
+
+Workers start only after every informer has listed once, so no reconcile or sweep acts on a half-filled
+cache (a sweep on a half-filled cache would take live objects for stale ones).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.common.events import EventRecorder
+from imexdra.common.informer import EventHandler
+from imexdra.common.store import KubeObject, object_key
+from imexdra.common.workqueue import WorkQueue, run_workers
+from imexdra.controller.caches import Caches, domain_label, own_uid
+from imexdra.controller.cleanup import SWEEP_KEY, StaleObjectSweeper
+from imexdra.controller.config import ControllerConfig
+from imexdra.controller.metrics import DomainStatusMetrics
+from imexdra.controller.reconciler import Reconciler
+from imexdra.controller.transport import Transport
+from imexdra.controller.writes import Writer
+
+#: Delay of a sweep requested by an event (coalesces a burst of stale objects into one sweep).
+SWEEP_DELAY_SECONDS = 1.0
+
+_log = structlog.get_logger(__name__)
+
+
+class Controller:
+    """The compute-domain controller of one process (run it only while leading, if electing).
+
+    ``client`` serves the informers and Events, ``transport`` every write (see ``transport``).
+    """
+
+    def __init__(
+        self, client: AsyncClient, transport: Transport, config: ControllerConfig, events: EventRecorder
+    ) -> None:
+        self.config = config
+        self.caches = Caches(client, config)
+        self.queue: WorkQueue[str] = WorkQueue("computedomain")
+        self.metrics = DomainStatusMetrics()
+        self.events = events
+        writer = Writer(transport)
+        self.reconciler = Reconciler(config, self.caches, writer, events, self.metrics)
+        self.sweeper = StaleObjectSweeper(self.caches, writer)
+        self._started = asyncio.Event()
+        self._wire()
+
+    def synced(self) -> bool:
+        """Whether the caches are filled and the workers run (readiness)."""
+        return self._started.is_set()
+
+    async def run(self) -> None:
+        """Run until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            for informer in self.caches.informers:
+                group.create_task(informer.run())
+            group.create_task(self.events.run())
+            await asyncio.gather(*(informer.wait_for_sync() for informer in self.caches.informers))
+            _log.info(
+                "caches_synced", domains=len(self.caches.domains.store), informers=len(self.caches.informers)
+            )
+            self.queue.add(SWEEP_KEY)
+            group.create_task(self._periodic_sweep())
+            group.create_task(run_workers(self.queue, self._process, workers=self.config.workers))
+            self._started.set()
+
+    async def _process(self, key: str) -> float | None:
+        if key == SWEEP_KEY:
+            return await self.sweeper.sweep()
+        return await self.reconciler.reconcile(key)
+
+    async def _periodic_sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.resync_seconds)
+            self.queue.add(SWEEP_KEY)
+
+    # -- event routing -------------------------------------------------------------------------
+
+    def _wire(self) -> None:
+        caches = self.caches
+        caches.domains.add_handler(
+            EventHandler(
+                on_add=self._domain_changed,
+                on_update=lambda _old, new: self._domain_changed(new),
+                on_delete=self._domain_deleted,
+            )
+        )
+        caches.templates.add_handler(self._owned_handler())
+        for pod_informer in caches.pods:
+            pod_informer.add_handler(self._owned_handler())
+        if caches.cliques is not None:
+            caches.cliques.add_handler(self._owned_handler())
+        for ds_informer in caches.daemon_sets:
+            ds_informer.add_handler(self._owned_handler(changed=_metadata_changed))
+        if caches.nodes is not None:
+            caches.nodes.add_handler(self._owned_handler(changed=_label_changed))
+
+    def _domain_changed(self, cd: ComputeDomain) -> None:
+        self.queue.add(object_key(cd))
+
+    def _domain_deleted(self, cd: ComputeDomain) -> None:
+        uid = own_uid(cd)
+        if uid:
+            self.metrics.forget(uid)
+        self.queue.add_after(SWEEP_KEY, SWEEP_DELAY_SECONDS)
+
+    def _owned_handler(self, changed: Callable[[Any, Any], bool] | None = None) -> EventHandler[Any]:
+        def touch(obj: KubeObject) -> None:
+            uid = domain_label(obj)
+            if not uid:
+                return
+            key = self.caches.domain_key(uid)
+            if key is None:
+                self.queue.add_after(SWEEP_KEY, SWEEP_DELAY_SECONDS)
+            else:
+                self.queue.add_after(key, self.config.debounce_seconds)
+
+        def update(old: KubeObject, new: KubeObject) -> None:
+            if changed is None or changed(old, new):
+                touch(new)
+                if domain_label(old) != domain_label(new):
+                    touch(old)
+
+        return EventHandler(on_add=touch, on_update=update, on_delete=touch)
+
+
+def _metadata_changed(old: DaemonSet, new: DaemonSet) -> bool:
+    """DaemonSet status churns with every pod; only its own lifecycle matters here."""
+    a, b = old.metadata, new.metadata
+    if a is None or b is None:
+        return True
+    return (a.deletionTimestamp, a.finalizers, a.labels) != (b.deletionTimestamp, b.finalizers, b.labels)
+
+
+def _label_changed(old: Node, new: Node) -> bool:
+    """Node status churns with heartbeats; only the domain label matters here."""
+    return domain_label(old) != domain_label(new)

@@ -1,0 +1,151 @@
+"""Entry point of ``compute-domain-controller``: flags, logging, metrics server, leader election, run.
+
+Flags and environment variables are upstream's (``imexdra.api.config``). Startup logs the effective
+feature gates (with HostManagedIMEX's forced overrides) and the controller configuration. With leader
+election on, the controller runs only while this process holds the Lease; losing it ends the process
+with exit code 1 so the next term starts clean (upstream does the same). SIGTERM/SIGINT end it with 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+import structlog
+
+from imexdra.api.config.common import (
+    ImexSettings,
+    KubeClientSettings,
+    LoggingSettings,
+    MetricsSettings,
+    feature_gate_options,
+    imex_options,
+    kube_client_options,
+    logging_options,
+    metrics_options,
+    namespace_options,
+)
+from imexdra.api.config.controller import (
+    ControllerSettings,
+    LeaderElectionSettings,
+    controller_options,
+    leader_election_options,
+)
+from imexdra.api.featuregates import FeatureGates, log_feature_gates
+from imexdra.common.errors import ConfigError
+from imexdra.common.events import EventRecorder
+from imexdra.common.kube import load_config, make_client
+from imexdra.common.leaderelection import (
+    LeaderElectionConfig,
+    LeaderElector,
+    LeadershipLostError,
+    new_identity,
+)
+from imexdra.common.logging import configure_logging
+from imexdra.common.metrics import Probes, start_http_server
+from imexdra.common.tasks import stop_on_signals, supervise
+from imexdra.controller.config import CONTROLLER_NAME, ControllerConfig
+from imexdra.controller.controller import Controller
+from imexdra.controller.transport import Transport
+
+_log = structlog.get_logger(__name__)
+
+
+@click.command(name="compute-domain-controller", context_settings={"help_option_names": ["-h", "--help"]})
+@logging_options
+@feature_gate_options
+@kube_client_options
+@metrics_options
+@namespace_options
+@controller_options
+@leader_election_options
+@imex_options
+def main(
+    logging: LoggingSettings,
+    feature_gates: FeatureGates,
+    kube_client: KubeClientSettings,
+    metrics: MetricsSettings,
+    namespace: str,
+    controller: ControllerSettings,
+    leader_election: LeaderElectionSettings,
+    imex: ImexSettings,
+) -> None:
+    """The cluster-wide ComputeDomain controller."""
+    log_format = logging.logging_format.value if logging.logging_format else None
+    configure_logging(logging.verbosity, log_format=log_format)
+    log_feature_gates(feature_gates)
+    try:
+        config = ControllerConfig.from_settings(
+            namespace=namespace, controller=controller, imex=imex, feature_gates=feature_gates
+        )
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from error
+    _log.info(
+        "controller manager config",
+        namespace=config.driver_namespace,
+        additionalNamespaces=list(config.managed_namespaces[1:]),
+        imageName=config.image_name,
+        maxNodesPerIMEXDomain=config.max_nodes_per_imex_domain,
+        hostManagedIMEX=config.host_managed,
+        computeDomainCliques=config.cliques_enabled,
+        leaderElection=leader_election.enabled,
+        kubeAPIQPS=kube_client.kube_api_qps,
+        kubeAPIBurst=kube_client.kube_api_burst,
+    )
+    try:
+        asyncio.run(run(config, kube_client, metrics, leader_election))
+    except ConfigError as error:  # e.g. an unusable kubeconfig
+        raise click.ClickException(str(error)) from error
+    except LeadershipLostError as error:
+        _log.error("leadership_lost", error=str(error))
+        sys.exit(1)
+
+
+async def run(
+    config: ControllerConfig,
+    kube_client: KubeClientSettings,
+    metrics: MetricsSettings,
+    leader_election: LeaderElectionSettings,
+) -> None:
+    """Serve metrics and probes, and run the controller (under leader election if enabled) until stopped."""
+    stop = stop_on_signals()
+    client = make_client(
+        field_manager=CONTROLLER_NAME,
+        kubeconfig=kube_client.kubeconfig,
+        qps=kube_client.kube_api_qps,
+        burst=kube_client.kube_api_burst,
+    )
+    transport = Transport(
+        load_config(kube_client.kubeconfig), qps=kube_client.kube_api_qps, burst=kube_client.kube_api_burst
+    )
+    events = EventRecorder(client, controller=CONTROLLER_NAME, instance=config.pod_name)
+    controller = Controller(client, transport, config, events)
+    probes = Probes()
+    probes.add_readiness("controller", controller.synced)
+    server = None
+    if metrics.listen_address is not None:
+        host, port = metrics.listen_address
+        server = await start_http_server(host, port, probes=probes, metrics_path=metrics.metrics_path)
+        _log.info("metrics_serving", endpoint=metrics.http_endpoint, path=metrics.metrics_path)
+    try:
+        if leader_election.enabled:
+            elector = LeaderElector(
+                client,
+                LeaderElectionConfig(
+                    name=leader_election.lease_lock_name,
+                    namespace=leader_election.lease_lock_namespace,
+                    identity=new_identity(config.pod_name),
+                    lease_duration=leader_election.lease_duration.total_seconds(),
+                    renew_deadline=leader_election.renew_deadline.total_seconds(),
+                    retry_period=leader_election.retry_period.total_seconds(),
+                ),
+            )
+            await supervise({"controller": elector.run(controller.run)}, stop=stop)
+        else:
+            await supervise({"controller": controller.run()}, stop=stop)
+    finally:
+        if server is not None:
+            server.close()
+        transport.close()
+        await client.close()

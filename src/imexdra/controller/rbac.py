@@ -1,0 +1,50 @@
+"""The least-privilege RBAC rules the controller needs, as data (for the chart and the tests).
+
+Compared with upstream's (api-and-controller.md §7.4): ``patch`` replaces ``update`` everywhere (the
+controller never sends whole objects, see ``writes``), pods are read only in the managed namespaces
+instead of cluster-wide, cliques get ``create``/``patch``/``delete`` because the controller is their
+only writer, and Events are written through ``events.k8s.io``. Nothing is read with ``get``: the
+informers ``list`` and ``watch``; only leader election reads its Lease.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+_READ = ("list", "watch")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One RBAC policy rule."""
+
+    api_groups: tuple[str, ...]
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+
+    def manifest(self) -> dict[str, Any]:
+        """The rule as it appears in a (Cluster)Role."""
+        return {
+            "apiGroups": list(self.api_groups),
+            "resources": list(self.resources),
+            "verbs": list(self.verbs),
+        }
+
+
+#: Bound cluster-wide (ClusterRole + ClusterRoleBinding).
+CLUSTER_RULES: tuple[Rule, ...] = (
+    Rule(("resource.nvidia.com",), ("computedomains",), (*_READ, "patch")),
+    Rule(("resource.nvidia.com",), ("computedomains/status",), ("patch",)),
+    Rule(("resource.k8s.io",), ("resourceclaimtemplates",), (*_READ, "create", "patch", "delete")),
+    Rule(("",), ("nodes",), (*_READ, "patch")),
+    Rule(("events.k8s.io",), ("events",), ("create", "patch")),
+    Rule(("coordination.k8s.io",), ("leases",), ("get", "create", "update")),
+)
+
+#: Bound in the driver namespace and every additional namespace (Role + RoleBinding).
+NAMESPACE_RULES: tuple[Rule, ...] = (
+    Rule(("apps",), ("daemonsets",), (*_READ, "create", "patch", "delete")),
+    Rule(("",), ("pods",), _READ),
+    Rule(("resource.nvidia.com",), ("computedomaincliques",), (*_READ, "create", "patch", "delete")),
+)

@@ -1,0 +1,17 @@
+"""Reasons of the Kubernetes Events the controller records on ComputeDomains (``kubectl describe cd``).
+
+Normal: ``Ready`` and ``NotReady`` when the global status changes (driver-managed mode; under
+HostManagedIMEX Ready only means "admitted"), ``Finalized`` when cleanup is complete.
+Warning: ``ReconcileFailed`` (a step failed and will be retried; the note says which and why),
+``ClaimTemplateConflict`` (a ResourceClaimTemplate not made for this domain already has the requested
+name), ``CliqueFull`` (a daemon got no index below maxNodesPerIMEXDomain).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+RECONCILE_FAILED: Final = "ReconcileFailed"
+CLAIM_TEMPLATE_CONFLICT: Final = "ClaimTemplateConflict"
+CLIQUE_FULL: Final = "CliqueFull"
+FINALIZED: Final = "Finalized"

@@ -1,0 +1,235 @@
+"""Level-triggered reconcile of one ComputeDomain: create its objects, or tear them down in order.
+
+Live domain (api-and-controller.md §3.4; seed 004 §6 under HostManagedIMEX):
+
+1. add the finalizer ``resource.nvidia.com/computeDomain``;
+2. ensure, concurrently, the workload ResourceClaimTemplate and (driver-managed only) the daemon
+   ResourceClaimTemplate and the DaemonSet (found by the CD label, create-if-absent, never updated);
+3. publish membership and status (``sync``).
+
+An owned object someone else deleted is let go (our finalizer removed) and created again. Terminating
+domain: execute ``deletion.plan_deletion`` until it says ``FinalizeDomain``. Every step reads the
+caches only, so a reconcile with nothing to do costs no API call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import structlog
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.constants import ClaimTemplateTarget
+from imexdra.common.errors import DriverError
+from imexdra.common.events import EventRecorder
+from imexdra.common.kube import ApiStatusError, is_conflict
+from imexdra.common.store import KubeObject
+from imexdra.controller import reasons, render
+from imexdra.controller.caches import Caches
+from imexdra.controller.config import ControllerConfig
+from imexdra.controller.deletion import (
+    Delete,
+    DeletionView,
+    FinalizeDomain,
+    Kind,
+    Owned,
+    RemoveFinalizer,
+    RemoveNodeLabel,
+    plan_deletion,
+)
+from imexdra.controller.metrics import DomainStatusMetrics
+from imexdra.controller.overlay import Overlay
+from imexdra.controller.sync import MembershipSync
+from imexdra.controller.writes import Writer, has_finalizer
+
+R = TypeVar("R", bound=KubeObject)
+
+_log = structlog.get_logger(__name__)
+
+#: Fallback re-check while waiting for terminating objects to disappear (their events usually come first).
+WAIT_SECONDS = 5.0
+#: Re-check of a claim-template name clash (the clashing object is not watched).
+CONFLICT_RETRY_SECONDS = 10.0
+
+
+def _later(a: float | None, b: float | None) -> float | None:
+    """The sooner of two requeue requests (None = no request)."""
+    return min((x for x in (a, b) if x is not None), default=None)
+
+
+class Reconciler:
+    """Reconciles ComputeDomains by work-queue key (``namespace/name``)."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        caches: Caches,
+        writer: Writer,
+        events: EventRecorder,
+        metrics: DomainStatusMetrics,
+    ) -> None:
+        self._config = config
+        self._caches = caches
+        self._writer = writer
+        self._events = events
+        self._metrics = metrics
+        self._sync = MembershipSync(config, caches, writer, events, metrics)
+
+    async def reconcile(self, key: str) -> float | None:
+        """Reconcile the domain cached under ``key``; a vanished domain needs nothing."""
+        cd = self._caches.domain_view.get(key)
+        if cd is None or cd.metadata is None:
+            return None
+        try:
+            if cd.metadata.deletionTimestamp is not None:
+                return await self._finalize(cd)
+            return await self._ensure(cd)
+        except DriverError as error:
+            self._events.record(
+                cd, type="Warning", reason=reasons.RECONCILE_FAILED, action="Reconcile", note=str(error)
+            )
+            raise
+
+    # -- live domain ---------------------------------------------------------------------------
+
+    async def _ensure(self, cd: ComputeDomain) -> float | None:
+        # The finalizer first (upstream's and seed 004's order): nothing exists that it does not guard.
+        if not has_finalizer(cd):
+            cd = await self._writer.add_finalizer(cd, self._caches.domain_view)
+        steps: list[Awaitable[float | None]] = [self._ensure_workload_template(cd)]
+        if not self._config.host_managed:
+            steps.append(self._ensure_daemon_objects(render.domain_uid(cd)))
+        retry: float | None = None
+        for result in await asyncio.gather(*steps):
+            retry = _later(retry, result)
+        return _later(retry, await self._sync.sync(cd))
+
+    async def _ensure_one(self, view: Overlay[R], existing: list[R], create: Callable[[], R]) -> float | None:
+        """Create-if-absent over ``existing``; terminating copies are let go first."""
+        live = [obj for obj in existing if not view.terminating(obj)]
+        for obj in existing:
+            if view.terminating(obj) and has_finalizer(obj):
+                await self._writer.remove_finalizer(obj, view)
+        if live:
+            return None
+        if existing:
+            return WAIT_SECONDS
+        await self._writer.create(create(), view)
+        return None
+
+    async def _ensure_workload_template(self, cd: ComputeDomain) -> float | None:
+        uid = render.domain_uid(cd)
+        existing = self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
+        host_managed = self._config.host_managed
+        try:
+            return await self._ensure_one(
+                self._caches.template_view,
+                existing,
+                lambda: render.workload_claim_template(cd, host_managed=host_managed),
+            )
+        except ApiStatusError as error:
+            if not is_conflict(error):
+                raise
+        # Upstream retries forever without saying why; say it, and retry calmly.
+        assert cd.metadata is not None
+        name = render.workload_template_name(cd)
+        self._events.record(
+            cd,
+            type="Warning",
+            reason=reasons.CLAIM_TEMPLATE_CONFLICT,
+            action="CreateClaimTemplate",
+            note=f"ResourceClaimTemplate {cd.metadata.namespace}/{name} already exists and does not belong "
+            "to this ComputeDomain; delete or rename it",
+        )
+        return CONFLICT_RETRY_SECONDS
+
+    async def _ensure_daemon_objects(self, uid: str) -> float | None:
+        """The DaemonSet and its claim template, created concurrently when both are missing.
+
+        A live DaemonSet in any managed namespace is kept as is (upstream: no drift correction) and its
+        template is ensured next to it; a new pair always goes to the driver namespace. The template is
+        checked on its own, so a crash between the two creates is repaired by the next reconcile.
+        """
+        caches, config = self._caches, self._config
+        daemon_sets = caches.daemon_set_view.by_domain(uid)
+        live = [ds for ds in daemon_sets if not caches.daemon_set_view.terminating(ds)]
+        namespace = live[0].metadata.namespace if live and live[0].metadata else None
+        namespace = namespace or config.driver_namespace
+        templates = [
+            t
+            for t in caches.templates_of(uid, ClaimTemplateTarget.DAEMON)
+            if t.metadata and t.metadata.namespace == namespace
+        ]
+        steps = [
+            self._ensure_one(
+                caches.template_view, templates, lambda: render.daemon_claim_template(uid, namespace)
+            ),
+            self._ensure_one(caches.daemon_set_view, daemon_sets, lambda: render.daemon_set(uid, config)),
+        ]
+        retry: float | None = None
+        for result in await asyncio.gather(*steps):
+            retry = _later(retry, result)
+        return retry
+
+    # -- terminating domain --------------------------------------------------------------------
+
+    def _owned(self, uid: str) -> dict[Owned, tuple[Overlay[Any], Any]]:
+        caches = self._caches
+        groups: list[tuple[Kind, Overlay[Any], list[Any]]] = [
+            (
+                Kind.WORKLOAD_TEMPLATE,
+                caches.template_view,
+                caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD),
+            ),
+            (
+                Kind.DAEMON_TEMPLATE,
+                caches.template_view,
+                caches.templates_of(uid, ClaimTemplateTarget.DAEMON),
+            ),
+            (Kind.DAEMON_SET, caches.daemon_set_view, caches.daemon_set_view.by_domain(uid)),
+            (Kind.CLIQUE, caches.clique_view, caches.clique_view.by_domain(uid)),
+        ]
+        owned: dict[Owned, tuple[Overlay[Any], Any]] = {}
+        for kind, view, objects in groups:
+            for obj in objects:
+                meta = obj.metadata
+                state = Owned(
+                    kind, meta.namespace or "", meta.name or "", view.terminating(obj), has_finalizer(obj)
+                )
+                owned[state] = (view, obj)
+        return owned
+
+    async def _finalize(self, cd: ComputeDomain) -> float | None:
+        uid = render.domain_uid(cd)
+        owned = self._owned(uid)
+        nodes = {
+            n.metadata.name: n
+            for n in self._caches.node_view.by_domain(uid)
+            if n.metadata and n.metadata.name
+        }
+        plan = plan_deletion(DeletionView(tuple(owned), tuple(nodes)))
+        steps: list[Awaitable[None]] = []
+        for action in plan:
+            if isinstance(action, Delete):
+                view, obj = owned[action.target]
+                steps.append(self._writer.delete(obj, view, has_finalizers=action.target.kind != Kind.CLIQUE))
+            elif isinstance(action, RemoveFinalizer):
+                view, obj = owned[action.target]
+                steps.append(self._writer.remove_finalizer(obj, view))
+            elif isinstance(action, RemoveNodeLabel):
+                steps.append(self._writer.remove_node_label(nodes[action.node], uid, self._caches.node_view))
+        await asyncio.gather(*steps)
+        if not any(isinstance(action, FinalizeDomain) for action in plan):
+            _log.debug("finalize_waiting", domain=uid, steps=len(steps), remaining=[str(o) for o in owned])
+            return WAIT_SECONDS
+        if has_finalizer(cd):
+            await self._writer.remove_finalizer(cd, self._caches.domain_view)
+        self._metrics.forget(uid)
+        self._sync.forget(uid)
+        self._events.record(
+            cd, type="Normal", reason=reasons.FINALIZED, action="Finalize", note="all owned objects removed"
+        )
+        _log.info("domain_finalized", domain=uid)
+        return None

@@ -1,0 +1,231 @@
+"""The objects the controller creates for a ComputeDomain, rendered exactly as upstream's templates.
+
+Pure functions of a ComputeDomain and the controller configuration (api-and-controller.md §2):
+
+- the workload ResourceClaimTemplate, in the domain's namespace, named by
+  ``spec.channel.resourceClaimTemplate.name``, with a ComputeDomainChannelConfig carrying the domain UID
+  and allocation mode (always ``Single`` under HostManagedIMEX, seed 004 §6);
+- the daemon ResourceClaimTemplate and the daemon DaemonSet, both ``computedomain-daemon-<uid>`` in the
+  driver namespace (driver-managed mode only).
+
+None carries ownerReferences (the domain may live in another namespace); the CD label and the finalizer
+tie them to the domain. Upstream renders YAML templates baked into its image; building typed objects
+directly gives the same wire shape without a template engine.
+"""
+
+from __future__ import annotations
+
+from lightkube.models.apps_v1 import DaemonSetSpec
+from lightkube.models.core_v1 import (
+    Container,
+    EnvVar,
+    EnvVarSource,
+    ExecAction,
+    LocalObjectReference,
+    ObjectFieldSelector,
+    PodResourceClaim,
+    PodSpec,
+    PodTemplateSpec,
+    Probe,
+    ResourceClaim,
+    ResourceRequirements,
+    Toleration,
+)
+from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
+from lightkube.models.resource_v1 import (
+    DeviceClaim,
+    DeviceClaimConfiguration,
+    DeviceRequest,
+    ExactDeviceRequest,
+    ResourceClaimSpec,
+    ResourceClaimTemplateSpec,
+)
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.constants import (
+    CHANNEL_REQUEST_NAME,
+    COMPUTE_DOMAIN_FINALIZER,
+    COMPUTE_DOMAIN_LABEL_KEY,
+    DAEMON_REQUEST_NAME,
+    DEVICE_CLASS_DAEMON,
+    DEVICE_CLASS_DEFAULT_CHANNEL,
+    TARGET_LABEL_KEY,
+    AllocationMode,
+    ClaimTemplateTarget,
+    daemon_object_name,
+)
+from imexdra.api.opaque import (
+    ComputeDomainChannelConfig,
+    ComputeDomainDaemonConfig,
+    opaque_device_configuration,
+)
+from imexdra.controller.config import ControllerConfig
+
+#: ServiceAccount of the daemon pods (created by the chart in every managed namespace).
+DAEMON_SERVICE_ACCOUNT = "compute-domain-daemon-service-account"
+#: Name of the daemon container, and of the pod's claim on the daemon device.
+DAEMON_CONTAINER_NAME = "compute-domain-daemon"
+DAEMON_POD_CLAIM_NAME = "compute-domain-daemon"
+
+_VERBOSITY_ARGS = ["-v", "$(LOG_VERBOSITY)"]
+
+
+def domain_uid(cd: ComputeDomain) -> str:
+    """The domain's UID (every object the controller renders is keyed by it)."""
+    if cd.metadata is None or not cd.metadata.uid:
+        raise ValueError("ComputeDomain has no metadata.uid")
+    return cd.metadata.uid
+
+
+def channel_allocation_mode(cd: ComputeDomain, *, host_managed: bool) -> AllocationMode:
+    """The allocation mode written into the workload claim: the spec's, or ``Single`` if host-managed."""
+    if host_managed or cd.spec is None:
+        return AllocationMode.SINGLE
+    return cd.spec.channel.allocation_mode
+
+
+def workload_template_name(cd: ComputeDomain) -> str:
+    """Name of the workload ResourceClaimTemplate (``spec.channel.resourceClaimTemplate.name``)."""
+    if cd.spec is None:
+        raise ValueError("ComputeDomain has no spec")
+    return cd.spec.channel.resource_claim_template.name
+
+
+def _labels(uid: str, target: ClaimTemplateTarget | None = None) -> dict[str, str]:
+    labels = {COMPUTE_DOMAIN_LABEL_KEY: uid}
+    if target is not None:
+        labels[TARGET_LABEL_KEY] = target.value
+    return labels
+
+
+def _claim_template(
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    target: ClaimTemplateTarget,
+    request: str,
+    device_class: str,
+    config: ComputeDomainChannelConfig | ComputeDomainDaemonConfig,
+) -> ResourceClaimTemplate:
+    devices = DeviceClaim(
+        requests=[DeviceRequest(name=request, exactly=ExactDeviceRequest(deviceClassName=device_class))],
+        config=[DeviceClaimConfiguration(requests=[request], opaque=opaque_device_configuration(config))],
+    )
+    return ResourceClaimTemplate(
+        metadata=ObjectMeta(
+            name=name, namespace=namespace, labels=_labels(uid, target), finalizers=[COMPUTE_DOMAIN_FINALIZER]
+        ),
+        spec=ResourceClaimTemplateSpec(spec=ResourceClaimSpec(devices=devices)),
+    )
+
+
+def workload_claim_template(cd: ComputeDomain, *, host_managed: bool) -> ResourceClaimTemplate:
+    """The claim template workloads reference to get the domain's IMEX channel."""
+    uid = domain_uid(cd)
+    assert cd.metadata is not None  # checked by domain_uid
+    mode = channel_allocation_mode(cd, host_managed=host_managed)
+    return _claim_template(
+        name=workload_template_name(cd),
+        namespace=cd.metadata.namespace or "default",
+        uid=uid,
+        target=ClaimTemplateTarget.WORKLOAD,
+        request=CHANNEL_REQUEST_NAME,
+        device_class=DEVICE_CLASS_DEFAULT_CHANNEL,
+        config=ComputeDomainChannelConfig(domain_id=uid, allocation_mode=mode),
+    )
+
+
+def daemon_claim_template(uid: str, namespace: str) -> ResourceClaimTemplate:
+    """The claim template each daemon pod uses to get its node's daemon device."""
+    return _claim_template(
+        name=daemon_object_name(uid),
+        namespace=namespace,
+        uid=uid,
+        target=ClaimTemplateTarget.DAEMON,
+        request=DAEMON_REQUEST_NAME,
+        device_class=DEVICE_CLASS_DAEMON,
+        config=ComputeDomainDaemonConfig(domain_id=uid),
+    )
+
+
+def _field_env(name: str, path: str) -> EnvVar:
+    return EnvVar(name=name, valueFrom=EnvVarSource(fieldRef=ObjectFieldSelector(fieldPath=path)))
+
+
+def daemon_env(config: ControllerConfig) -> list[EnvVar]:
+    """The daemon container's environment, in upstream's order."""
+    return [
+        EnvVar(name="LOG_VERBOSITY", value=str(config.daemon_log_verbosity)),
+        EnvVar(name="MAX_NODES_PER_IMEX_DOMAIN", value=str(config.max_nodes_per_imex_domain)),
+        _field_env("NODE_NAME", "spec.nodeName"),
+        _field_env("POD_IP", "status.podIP"),
+        _field_env("POD_UID", "metadata.uid"),
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        EnvVar(name="NVIDIA_VISIBLE_DEVICES", value="void"),
+        EnvVar(name="FEATURE_GATES", value=config.feature_gates.render()),
+    ]
+
+
+def _check_probe(
+    *,
+    period: int,
+    failure_threshold: int,
+    initial_delay: int | None = None,
+    success_threshold: int | None = None,
+) -> Probe:
+    # The kubelet expands $(LOG_VERBOSITY) in exec probes from the container's literal env values.
+    return Probe(
+        exec=ExecAction(command=["compute-domain-daemon", *_VERBOSITY_ARGS, "check"]),
+        initialDelaySeconds=initial_delay,
+        periodSeconds=period,
+        timeoutSeconds=10,
+        failureThreshold=failure_threshold,
+        successThreshold=success_threshold,
+    )
+
+
+def _daemon_container(config: ControllerConfig) -> Container:
+    return Container(
+        name=DAEMON_CONTAINER_NAME,
+        image=config.image_name,
+        command=["compute-domain-daemon", *_VERBOSITY_ARGS, "run"],
+        env=daemon_env(config),
+        resources=ResourceRequirements(claims=[ResourceClaim(name=DAEMON_POD_CLAIM_NAME)]),
+        startupProbe=_check_probe(period=1, failure_threshold=1200, initial_delay=0, success_threshold=1),
+        livenessProbe=_check_probe(period=60, failure_threshold=20),
+        readinessProbe=_check_probe(period=10, failure_threshold=1),
+    )
+
+
+def daemon_set(uid: str, config: ControllerConfig) -> DaemonSet:
+    """The DaemonSet running one IMEX daemon on every node the kubelet plugin labelled for the domain."""
+    labels = _labels(uid)
+    pod_spec = PodSpec(
+        serviceAccountName=DAEMON_SERVICE_ACCOUNT,
+        imagePullSecrets=[LocalObjectReference(name=s) for s in config.image_pull_secrets] or None,
+        nodeSelector=dict(labels),
+        tolerations=[
+            Toleration(operator="Exists", effect=effect)
+            for effect in ("NoSchedule", "NoExecute", "PreferNoSchedule")
+        ],
+        resourceClaims=[
+            PodResourceClaim(name=DAEMON_POD_CLAIM_NAME, resourceClaimTemplateName=daemon_object_name(uid))
+        ],
+        containers=[_daemon_container(config)],
+    )
+    return DaemonSet(
+        metadata=ObjectMeta(
+            name=daemon_object_name(uid),
+            namespace=config.driver_namespace,
+            labels=dict(labels),
+            finalizers=[COMPUTE_DOMAIN_FINALIZER],
+        ),
+        spec=DaemonSetSpec(
+            selector=LabelSelector(matchLabels=dict(labels)),
+            template=PodTemplateSpec(metadata=ObjectMeta(labels=dict(labels)), spec=pod_spec),
+        ),
+    )

@@ -1,0 +1,208 @@
+"""Publishes one domain's membership: its ComputeDomainClique objects and its status.
+
+Runs as the last step of every reconcile of a live domain, from the caches only; it writes only what
+differs from what is published (read through the overlay, so our own last write counts as published).
+Reconciles of one domain are serialized by the work queue and pod events reach it through a short
+batching window, which together make this the single, conflict-free writer of cliques and status
+(contract in ``daemons``; pure rules in ``membership``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import msgspec
+import structlog
+from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
+
+from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
+from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo, clique_name
+from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, ComputeDomainStatusValue
+from imexdra.common.events import EventRecorder
+from imexdra.controller import membership, reasons
+from imexdra.controller.caches import Caches
+from imexdra.controller.config import ControllerConfig
+from imexdra.controller.daemons import one_per_node
+from imexdra.controller.membership import CliqueMembers
+from imexdra.controller.metrics import DomainStatusMetrics
+from imexdra.controller.render import domain_uid
+from imexdra.controller.writes import Writer
+
+_log = structlog.get_logger(__name__)
+
+
+def clique_id_of(clique: ComputeDomainClique, uid: str) -> str:
+    """The clique ID a clique object stands for (its label, else the part of its name after the UID)."""
+    meta = clique.metadata
+    label: str | None = (meta.labels or {}).get(CLIQUE_LABEL_KEY) if meta else None
+    if label:
+        return label
+    return (meta.name or "").removeprefix(f"{uid}.") if meta else ""
+
+
+class MembershipSync:
+    """Computes and writes cliques and status for one domain at a time."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        caches: Caches,
+        writer: Writer,
+        events: EventRecorder,
+        metrics: DomainStatusMetrics,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._caches = caches
+        self._writer = writer
+        self._events = events
+        self._metrics = metrics
+        self._clock = clock
+        #: When each domain last published (cliques or status), for ``config.min_publish_interval``.
+        self._last_publish: dict[str, float] = {}
+
+    async def sync(self, cd: ComputeDomain) -> float | None:
+        """Bring the domain's cliques (driver-managed, gate on) and status in line with its daemons.
+
+        Returns a delay when a change is due but the domain published less than
+        ``config.min_publish_interval`` ago: the change is then written on the next pass.
+        """
+        if self._config.host_managed:
+            # seed 004 §6: Ready means "admitted and the workload claim template exists"; no nodes.
+            await self._publish_status(cd, ComputeDomainStatus(status=membership.READY))
+            return None
+        uid = domain_uid(cd)
+        members = one_per_node(self._caches.daemon_pods(uid))
+        cliques_on = self._config.cliques_enabled
+        objects = self._caches.clique_view.by_domain(uid) if cliques_on else []
+        if cliques_on:
+            published = {clique_id_of(c, uid): list(c.daemons) for c in objects}
+        else:
+            published = membership.published_from_status(cd.status.nodes if cd.status else [])
+        cliques, non_fabric = membership.plan_cliques(
+            members, published, max_nodes=self._config.max_nodes_per_imex_domain
+        )
+        nodes = membership.status_nodes(cliques, non_fabric)
+        num_nodes = cd.spec.num_nodes if cd.spec else 0
+        status = ComputeDomainStatus(
+            status=membership.global_status(nodes, num_nodes=num_nodes, host_managed=False), nodes=nodes
+        )
+        clique_changes = self._clique_changes(uid, cliques, objects) if cliques_on else []
+        if not clique_changes and not self._status_changed(cd, status):
+            self._observe(cd, status)
+            return None
+        wait = self._last_publish.get(uid, -math.inf) + self._config.min_publish_interval - self._clock()
+        if wait > 0:
+            return wait
+        self._report_unplaced(cd, cliques.values())
+        for change in clique_changes:
+            await change()
+        await self._publish_status(cd, status)
+        self._last_publish[uid] = self._clock()
+        return None
+
+    def forget(self, uid: str) -> None:
+        """Drop what is remembered about a finalized domain."""
+        self._last_publish.pop(uid, None)
+
+    def _report_unplaced(self, cd: ComputeDomain, cliques: Iterable[CliqueMembers]) -> None:
+        for clique in cliques:
+            if clique.unplaced:
+                max_nodes = self._config.max_nodes_per_imex_domain
+                self._events.record(
+                    cd,
+                    type="Warning",
+                    reason=reasons.CLIQUE_FULL,
+                    action="AssignIndex",
+                    note=f"clique {clique.clique_id} has no free index below maxNodesPerIMEXDomain "
+                    f"({max_nodes}) for node(s) {', '.join(clique.unplaced)}",
+                )
+
+    def _clique_changes(
+        self, uid: str, desired: dict[str, CliqueMembers], current: list[ComputeDomainClique]
+    ) -> list[Callable[[], Awaitable[object]]]:
+        """The writes that make the domain's clique objects match ``desired`` (none if they do)."""
+        view = self._caches.clique_view
+        owners = self._owner_references(uid)
+        by_id = {clique_id_of(c, uid): c for c in current}
+        changes: list[Callable[[], Awaitable[object]]] = []
+        for clique_id, members in desired.items():
+            daemons = list(members.daemons)
+            existing = by_id.get(clique_id)
+            if existing is None:
+                new = self._new_clique(uid, clique_id, daemons, owners)
+                changes.append(functools.partial(self._writer.create, new, view))
+            elif list(existing.daemons) != daemons or (owners and self._owners(existing) != owners):
+                patch: dict[str, Any] = {"daemons": msgspec.to_builtins(daemons) or None}
+                if owners:
+                    patch["metadata"] = {"ownerReferences": msgspec.to_builtins(owners)}
+                changes.append(functools.partial(self._writer.merge_patch, existing, patch, view))
+        for clique_id, existing in by_id.items():
+            if clique_id not in desired:
+                changes.append(functools.partial(self._writer.delete, existing, view, has_finalizers=False))
+        return changes
+
+    @staticmethod
+    def _owners(clique: ComputeDomainClique) -> list[OwnerReference]:
+        return list(clique.metadata.ownerReferences or []) if clique.metadata else []
+
+    def _owner_references(self, uid: str) -> list[OwnerReference]:
+        """The domain's DaemonSet in the driver namespace: garbage collection follows it."""
+        for ds in self._caches.daemon_set_view.by_domain(uid):
+            meta = ds.metadata
+            if meta and meta.uid and meta.name and meta.namespace == self._config.driver_namespace:
+                return [OwnerReference(apiVersion="apps/v1", kind="DaemonSet", name=meta.name, uid=meta.uid)]
+        return []
+
+    def _new_clique(
+        self, uid: str, clique_id: str, daemons: list[ComputeDomainDaemonInfo], owners: list[OwnerReference]
+    ) -> ComputeDomainClique:
+        return ComputeDomainClique(
+            metadata=ObjectMeta(
+                name=clique_name(uid, clique_id),
+                namespace=self._config.driver_namespace,
+                labels={COMPUTE_DOMAIN_LABEL_KEY: uid, CLIQUE_LABEL_KEY: clique_id},
+                ownerReferences=owners or None,
+            ),
+            daemons=daemons,
+        )
+
+    @staticmethod
+    def _status_changed(cd: ComputeDomain, desired: ComputeDomainStatus) -> bool:
+        current = cd.status
+        return (
+            current is None
+            or current.status != desired.status
+            or not membership.same_nodes(current.nodes, desired.nodes)
+        )
+
+    async def _publish_status(self, cd: ComputeDomain, desired: ComputeDomainStatus) -> None:
+        if self._status_changed(cd, desired):
+            await self._writer.write_status(cd, desired, self._caches.domain_view)
+            _log.info(
+                "status_updated", domain=domain_uid(cd), status=desired.status.value, nodes=len(desired.nodes)
+            )
+        self._observe(cd, desired)
+
+    def _observe(self, cd: ComputeDomain, desired: ComputeDomainStatus) -> None:
+        uid = domain_uid(cd)
+        previous = self._metrics.known(uid)
+        self._metrics.observe(uid, desired.status)
+        if not self._config.host_managed and previous is not None and previous != desired.status:
+            self._record_transition(cd, desired)
+
+    def _record_transition(self, cd: ComputeDomain, status: ComputeDomainStatus) -> None:
+        ready = sum(1 for n in status.nodes if n.status == ComputeDomainStatusValue.READY)
+        wanted = cd.spec.num_nodes if cd.spec else 0
+        self._events.record(
+            cd,
+            type="Normal",
+            reason=status.status.value,
+            action="UpdateStatus",
+            note=f"{ready} of {len(status.nodes)} daemon(s) ready (numNodes {wanted})",
+        )

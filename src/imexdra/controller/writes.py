@@ -1,0 +1,182 @@
+"""Every API write the controller makes, shaped so that none of them can lose a race into a 409.
+
+- Creates are only issued after the overlay (``overlay.Overlay``) shows no such object, so they never
+  hit AlreadyExists in the normal flow.
+- Metadata edits of objects other components also write (DaemonSet status by the DaemonSet controller,
+  node status by kubelets, user edits) are JSON patches guarded by a ``test`` of the exact value being
+  changed instead of by resourceVersion, so unrelated writes cannot make them fail.
+- Objects the controller alone writes (ComputeDomain status, cliques) are merge-patched.
+- The finalizer is added to a ComputeDomain guarded by its resourceVersion, as upstream's Update is.
+
+Writes go through the lean ``transport``; each is counted in ``imexdra_controller_api_writes_total``
+and its result recorded in the overlay.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, TypeVar
+
+import msgspec
+from lightkube.core import decoders
+from lightkube.resources.core_v1 import Node
+from prometheus_client import Counter
+
+from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
+from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, NODE_LABEL_KEY
+from imexdra.common.errors import RetryableError
+from imexdra.common.kube import ApiStatusError, is_not_found, status_code
+from imexdra.common.store import KubeObject, object_key
+from imexdra.controller.config import CONTROLLER_NAME
+from imexdra.controller.metrics import API_WRITES
+from imexdra.controller.overlay import Overlay
+from imexdra.controller.transport import Transport, resource_path
+
+R = TypeVar("R", bound=KubeObject)
+
+_MERGE = "application/merge-patch+json"
+_JSON_PATCH = "application/json-patch+json"
+_FIELD_MANAGER = {"fieldManager": CONTROLLER_NAME}
+
+
+def has_finalizer(obj: KubeObject) -> bool:
+    """Whether ``obj`` carries the ``resource.nvidia.com/computeDomain`` finalizer."""
+    return obj.metadata is not None and COMPUTE_DOMAIN_FINALIZER in (obj.metadata.finalizers or [])
+
+
+class FinalizersChangedError(RetryableError):
+    """The finalizer list changed between our read and our patch (the patch's test failed)."""
+
+
+@functools.cache
+def _counter(resource: str, verb: str, code: str) -> Counter:
+    return API_WRITES.labels(resource=resource, verb=verb, code=code)  # looked up once per combination
+
+
+def _pointer(token: str) -> str:
+    """Escape a JSON pointer segment (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _names(obj: KubeObject) -> tuple[str, str | None]:
+    if obj.metadata is None or not obj.metadata.name:
+        raise ValueError("object has no name")
+    return obj.metadata.name, obj.metadata.namespace
+
+
+class Writer:
+    """Writes through one transport, counting each call by resource, verb and status code."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+    async def _send(
+        self, resource: str, verb: str, method: str, path: str, body: Any = None, content_type: str = ""
+    ) -> bytes:
+        try:
+            response = await self._transport.request(
+                method,
+                path,
+                query=_FIELD_MANAGER if method != "DELETE" else None,
+                body=body,
+                content_type=content_type or "application/json",
+            )
+        except ApiStatusError as error:
+            _counter(resource, verb, str(status_code(error) or "error")).inc()
+            raise
+        _counter(resource, verb, "2xx").inc()
+        return response.body
+
+    async def create(self, obj: R, overlay: Overlay[R]) -> R:
+        """Create ``obj`` and record it."""
+        _, namespace = _names(obj)
+        res = type(obj)
+        body = await self._send(_plural(res), "create", "POST", resource_path(res, namespace=namespace), obj)
+        created: R = decoders.decode_object(body, res)
+        overlay.record(created)
+        return created
+
+    async def delete(self, obj: R, overlay: Overlay[R], *, has_finalizers: bool = True) -> None:
+        """Delete ``obj`` (already gone is fine) and record that it is going."""
+        name, namespace = _names(obj)
+        path = resource_path(type(obj), name, namespace=namespace)
+        try:
+            await self._send(_plural(type(obj)), "delete", "DELETE", path)
+        except ApiStatusError as error:
+            if not is_not_found(error):
+                raise
+        if has_finalizers:
+            overlay.mark_deleting(obj)
+        else:
+            overlay.mark_gone(obj)
+
+    async def _patch(self, obj: R, patch: Any, content_type: str, res: type[Any] | None = None) -> bytes:
+        name, namespace = _names(obj)
+        target = res or type(obj)
+        path = resource_path(target, name, namespace=namespace)
+        resource = _plural(target) + ("/status" if target is ComputeDomain.Status else "")
+        return await self._send(resource, "patch", "PATCH", path, patch, content_type)
+
+    async def add_finalizer(self, cd: ComputeDomain, overlay: Overlay[ComputeDomain]) -> ComputeDomain:
+        """Add the domain finalizer (guarded by the domain's resourceVersion, as upstream's Update)."""
+        assert cd.metadata is not None
+        finalizers = [*(cd.metadata.finalizers or []), COMPUTE_DOMAIN_FINALIZER]
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": cd.metadata.resourceVersion}}
+        patched: ComputeDomain = decoders.decode_object(await self._patch(cd, patch, _MERGE), ComputeDomain)
+        overlay.record(patched)
+        return patched
+
+    async def remove_finalizer(self, obj: R, overlay: Overlay[R]) -> None:
+        """Remove our finalizer, tested in place so concurrent writers to other fields cannot conflict."""
+        assert obj.metadata is not None
+        finalizers = obj.metadata.finalizers or []
+        if COMPUTE_DOMAIN_FINALIZER not in finalizers:
+            return
+        path = f"/metadata/finalizers/{finalizers.index(COMPUTE_DOMAIN_FINALIZER)}"
+        patch = [
+            {"op": "test", "path": path, "value": COMPUTE_DOMAIN_FINALIZER},
+            {"op": "remove", "path": path},
+        ]
+        try:
+            body = await self._patch(obj, patch, _JSON_PATCH)
+        except ApiStatusError as error:
+            if status_code(error) == 422:  # the finalizers moved meanwhile: read again and retry
+                raise FinalizersChangedError(f"finalizers of {object_key(obj)} changed; retrying") from error
+            if not is_not_found(error):
+                raise
+            overlay.mark_gone(obj)
+            return
+        overlay.record(decoders.decode_object(body, type(obj)))
+
+    async def write_status(
+        self, cd: ComputeDomain, status: ComputeDomainStatus, overlay: Overlay[ComputeDomain]
+    ) -> ComputeDomain:
+        """Replace the domain's status (the controller is its only writer; empty nodes are removed)."""
+        # A merge patch removes a key set to null: that is how an empty node list disappears.
+        body = {"status": status.status.value, "nodes": msgspec.to_builtins(status.nodes) or None}
+        answer = await self._patch(cd, {"status": body}, _MERGE, ComputeDomain.Status)
+        updated: ComputeDomain = decoders.decode_object(answer, ComputeDomain)
+        overlay.record(updated)
+        return updated
+
+    async def merge_patch(self, obj: R, patch: dict[str, Any], overlay: Overlay[R]) -> R:
+        """Merge-patch an object the controller alone writes and record the result."""
+        patched: R = decoders.decode_object(await self._patch(obj, patch, _MERGE), type(obj))
+        overlay.record(patched)
+        return patched
+
+    async def remove_node_label(self, node: Node, uid: str, overlay: Overlay[Node]) -> None:
+        """Remove the domain label from ``node`` if (and only if) it still names ``uid``."""
+        path = f"/metadata/labels/{_pointer(NODE_LABEL_KEY)}"
+        patch = [{"op": "test", "path": path, "value": uid}, {"op": "remove", "path": path}]
+        try:
+            await self._patch(node, patch, _JSON_PATCH)
+        except ApiStatusError as error:
+            # 404: node gone; 422: the test failed, i.e. the label changed meanwhile: nothing to remove.
+            if status_code(error) not in (404, 422):
+                raise
+        overlay.mark_gone(node)  # it leaves the label-selected cache once the watch says so
+
+
+def _plural(res: type[Any]) -> str:
+    return resource_path(res).rsplit("/", 1)[1]

@@ -1,0 +1,41 @@
+"""``compute-domain-daemon check``: the startup, liveness and readiness probe of a daemon pod.
+
+Upstream semantics (api-and-controller.md §4.9): a daemon without a clique (no NVLink fabric) runs no
+IMEX and always passes; otherwise ``nvidia-imex-ctl -c <imexd.cfg> -q`` must exit 0 and print exactly
+``READY`` and a newline. The pod's Ready condition, which the controller publishes as the daemon's status, is
+therefore exactly "this node's IMEX daemon is ready".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from imexdra.devices.imex import Imex, ImexError
+
+NOOP_MESSAGE = "check succeeded (noop, clique ID is empty)"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """Whether the probe passes, and what to print."""
+
+    ok: bool
+    message: str
+
+
+async def check(imex: Imex, *, clique_id: str) -> CheckResult:
+    """Run the readiness check against ``imex``."""
+    if not clique_id:
+        return CheckResult(True, NOOP_MESSAGE)
+    try:
+        result = await imex.query()
+    except ImexError as error:
+        return CheckResult(False, f"IMEX daemon not ready: {error}")
+    if result.returncode != 0:
+        return CheckResult(
+            False,
+            f"IMEX daemon not ready: nvidia-imex-ctl exited {result.returncode}: {result.output.strip()}",
+        )
+    if not result.ready:
+        return CheckResult(False, f"IMEX daemon not ready: {result.output!r}")
+    return CheckResult(True, "")

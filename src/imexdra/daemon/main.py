@@ -1,0 +1,121 @@
+"""Entry point of ``compute-domain-daemon``: global flags, then ``run`` or ``check``.
+
+Global flags precede the subcommand, as upstream's (``compute-domain-daemon -v $(LOG_VERBOSITY) run``);
+every flag has its upstream environment variable (api-and-controller.md §4.1), plus ``--kubeconfig``
+and the client rate limits (unset: in-cluster config, client-go's 5 QPS / burst 10) and the file
+locations of ``daemon.options``. ``check`` is run by the kubelet as a probe (every second while the
+pod starts), so it loads nothing it does not need: no API client, no structured logging (it prints its
+verdict, as upstream's does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass
+
+import click
+
+from imexdra.api.config.common import (
+    KubeClientSettings,
+    LoggingSettings,
+    feature_gate_options,
+    kube_client_options,
+    logging_options,
+    node_name_options,
+)
+from imexdra.api.config.daemon import DaemonSettings, daemon_options
+from imexdra.api.featuregates import FeatureGates
+from imexdra.daemon.options import DaemonFiles, daemon_file_options
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalSettings:
+    """The global flags, handed to the subcommands."""
+
+    daemon: DaemonSettings
+    node_name: str
+    feature_gates: FeatureGates
+    files: DaemonFiles
+    kube_client: KubeClientSettings
+    logging: LoggingSettings
+
+
+@click.group(name="compute-domain-daemon", context_settings={"help_option_names": ["-h", "--help"]})
+@logging_options
+@feature_gate_options
+@daemon_options
+@node_name_options
+@daemon_file_options
+@kube_client_options
+@click.pass_context
+def main(
+    ctx: click.Context,
+    logging: LoggingSettings,
+    feature_gates: FeatureGates,
+    daemon: DaemonSettings,
+    node_name: str,
+    files: DaemonFiles,
+    kube_client: KubeClientSettings,
+) -> None:
+    """The per-node, per-domain supervisor of nvidia-imex."""
+    ctx.obj = GlobalSettings(daemon, node_name, feature_gates, files, kube_client, logging)
+
+
+@main.command()
+@click.pass_obj
+def run(settings: GlobalSettings) -> None:
+    """Join the ComputeDomain and supervise nvidia-imex until SIGTERM."""
+    # The API client and logging stacks are loaded here only, keeping ``check`` light.
+    import structlog
+
+    from imexdra.api.featuregates import log_feature_gates
+    from imexdra.common.errors import DriverError
+    from imexdra.common.logging import configure_logging
+    from imexdra.daemon.run import RunConfig, run_daemon
+
+    log_format = settings.logging.logging_format.value if settings.logging.logging_format else None
+    configure_logging(settings.logging.verbosity, log_format=log_format)
+    log_feature_gates(settings.feature_gates)
+    _log = structlog.get_logger(__name__)
+    _log.info(
+        "daemon_starting",
+        node=settings.node_name,
+        clique_id=settings.daemon.clique_id,
+        compute_domain=settings.daemon.compute_domain_uuid,
+        pod=f"{settings.daemon.pod_namespace}/{settings.daemon.pod_name}",
+        pod_ip=settings.daemon.pod_ip,
+        imexd_dir=str(settings.files.imexd_dir),
+        hosts_file=str(settings.files.hosts_file),
+    )
+    config = RunConfig(
+        daemon=settings.daemon,
+        node_name=settings.node_name,
+        feature_gates=settings.feature_gates,
+        files=settings.files,
+        kube_client=settings.kube_client,
+    )
+    try:
+        asyncio.run(run_daemon(config))
+    except DriverError as error:
+        _log.error("daemon_failed", error=str(error))
+        sys.exit(1)
+    except Exception:  # anything else is a bug: log it with its traceback, let the kubelet restart us
+        _log.exception("daemon_failed")
+        sys.exit(1)
+
+
+@main.command()
+@click.pass_obj
+def check(settings: GlobalSettings) -> None:
+    """Exit 0 when this node's IMEX daemon is ready (the pod's probe)."""
+    from imexdra.daemon.check import check as run_check
+    from imexdra.devices.imex_real import SubprocessImex
+
+    files = settings.files
+    imex = SubprocessImex(files.imexd.config, imex_binary=files.nvidia_imex, ctl_binary=files.nvidia_imex_ctl)
+    result = asyncio.run(run_check(imex, clique_id=settings.daemon.clique_id))
+    if result.message:
+        click.echo(result.message, err=not result.ok)
+    if not result.ok:
+        sys.exit(1)

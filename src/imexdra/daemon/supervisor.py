@@ -1,0 +1,146 @@
+"""Keeps nvidia-imex running: start on request, restart with backoff, paced SIGUSR1, clean stop.
+
+- Once ``start()`` was called, the process is kept running: if it exits on its own it is started
+  again after a jittered exponential backoff (1 s doubling to 30 s; the count resets once a process
+  ran ``stable_after`` seconds), so a crash-looping IMEX cannot spin the node.
+- ``reload()`` sends SIGUSR1, but never sooner than ``reload_interval`` after the previous signal or
+  the process start: IMEX processes SIGUSR1 at most once per 5 s and silently drops extra ones, and a
+  process that has just started has read the current files anyway (and may not handle SIGUSR1 yet).
+  Requests arriving inside that window are coalesced into one signal at its end.
+- ``restart()`` stops (SIGTERM, SIGKILL after ``stop_grace``) and starts at once; it is not a failure.
+- Cancelling ``run()`` forwards termination: the process is stopped the same way before ``run`` ends.
+
+Only membership planning decides between reload and restart (``daemon.planning``); this class just
+carries the decision out against the ``Imex`` boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import structlog
+
+from imexdra.common.ratelimit import Backoff
+from imexdra.devices.imex import SIGUSR1_MIN_INTERVAL, Imex, ImexError
+
+_log = structlog.get_logger(__name__)
+
+
+class ImexSupervisor:
+    """Supervises one ``Imex`` backend from a single ``run()`` task."""
+
+    def __init__(
+        self,
+        imex: Imex,
+        *,
+        restart_backoff: Backoff | None = None,
+        stable_after: float = 60.0,
+        reload_interval: float = SIGUSR1_MIN_INTERVAL + 0.5,
+        stop_grace: float = 10.0,
+    ) -> None:
+        """Supervise ``imex``; the defaults suit real IMEX, tests shrink them."""
+        self.imex = imex
+        self.starts = 0
+        self.exits = 0
+        self.reloads = 0
+        self._backoff = restart_backoff or Backoff(base=1.0, cap=30.0, jitter=0.25)
+        self._stable_after = stable_after
+        self._reload_interval = reload_interval
+        self._stop_grace = stop_grace
+        self._wanted = asyncio.Event()
+        self._restart = asyncio.Event()
+        self._last_signal = -float("inf")
+        self._reload_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running IMEX process."""
+        return self.imex.pid
+
+    def start(self) -> None:
+        """Have IMEX running from now on (idempotent)."""
+        self._wanted.set()
+
+    def restart(self) -> None:
+        """Stop and start IMEX now (no-op while it is not running: its next start reads the files)."""
+        if self.imex.pid is not None:
+            self._restart.set()
+
+    def reload(self) -> None:
+        """Send SIGUSR1 as soon as IMEX accepts one; no-op while it is not running."""
+        if self.imex.pid is None or self._reload_timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = self._last_signal + self._reload_interval - loop.time()
+        if delay <= 0:
+            self._send_reload()
+        else:
+            _log.info("imex_reload_deferred", seconds=round(delay, 2))
+            self._reload_timer = loop.call_later(delay, self._send_reload)
+
+    def _send_reload(self) -> None:
+        self._reload_timer = None
+        if self.imex.pid is None:
+            return
+        try:
+            self.imex.signal(signal.SIGUSR1)
+        except ImexError as error:
+            _log.warning("imex_reload_failed", error=str(error))
+            return
+        self._last_signal = asyncio.get_running_loop().time()
+        self.reloads += 1
+        _log.info("imex_reload_sent", pid=self.imex.pid, signal="SIGUSR1")
+
+    def _cancel_reload(self) -> None:
+        if self._reload_timer is not None:
+            self._reload_timer.cancel()
+            self._reload_timer = None
+
+    async def run(self) -> None:
+        """Supervise until cancelled; then stop IMEX (SIGTERM, SIGKILL after the grace period)."""
+        try:
+            await self._wanted.wait()
+            while True:
+                await self._run_once()
+        finally:
+            self._cancel_reload()
+            code = await self.imex.stop(grace=self._stop_grace)
+            if code is not None:
+                _log.info("imex_stopped", exit_code=code)
+
+    async def _run_once(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            pid = await self.imex.start()
+        except ImexError as error:
+            delay = self._backoff.next_delay()
+            _log.error("imex_start_failed", error=str(error), retry_in=round(delay, 2))
+            await asyncio.sleep(delay)
+            return
+        started = self._last_signal = loop.time()
+        self.starts += 1
+        self._restart.clear()
+        _log.info("imex_started", pid=pid, starts=self.starts)
+        exited = asyncio.ensure_future(self.imex.wait())
+        restart = asyncio.ensure_future(self._restart.wait())
+        try:
+            await asyncio.wait({exited, restart}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            restart.cancel()
+            if not exited.done():
+                exited.cancel()
+        self._cancel_reload()
+        if exited.done() and not exited.cancelled():
+            await self._after_exit(exited.result(), ran=loop.time() - started)
+        else:
+            _log.info("imex_restarting", pid=pid)
+            await self.imex.stop(grace=self._stop_grace)
+
+    async def _after_exit(self, code: int, *, ran: float) -> None:
+        self.exits += 1
+        if ran >= self._stable_after:
+            self._backoff.reset()
+        delay = self._backoff.next_delay()
+        _log.warning("imex_exited", exit_code=code, ran_seconds=round(ran, 1), restart_in=round(delay, 2))
+        await asyncio.sleep(delay)

@@ -1,0 +1,64 @@
+"""Finding driver files under the NVIDIA driver root (kubelet-plugin.md §3.1).
+
+The plugin runs in a container with the host's driver install mounted at the container driver root
+(``/driver-root`` under Helm). NVML must be loaded from there, ``nvidia-smi`` must exist there, and
+``nvidia-imex-ctl`` is looked up under the dev root. Lookups try ``<root>/<name>`` first, then each
+search directory in order; a candidate counts only if it resolves (symlinks followed) to a regular
+file, so a directory named like the library cannot shadow the real file further down the list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from imexdra.devices.procfs import DeviceDiscoveryError
+
+LIBRARY_DIRS = (
+    "/usr/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+)
+BINARY_DIRS = ("/opt/bin", "/usr/bin", "/usr/sbin", "/bin", "/sbin")
+NVML_LIBRARY = "libnvidia-ml.so.1"
+
+
+def find_file(root: Path, name: str, search_dirs: Sequence[str]) -> Path:
+    """Return the resolved path of the first regular file ``name`` under ``root``.
+
+    Raises:
+        DeviceDiscoveryError: no candidate resolves to a regular file.
+
+    """
+    candidates = [root / name, *(root / directory.lstrip("/") / name for directory in search_dirs)]
+    for candidate in candidates:
+        try:
+            resolved = candidate.resolve(strict=True)
+        except (OSError, RuntimeError):
+            continue
+        if resolved.is_file():
+            return resolved
+    raise DeviceDiscoveryError(f"{name} not found under {root} (searched {', '.join(search_dirs)})")
+
+
+def find_nvml_library(driver_root: Path) -> Path:
+    """``libnvidia-ml.so.1`` under the driver root."""
+    return find_file(driver_root, NVML_LIBRARY, LIBRARY_DIRS)
+
+
+def find_nvidia_smi(driver_root: Path) -> Path:
+    """``nvidia-smi`` under the driver root (its presence is a startup precondition upstream)."""
+    return find_file(driver_root, "nvidia-smi", BINARY_DIRS)
+
+
+def find_nvidia_imex_ctl(dev_root_path: Path) -> Path:
+    """``nvidia-imex-ctl`` under the dev root (host-managed readiness only)."""
+    return find_file(dev_root_path, "nvidia-imex-ctl", BINARY_DIRS)
+
+
+def dev_root(driver_root: Path) -> Path:
+    """The root holding ``/dev``: the driver root if it has a ``dev`` directory, else ``/``."""
+    return driver_root if (driver_root / "dev").is_dir() else Path("/")

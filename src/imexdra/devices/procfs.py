@@ -1,0 +1,190 @@
+"""The IMEX character devices as the kernel announces them in procfs.
+
+Owns the ``ImexDevices`` Protocol and its one implementation, ``HostImexDevices``, which reads:
+
+- ``/proc/devices`` for the majors of ``nvidia-caps-imex-channels`` (the IMEX channels) and
+  ``nvidia-caps`` (the fabric-imex-mgmt capability) — kubelet-plugin.md §3.2;
+- ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt`` for the capability's minor and mode (§3.3).
+
+There is no fake class: a simulated node is this same class pointed at other files (upstream does the
+same with ``ALT_PROC_DEVICES_PATH``); ``procfs_fake`` writes such files. The channel count is fixed at
+2048 as upstream hard-codes it; the allocatable set never depends on GPU enumeration.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from imexdra.common.errors import PermanentError
+
+PROC_DEVICES = Path("/proc/devices")
+FABRIC_IMEX_MGMT_CAPABILITY = Path("/proc/driver/nvidia/capabilities/fabric-imex-mgmt")
+IMEX_CHANNELS_DEVICE = "nvidia-caps-imex-channels"
+NVIDIA_CAPS_DEVICE = "nvidia-caps"
+IMEX_CHANNEL_COUNT = 2048
+IMEX_CHANNEL_MODE = 0o666
+_INT32_MAX = 2**31 - 1
+
+_ENTRY = re.compile(r"^\s*(\d+) (.+)$")
+
+
+class DeviceDiscoveryError(PermanentError):
+    """A required device is not announced by the kernel, or its procfs entry cannot be parsed."""
+
+
+@dataclass(frozen=True, slots=True)
+class CharDevice:
+    """A character device node to inject into a container; ``file_mode`` as in CDI (e.g. 0o666)."""
+
+    path: str
+    major: int
+    minor: int
+    file_mode: int
+
+
+@dataclass(frozen=True, slots=True)
+class NvCapInfo:
+    """An NVIDIA capability file (``DeviceFileMinor``, ``DeviceFileMode``, ``DeviceFileModify``)."""
+
+    minor: int
+    mode: int
+    modify: int
+
+
+class ImexDevices(Protocol):
+    """The IMEX device nodes a node offers to containers."""
+
+    @property
+    def channel_count(self) -> int:
+        """How many IMEX channels exist (channel IDs are ``0 .. channel_count - 1``)."""
+        ...
+
+    def channel(self, channel_id: int) -> CharDevice:
+        """The device node of IMEX channel ``channel_id``."""
+        ...
+
+    def fabric_mgmt(self) -> CharDevice:
+        """The fabric-imex-mgmt capability device node (the IMEX daemon's management access)."""
+        ...
+
+
+class HostImexDevices:
+    """``ImexDevices`` from procfs files; other paths make it read a simulated node's files.
+
+    The channel major is read once at construction (upstream refuses to start without it); the
+    capability is read on each ``fabric_mgmt()`` call, since only daemon claims on fabric nodes need it.
+
+    Raises:
+        DeviceDiscoveryError: at construction, when ``nvidia-caps-imex-channels`` is not announced.
+
+    """
+
+    def __init__(
+        self,
+        *,
+        proc_devices: Path = PROC_DEVICES,
+        fabric_mgmt_capability: Path = FABRIC_IMEX_MGMT_CAPABILITY,
+        channel_count: int = IMEX_CHANNEL_COUNT,
+    ) -> None:
+        self._proc_devices = proc_devices
+        self._fabric_mgmt_capability = fabric_mgmt_capability
+        self._channel_count = channel_count
+        self._channel_major = read_char_device_major(proc_devices, IMEX_CHANNELS_DEVICE)
+
+    @property
+    def channel_count(self) -> int:
+        """Fixed at 2048 unless configured otherwise."""
+        return self._channel_count
+
+    def channel(self, channel_id: int) -> CharDevice:
+        """``/dev/nvidia-caps-imex-channels/channel<N>``, minor N, mode 0666."""
+        if not 0 <= channel_id < self._channel_count:
+            raise DeviceDiscoveryError(f"IMEX channel {channel_id} out of range [0, {self._channel_count})")
+        return CharDevice(
+            path=f"/dev/{IMEX_CHANNELS_DEVICE}/channel{channel_id}",
+            major=self._channel_major,
+            minor=channel_id,
+            file_mode=IMEX_CHANNEL_MODE,
+        )
+
+    def fabric_mgmt(self) -> CharDevice:
+        """``/dev/nvidia-caps/nvidia-cap<minor>`` with the capability's mode and ``nvidia-caps`` major."""
+        try:
+            text = self._fabric_mgmt_capability.read_text(encoding="utf-8")
+        except OSError as error:
+            raise DeviceDiscoveryError(
+                f"cannot read fabric-imex-mgmt capability {self._fabric_mgmt_capability}: {error}"
+            ) from error
+        info = parse_nvcap_info(text, source=str(self._fabric_mgmt_capability))
+        return CharDevice(
+            path=f"/dev/nvidia-caps/nvidia-cap{info.minor}",
+            major=read_char_device_major(self._proc_devices, NVIDIA_CAPS_DEVICE),
+            minor=info.minor,
+            file_mode=info.mode,
+        )
+
+
+def read_char_device_major(proc_devices: Path, name: str) -> int:
+    """Read ``proc_devices`` and return the major of character device ``name``."""
+    try:
+        text = proc_devices.read_text(encoding="utf-8")
+    except OSError as error:
+        raise DeviceDiscoveryError(f"error reading '{proc_devices}': {error}") from error
+    return parse_char_device_major(text, name, source=str(proc_devices))
+
+
+def parse_char_device_major(text: str, name: str, *, source: str) -> int:
+    """Find ``name``'s major in the ``Character devices:`` section of a ``/proc/devices`` text.
+
+    The name must match a whole entry (``nvidia-caps`` does not match ``nvidia-caps-imex-channels``);
+    the first matching entry wins; entries under ``Block devices:`` are ignored.
+
+    Raises:
+        DeviceDiscoveryError: no such character device, or its major does not fit an int32.
+
+    """
+    in_char_section = False
+    for line in text.splitlines():
+        if line.startswith("Character devices:"):
+            in_char_section = True
+            continue
+        if line.startswith("Block devices:"):
+            break
+        match = _ENTRY.match(line) if in_char_section else None
+        if match is not None and match.group(2) == name:
+            major = int(match.group(1))
+            if major > _INT32_MAX:
+                raise DeviceDiscoveryError(
+                    f"error parsing '{source}': major {major} of {name} overflows int32"
+                )
+            return major
+    raise DeviceDiscoveryError(
+        f"error parsing '{source}': unexpected regex match: no character device named {name!r}"
+    )
+
+
+def parse_nvcap_info(text: str, *, source: str) -> NvCapInfo:
+    """Parse an NVIDIA capability file; values are decimal (``DeviceFileMode: 438`` is 0o666).
+
+    Raises:
+        DeviceDiscoveryError: a key is missing or a value is not a decimal integer.
+
+    """
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            values[key.strip()] = value.strip()
+    try:
+        return NvCapInfo(
+            minor=int(values["DeviceFileMinor"]),
+            mode=int(values["DeviceFileMode"]),
+            modify=int(values["DeviceFileModify"]),
+        )
+    except KeyError as error:
+        raise DeviceDiscoveryError(f"error parsing '{source}': missing {error.args[0]}") from error
+    except ValueError as error:
+        raise DeviceDiscoveryError(f"error parsing '{source}': {error}") from error

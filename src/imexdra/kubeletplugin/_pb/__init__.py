@@ -1,0 +1,1 @@
+"""Generated gRPC stubs for the kubelet plugin protocols (make protos); do not edit."""

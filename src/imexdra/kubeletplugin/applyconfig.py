@@ -1,0 +1,247 @@
+"""Applying one config group of a claim: the checks, side effects and CDI edits of each claim kind.
+
+Channel claims, driver-managed (kubelet-plugin.md §6.5): exactly one result; channel 0 must not be
+held by another prepared claim (whichever channel was allocated); the ComputeDomain must exist in the
+claim's namespace; the node gets ``resource.nvidia.com/computeDomain=<CD UID>`` (which schedules the
+domain's IMEX daemon here); the local daemon must be Ready; then the edits are channel 0, or all 2048
+channels for ``allocationMode: All`` — none on a node without an NVLink clique.
+
+Channel claims under HostManagedIMEX (seed 004 §7.2, in that order): exactly one result;
+``allocationMode`` empty or ``Single`` (anything else is permanent); the channel-0 checkpoint conflict
+check; the namespace assertion; a non-empty local clique ID (permanent otherwise, naming the missing
+NVLink clique); then channel 0's device node. No node label, no readiness wait, no daemon settings.
+
+Daemon claims (§6.6): refused permanently under HostManagedIMEX; else one device, the per-domain
+``/imexd`` directory, and the daemon's environment, mount and (with a clique) fabric-management node.
+
+The collaborators that reach the API are Protocols, implemented in ``domains``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+
+from imexdra.api.constants import AllocationMode
+from imexdra.api.opaque import ComputeDomainChannelConfig, ComputeDomainDaemonConfig
+from imexdra.common.errors import DriverError, PermanentError, RetryableError
+from imexdra.devices.procfs import ImexDevices
+from imexdra.kubeletplugin.cdi import ContainerEdits, channel_edits, daemon_edits
+from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState, ConfigState, DeviceType
+from imexdra.kubeletplugin.configs import ConfigGroup
+from imexdra.kubeletplugin.driverapi import ClaimRef
+from imexdra.kubeletplugin.paths import PluginPaths
+
+_log = structlog.get_logger(__name__)
+
+#: Where upstream's image ships the IMEX daemon config template copied into each domain directory.
+DAEMON_CONFIG_TEMPLATE = Path("/templates/compute-domain-daemon-config.tmpl.cfg")
+DAEMON_CONFIG_TEMPLATE_NAME = "imexd.cfg.tmpl"
+DOMAIN_DIR_MODE = 0o755
+
+NO_CLIQUE_MESSAGE = "host-managed IMEX requires an NVLink clique on this node; NVML reports none"
+DAEMON_CLAIMS_DISABLED_MESSAGE = (
+    "ComputeDomain daemon claims are disabled under HostManagedIMEX: the host runs nvidia-imex, "
+    "so this driver publishes and prepares no daemon devices"
+)
+NOT_READY_MESSAGE = "error asserting ComputeDomain Ready: current node not ready in ComputeDomain"
+
+
+@dataclass(frozen=True, slots=True)
+class DomainInfo:
+    """The identity of a ComputeDomain as the plugin needs it."""
+
+    uid: str
+    name: str
+    namespace: str
+
+
+class DomainLookup(Protocol):
+    """ComputeDomains by UID, across all namespaces."""
+
+    async def get(self, uid: str) -> DomainInfo | None:
+        """The ComputeDomain with ``uid``, or None when there is none."""
+        ...
+
+
+class NodeLabels(Protocol):
+    """The ``resource.nvidia.com/computeDomain`` label of this node."""
+
+    async def add(self, domain_uid: str) -> None:
+        """Set the label to ``domain_uid``; raise ``RetryableError`` if it names another domain."""
+        ...
+
+    async def remove(self, domain_uid: str) -> None:
+        """Remove the label if (and only if) it names ``domain_uid``."""
+        ...
+
+
+class DaemonReadiness(Protocol):
+    """Whether this node's IMEX daemon of a domain is Ready (as the controller recorded it)."""
+
+    async def node_ready(self, domain: DomainInfo, clique_id: str) -> bool:
+        """True when this node's daemon of ``domain`` is Ready."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedConfig:
+    """What preparing one group produced: its persisted state and its container edits (maybe none)."""
+
+    config_state: ConfigState
+    edits: ContainerEdits
+
+
+@contextlib.contextmanager
+def _retryable(what: str) -> Iterator[None]:
+    """API and I/O failures of ``what`` are retryable (§6.9), whatever their HTTP status."""
+    try:
+        yield
+    except (PermanentError, OSError) as error:
+        raise RetryableError(f"{what}: {error}") from error
+
+
+@dataclass(slots=True)
+class ConfigApplier:
+    """Applies channel and daemon configs on this node; see the module docstring for the rules."""
+
+    host_managed: bool
+    devices: ImexDevices
+    paths: PluginPaths
+    clique_id: Callable[[], str]
+    domains: DomainLookup
+    labels: NodeLabels
+    readiness: DaemonReadiness
+    daemon_config_template: Path = DAEMON_CONFIG_TEMPLATE
+
+    async def apply(self, group: ConfigGroup, claim: ClaimRef, checkpoint: Checkpoint) -> AppliedConfig:
+        """Prepare ``group`` of ``claim``; ``checkpoint`` is the state read under ``pu.lock``."""
+        config = group.config
+        if isinstance(config, ComputeDomainChannelConfig):
+            return await self._channel(config, group, claim, checkpoint)
+        return await self._daemon(config, group)
+
+    async def undo(self, group: ConfigGroup, *, domain_still_used: bool) -> None:
+        """Unprepare ``group``: drop the node label of a channel claim's domain unless still needed."""
+        if group.device_type != DeviceType.CHANNEL or self.host_managed or domain_still_used:
+            return
+        with _retryable("error removing node label"):
+            await self.labels.remove(group.config.domain_id)
+
+    async def _channel(
+        self, config: ComputeDomainChannelConfig, group: ConfigGroup, claim: ClaimRef, checkpoint: Checkpoint
+    ) -> AppliedConfig:
+        config.validate()
+        if len(group.results) != 1:
+            requests = [result.request for result in group.results]
+            raise RetryableError(
+                f"applyComputeDomainChannelConfig: unexpected results for requests {requests}"
+            )
+        if self.host_managed and config.allocation_mode != AllocationMode.SINGLE:
+            raise PermanentError(
+                f'allocationMode "{config.allocation_mode}" is not supported under HostManagedIMEX '
+                "(only Single, or unset, is allowed)"
+            )
+        state = ConfigState(type=DeviceType.CHANNEL.value, compute_domain=config.domain_id)
+        assert_channel_not_allocated(checkpoint, 0)
+        await self._assert_namespace(config.domain_id, claim)
+        clique_id = self.clique_id()
+        if self.host_managed:
+            if not clique_id:
+                raise PermanentError(NO_CLIQUE_MESSAGE)
+            return AppliedConfig(state, self._channels(1))
+        with _retryable("error adding node label"):
+            await self.labels.add(config.domain_id)
+        await self._assert_ready(config.domain_id, clique_id)
+        if not clique_id:
+            return AppliedConfig(state, ContainerEdits())
+        count = self.devices.channel_count if config.allocation_mode == AllocationMode.ALL else 1
+        return AppliedConfig(state, self._channels(count))
+
+    async def _daemon(self, config: ComputeDomainDaemonConfig, group: ConfigGroup) -> AppliedConfig:
+        if self.host_managed:
+            raise PermanentError(DAEMON_CLAIMS_DISABLED_MESSAGE)
+        config.validate()
+        distinct = {device.name for device in group.devices}
+        if len(distinct) != 1:
+            requests = [result.request for result in group.results]
+            raise RetryableError(f"only expected 1 device for requests {requests}, got {sorted(distinct)}")
+        domain_dir = self.paths.domain_dir(config.domain_id)
+        with _retryable(f"error preparing daemon directory {domain_dir}"):
+            await asyncio.to_thread(self._prepare_domain_dir, domain_dir)
+        with _retryable("error looking up ComputeDomain"):
+            domain = await self.domains.get(config.domain_id)
+        if domain is None:
+            raise RetryableError(f"compute domain not found: {config.domain_id}")
+        clique_id = self.clique_id()
+        with _retryable("error reading the fabric-imex-mgmt capability"):
+            fabric_mgmt = self.devices.fabric_mgmt() if clique_id else None
+        edits = daemon_edits(
+            clique_id=clique_id,
+            domain_uid=domain.uid,
+            domain_name=domain.name,
+            domain_namespace=domain.namespace,
+            domain_dir=domain_dir,
+            fabric_mgmt=fabric_mgmt,
+        )
+        return AppliedConfig(
+            ConfigState(type=DeviceType.DAEMON.value, compute_domain=config.domain_id), edits
+        )
+
+    async def _assert_namespace(self, domain_uid: str, claim: ClaimRef) -> None:
+        # Any failure here is permanent, "not found" included (§6.5 step 3, §15.6).
+        try:
+            domain = await self.domains.get(domain_uid)
+        except DriverError as error:
+            raise PermanentError(f"error asserting ComputeDomain's namespace: {error}") from error
+        if domain is None:
+            raise PermanentError(
+                f"error asserting ComputeDomain's namespace: ComputeDomain not found: {domain_uid}"
+            )
+        if domain.namespace != claim.namespace:
+            raise PermanentError(
+                "error asserting ComputeDomain's namespace: the ResourceClaim's namespace is different "
+                f"than the ComputeDomain's namespace ({claim.namespace} != {domain.namespace})"
+            )
+
+    async def _assert_ready(self, domain_uid: str, clique_id: str) -> None:
+        with _retryable("error looking up ComputeDomain"):
+            domain = await self.domains.get(domain_uid)
+        if domain is None:
+            raise RetryableError(f"{NOT_READY_MESSAGE}: ComputeDomain {domain_uid} not found")
+        if not await self.readiness.node_ready(domain, clique_id):
+            raise RetryableError(NOT_READY_MESSAGE)
+
+    def _channels(self, count: int) -> ContainerEdits:
+        with _retryable("error building IMEX channel device nodes"):
+            return channel_edits(self.devices.channel(channel) for channel in range(count))
+
+    def _prepare_domain_dir(self, domain_dir: Path) -> None:
+        domain_dir.mkdir(mode=DOMAIN_DIR_MODE, parents=True, exist_ok=True)
+        if self.daemon_config_template.is_file():
+            target = domain_dir / DAEMON_CONFIG_TEMPLATE_NAME
+            shutil.copyfile(self.daemon_config_template, target)
+            target.chmod(0o644)
+
+
+def assert_channel_not_allocated(checkpoint: Checkpoint, channel: int) -> None:
+    """Fail (retryably) if a prepared claim holds IMEX channel ``channel`` (§6.5 step 2).
+
+    Only PrepareCompleted entries count; daemon devices are ignored.
+    """
+    for uid, claim in checkpoint.claims.items():
+        if claim.state != ClaimState.PREPARE_COMPLETED:
+            continue
+        for device in claim.all_devices():
+            if device.type == DeviceType.CHANNEL and device.id == channel:
+                raise RetryableError(
+                    f"allocation failed: channel {channel} already allocated by claim {uid} "
+                    "(according to checkpoint)"
+                )

@@ -1,0 +1,198 @@
+"""A claim's opaque device configs and the allocation results each one applies to (kubelet-plugin.md §6.4).
+
+Works on the claim's ``status`` as raw JSON (what the API server returned or the checkpoint stored):
+
+- ``allocation_results`` reads ``status.allocation.devices.results``; a missing status or allocation
+  yields nothing (legacy checkpoint entries have no status — upstream panics there, §15.30);
+- ``opaque_device_configs`` reads ``status.allocation.devices.config``: class-sourced configs first,
+  then claim-sourced ones, other drivers' configs skipped, ours decoded (strictly for Prepare,
+  leniently for data read back from the checkpoint);
+- ``config_groups`` decides, per result of this driver, which config applies, following upstream's
+  precedence: defaults lowest, then class configs, then claim configs; later entries win; a config
+  naming the result's request wins over untargeted ones, and naming a request of the wrong device
+  type is an error, while an untargeted config of the wrong type is skipped.
+
+Error classes follow §6.9: a config that does not decode or validate is permanent (``ConfigError``);
+an unknown ``source``, a non-opaque config, a device this node cannot prepare or a config aimed at
+the wrong device type is retryable, as upstream classifies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from imexdra.api.constants import DRIVER_NAME
+from imexdra.api.opaque import (
+    ComputeDomainChannelConfig,
+    ComputeDomainDaemonConfig,
+    OpaqueConfig,
+    decode_opaque_config,
+)
+from imexdra.common.errors import ConfigError, RetryableError
+from imexdra.kubeletplugin.checkpoint import DeviceType
+from imexdra.kubeletplugin.slices import AllocatableDevice
+
+#: Lowest-precedence configs: every result gets one, and their empty domainID fails validation.
+DEFAULT_DAEMON_CONFIG = ComputeDomainDaemonConfig(domain_id="")
+DEFAULT_CHANNEL_CONFIG = ComputeDomainChannelConfig(domain_id="")
+
+
+class ConfigSource(StrEnum):
+    """``status.allocation.devices.config[].source`` values, in precedence order (lowest first)."""
+
+    FROM_CLASS = "FromClass"
+    FROM_CLAIM = "FromClaim"
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationResult:
+    """One ``status.allocation.devices.results[]`` entry."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConfig:
+    """A decoded config of ours; empty ``requests`` means "every request it fits"."""
+
+    requests: tuple[str, ...]
+    config: OpaqueConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigGroup:
+    """The results prepared under one config object, and their allocatable devices (same order)."""
+
+    config: OpaqueConfig
+    results: tuple[AllocationResult, ...]
+    devices: tuple[AllocatableDevice, ...]
+
+    @property
+    def device_type(self) -> DeviceType:
+        """``channel`` or ``daemon``, by the config's kind."""
+        return (
+            DeviceType.CHANNEL if isinstance(self.config, ComputeDomainChannelConfig) else DeviceType.DAEMON
+        )
+
+
+def _allocation_devices(status: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    allocation = (status or {}).get("allocation") or {}
+    devices: Mapping[str, Any] = allocation.get("devices") or {}
+    return devices
+
+
+def allocation_results(
+    status: Mapping[str, Any] | None, *, driver: str = DRIVER_NAME
+) -> list[AllocationResult]:
+    """The allocation results of ``driver`` in ``status`` (none when there is no allocation)."""
+    return [
+        AllocationResult(
+            request=str(result.get("request") or ""),
+            driver=str(result.get("driver") or ""),
+            pool=str(result.get("pool") or ""),
+            device=str(result.get("device") or ""),
+            admin_access=result.get("adminAccess") is True,
+        )
+        for result in _allocation_devices(status).get("results") or ()
+        if result.get("driver") == driver
+    ]
+
+
+def non_admin_devices(status: Mapping[str, Any] | None) -> set[str]:
+    """Names of this driver's devices in ``status`` held without admin access (overlap checks)."""
+    return {result.device for result in allocation_results(status) if not result.admin_access}
+
+
+def opaque_device_configs(status: Mapping[str, Any] | None, *, strict: bool) -> list[DeviceConfig]:
+    """The configs of this driver in ``status``, class-sourced before claim-sourced, each decoded.
+
+    Raises:
+        RetryableError: a config has an unknown source or is not an opaque config.
+        ConfigError: one of our configs does not decode or validate (message names the field).
+
+    """
+    by_source: dict[ConfigSource, list[DeviceConfig]] = {source: [] for source in ConfigSource}
+    for entry in _allocation_devices(status).get("config") or ():
+        try:
+            source = ConfigSource(entry.get("source"))
+        except ValueError:
+            raise RetryableError(f"invalid config source: {entry.get('source')!r}") from None
+        opaque = entry.get("opaque")
+        if not opaque:
+            raise RetryableError("only opaque parameters are supported by this driver")
+        if opaque.get("driver") != DRIVER_NAME:
+            continue
+        try:
+            config = decode_opaque_config(opaque.get("parameters"), strict=strict)
+        except ConfigError as error:
+            raise ConfigError(f"error decoding config parameters: {error}") from error
+        by_source[source].append(DeviceConfig(tuple(entry.get("requests") or ()), config))
+    return [config for source in ConfigSource for config in by_source[source]]
+
+
+def _fits(config: OpaqueConfig, device: AllocatableDevice) -> bool:
+    if isinstance(config, ComputeDomainChannelConfig):
+        return device.type == DeviceType.CHANNEL
+    return device.type == DeviceType.DAEMON
+
+
+def _names_request(requests: Sequence[str], request: str) -> bool:
+    # A config may name a request that has subrequests; it then applies to all of them ("req/sub").
+    return request in requests or request.split("/", 1)[0] in requests
+
+
+def config_groups(
+    status: Mapping[str, Any] | None,
+    allocatable: Mapping[str, AllocatableDevice],
+    *,
+    strict: bool,
+) -> list[ConfigGroup]:
+    """Group this driver's results by the config that applies to each, in precedence order.
+
+    Raises:
+        RetryableError: a result names a device that is not allocatable here, or a config names a
+            request whose device it cannot configure; also see ``opaque_device_configs``.
+        ConfigError: see ``opaque_device_configs``.
+
+    """
+    candidates = [
+        DeviceConfig((), DEFAULT_DAEMON_CONFIG),
+        DeviceConfig((), DEFAULT_CHANNEL_CONFIG),
+        *opaque_device_configs(status, strict=strict),
+    ]
+    chosen: dict[int, list[tuple[AllocationResult, AllocatableDevice]]] = {}
+    for result in allocation_results(status):
+        device = allocatable.get(result.device)
+        if device is None:
+            raise RetryableError(f"requested device is not allocatable: {result.device}")
+        chosen.setdefault(_pick(candidates, result, device), []).append((result, device))
+    return [
+        ConfigGroup(
+            config=candidates[index].config,
+            results=tuple(result for result, _ in members),
+            devices=tuple(device for _, device in members),
+        )
+        for index, members in sorted(chosen.items())
+    ]
+
+
+def _pick(candidates: Sequence[DeviceConfig], result: AllocationResult, device: AllocatableDevice) -> int:
+    for index in reversed(range(len(candidates))):
+        candidate = candidates[index]
+        if candidate.requests:
+            if not _names_request(candidate.requests, result.request):
+                continue
+            if not _fits(candidate.config, device):
+                raise RetryableError(f"cannot apply {candidate.config.KIND} to request: {result.request}")
+            return index
+        if _fits(candidate.config, device):
+            return index
+    # Unreachable: the two defaults fit every channel and every daemon device.
+    raise RetryableError(f"no config applies to request {result.request} (device {result.device})")

@@ -1,0 +1,251 @@
+"""Prepare and unprepare of one claim: checkpoint lifecycle, config groups and CDI claim specs.
+
+Callers hold ``pu.lock`` (``driver``). Prepare (kubelet-plugin.md §6.3):
+
+1. a PrepareCompleted entry is returned as stored — a restarted plugin answers the same;
+2. a PrepareAborted entry with an equal status is a permanent "stale prepare";
+3. the configs are decoded and validated, and this node's devices must not be held by another
+   prepared claim — all before anything is written, so a claim that can never be prepared leaves no
+   checkpoint entry behind (upstream records PrepareStarted first; nothing depends on that entry);
+4. PrepareStarted is recorded, every config group is applied (``applyconfig``), the claim's CDI spec
+   is written atomically when any group has container edits, and PrepareCompleted is recorded with
+   the devices. A failure after PrepareStarted leaves that entry, for unprepare or the stale-claim
+   cleanup to find.
+
+Unprepare (§6.8): nothing to do for an unknown or PrepareAborted claim; otherwise undo the groups
+(the node label goes when no other claim on the node still uses that domain), delete a
+PrepareCompleted entry or turn a PrepareStarted one into a PrepareAborted tombstone, and delete the
+claim's CDI spec.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from imexdra.api.opaque import ComputeDomainChannelConfig
+from imexdra.common.errors import ConfigError, DriverError, PermanentError, RetryableError
+from imexdra.kubeletplugin import checkpointstore as lifecycle
+from imexdra.kubeletplugin.applyconfig import AppliedConfig, ConfigApplier
+from imexdra.kubeletplugin.cdi import ContainerEdits, DriverRoots, base_device_id, claim_device_id, claim_spec
+from imexdra.kubeletplugin.cdifiles import remove_claim_spec, write_claim_spec
+from imexdra.kubeletplugin.checkpoint import (
+    Checkpoint,
+    CheckpointedDevice,
+    ClaimState,
+    DeviceType,
+    PreparedDevice,
+    PreparedDeviceGroup,
+)
+from imexdra.kubeletplugin.checkpointstore import CheckpointStore
+from imexdra.kubeletplugin.configs import ConfigGroup, config_groups, non_admin_devices, opaque_device_configs
+from imexdra.kubeletplugin.driverapi import ClaimGetter, ClaimRef, Device, ResourceClaim
+from imexdra.kubeletplugin.slices import AllocatableDevice
+
+_log = structlog.get_logger(__name__)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class DeviceState:
+    """The prepared claims of the node; every method expects the caller to hold ``pu.lock``."""
+
+    def __init__(
+        self,
+        *,
+        store: CheckpointStore,
+        applier: ConfigApplier,
+        allocatable: Mapping[str, AllocatableDevice],
+        cdi_root: Path,
+        roots: DriverRoots,
+        get_claim: ClaimGetter,
+        on_change: Callable[[Checkpoint], None] = lambda _checkpoint: None,
+        clock: Callable[[], datetime.datetime] = _now,
+    ) -> None:
+        self._store = store
+        self._applier = applier
+        self._allocatable = allocatable
+        self._cdi_root = cdi_root
+        self._roots = roots
+        self._get_claim = get_claim
+        self._on_change = on_change
+        self._clock = clock
+
+    async def prepare(self, claim: ResourceClaim) -> tuple[Device, ...]:
+        """Prepare ``claim`` (idempotent); raise a ``DriverError`` saying whether retrying can help."""
+        ref, status = claim.ref, claim.status
+        if not status.get("allocation"):
+            raise PermanentError(
+                f"no allocation set in ResourceClaim {ref.name} in namespace {ref.namespace}"
+            )
+        checkpoint = await self._store.read()
+        entry = checkpoint.claims.get(ref.uid)
+        if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
+            return tuple(Device.from_record(device.device) for device in entry.all_devices())
+        if (
+            entry is not None
+            and entry.state == ClaimState.PREPARE_ABORTED
+            and lifecycle.same_status(entry, status)
+        ):
+            raise PermanentError(f"stale prepare for claim {ref}: claim prepare was already aborted")
+        groups = config_groups(status, self._allocatable, strict=True)
+        for group in groups:
+            group.config.validate()
+        validate_no_overlap(checkpoint, ref.uid, status)
+        await self._update(
+            lambda cp: lifecycle.mark_prepare_started(
+                cp, ref.uid, status=status, name=ref.name, namespace=ref.namespace
+            )
+        )
+        applied = [await self._applier.apply(group, ref, checkpoint) for group in groups]
+        prepared = tuple(
+            _prepared_group(ref.uid, group, done) for group, done in zip(groups, applied, strict=True)
+        )
+        await self._write_claim_spec(ref.uid, groups, applied)
+        await self._update(
+            lambda cp: lifecycle.mark_prepare_completed(
+                cp, ref.uid, status=status, name=ref.name, namespace=ref.namespace, prepared_devices=prepared
+            )
+        )
+        return tuple(Device.from_record(device.device) for group in prepared for device in group.devices)
+
+    async def unprepare(self, ref: ClaimRef) -> None:
+        """Undo ``ref``'s preparation (unknown claims succeed); raise a ``DriverError`` on failure."""
+        checkpoint = await self._store.read()
+        entry = checkpoint.claims.get(ref.uid)
+        if entry is None:
+            _log.info("Unprepare noop: claim not found in checkpoint data", claim=str(ref))
+            return
+        if entry.state == ClaimState.PREPARE_ABORTED:
+            _log.info("Unprepare noop: claim in PrepareAborted state", claim=str(ref))
+            return
+        if entry.state not in (ClaimState.PREPARE_COMPLETED, ClaimState.PREPARE_STARTED):
+            raise RetryableError(f"unsupported ClaimCheckpointState: {entry.state!r}")
+        status = entry.status if entry.status.get("allocation") else await self._legacy_status(ref)
+        in_use = domains_in_use(checkpoint, exclude=ref.uid)
+        for group in config_groups(status, self._allocatable, strict=False):
+            await self._applier.undo(group, domain_still_used=group.config.domain_id in in_use)
+        if entry.state == ClaimState.PREPARE_COMPLETED:
+            await self._update(lambda cp: lifecycle.delete_claim(cp, ref.uid))
+        else:
+            now = self._clock()
+            await self._update(
+                lambda cp: lifecycle.mark_prepare_aborted(
+                    cp, ref.uid, name=ref.name, namespace=ref.namespace, now=now
+                )
+            )
+            _log.info(f"Marked claim PrepareAborted in checkpoint: {ref}", claim=str(ref))
+        try:
+            await remove_claim_spec(self._cdi_root, ref.uid)
+        except OSError as error:
+            raise RetryableError(f"error deleting CDI spec of claim {ref.uid}: {error}") from error
+
+    async def delete_expired_aborted(self) -> int:
+        """Forget PrepareAborted tombstones older than their TTL; return how many went."""
+        now = self._clock()
+        removed: list[int] = []
+        await self._update(lambda cp: removed.append(lifecycle.delete_expired_aborted(cp, now=now)))
+        return removed[0]
+
+    async def _update(self, mutate: Callable[[Checkpoint], object]) -> None:
+        def apply(checkpoint: Checkpoint) -> Checkpoint:
+            mutate(checkpoint)
+            return checkpoint
+
+        try:
+            self._on_change(await self._store.update(apply))
+        except OSError as error:
+            raise RetryableError(f"error writing checkpoint {self._store.path}: {error}") from error
+
+    async def _write_claim_spec(
+        self, uid: str, groups: Sequence[ConfigGroup], applied: Sequence[AppliedConfig]
+    ) -> None:
+        devices: list[tuple[str, ContainerEdits]] = [
+            (device.name, done.edits)
+            for group, done in zip(groups, applied, strict=True)
+            if not done.edits.is_empty()
+            for device in group.devices
+        ]
+        if not devices:
+            return
+        spec = claim_spec(uid, devices, roots=self._roots)
+        try:
+            await write_claim_spec(self._cdi_root, uid, spec)
+        except OSError as error:
+            raise RetryableError(f"error writing CDI spec of claim {uid}: {error}") from error
+
+    async def _legacy_status(self, ref: ClaimRef) -> Mapping[str, Any]:
+        # Entries converted from old checkpoints carry no status: the API server has to say what
+        # was allocated, and if it cannot, nothing can be undone safely (permanent, §6.8 step 2).
+        try:
+            claim = await self._get_claim(ref.namespace, ref.name)
+        except Exception as error:
+            raise PermanentError(
+                f"error fetching ResourceClaim {ref} for a legacy checkpoint entry: {error}"
+            ) from error
+        status: Mapping[str, Any] = claim.get("status") or {}
+        if not status.get("allocation"):
+            raise PermanentError(f"ResourceClaim {ref} has no allocation (legacy checkpoint entry)")
+        return status
+
+
+def _prepared_group(uid: str, group: ConfigGroup, applied: AppliedConfig) -> PreparedDeviceGroup:
+    has_edits = not applied.edits.is_empty()
+    devices = []
+    for result, device in zip(group.results, group.devices, strict=True):
+        cdi_ids = [] if device.type == DeviceType.CHANNEL else [base_device_id()]
+        if has_edits:
+            cdi_ids.append(claim_device_id(uid, device.name))
+        record = CheckpointedDevice(
+            requests=(result.request,),
+            pool_name=result.pool,
+            device_name=result.device,
+            cdi_device_ids=tuple(cdi_ids),
+        )
+        devices.append(PreparedDevice(type=device.type, id=device.id, device=record))
+    return PreparedDeviceGroup(devices=tuple(devices), config_state=applied.config_state)
+
+
+def validate_no_overlap(checkpoint: Checkpoint, uid: str, status: Mapping[str, Any]) -> None:
+    """Fail (retryably) if another prepared claim holds one of ``status``'s devices (§6.3 step 4).
+
+    Admin-access allocations on either side, other drivers, the same claim and claims that are not
+    PrepareCompleted are ignored.
+    """
+    wanted = non_admin_devices(status)
+    for other_uid, other in checkpoint.claims.items():
+        if other_uid == uid or other.state != ClaimState.PREPARE_COMPLETED:
+            continue
+        for device in sorted(wanted & non_admin_devices(other.status)):
+            raise RetryableError(
+                f"requested device {device} is already allocated to different claim {other_uid}"
+            )
+
+
+def domains_in_use(checkpoint: Checkpoint, *, exclude: str) -> set[str]:
+    """Domains whose channel claims on this node (other than ``exclude``) are prepared or preparing."""
+    used: set[str] = set()
+    for uid, claim in checkpoint.claims.items():
+        if uid == exclude:
+            continue
+        if claim.state == ClaimState.PREPARE_COMPLETED:
+            used.update(
+                group.config_state.compute_domain
+                for group in claim.prepared_devices
+                if group.config_state.type == DeviceType.CHANNEL.value
+            )
+        elif claim.state == ClaimState.PREPARE_STARTED:
+            try:
+                configs = opaque_device_configs(claim.status, strict=False)
+            except (ConfigError, DriverError):
+                continue  # it never got past decoding, so it never labelled the node
+            used.update(
+                c.config.domain_id for c in configs if isinstance(c.config, ComputeDomainChannelConfig)
+            )
+    return used

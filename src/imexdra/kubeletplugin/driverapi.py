@@ -1,0 +1,99 @@
+"""The seam between the gRPC layer and the driver: what the kubelet asks and what the driver answers.
+
+The gRPC servers (``draservice``, ``server``) translate kubelet calls into these plain types and call
+a ``Driver``; they know nothing about IMEX. The driver answers per claim: a result for a claim that
+is done (devices, or an error that stops the kubelet's retry for this call), and no entry at all for
+a claim it gave up on within the call's budget (kubelet-plugin.md §6.1, §15.1).
+
+``ClaimGetter`` is the one Kubernetes API dependency of the gRPC layer (the library's step (1), GET
+each ResourceClaim before preparing); it is injected so the kube client can be wired in later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from imexdra.kubeletplugin.checkpoint import CheckpointedDevice
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """A ResourceClaim's identity as the kubelet sends it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        """Upstream's claim string, ``<namespace>/<name>:<uid>``."""
+        return f"{self.namespace}/{self.name}:{self.uid}" if self.uid else f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaim:
+    """A claim to prepare: its identity and its ``status`` as read from the API server (raw JSON)."""
+
+    ref: ClaimRef
+    status: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One prepared device as reported to the kubelet."""
+
+    requests: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
+
+    @classmethod
+    def from_record(cls, record: CheckpointedDevice) -> Device:
+        """The kubelet-facing view of a checkpointed device record."""
+        return cls(
+            requests=record.requests or (),
+            pool_name=record.pool_name,
+            device_name=record.device_name,
+            cdi_device_ids=record.cdi_device_ids or (),
+            share_id=record.share_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareResult:
+    """A finished prepare of one claim: its devices, or the error that ended it."""
+
+    devices: tuple[Device, ...] = ()
+    error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnprepareResult:
+    """A finished unprepare of one claim; ``error`` is None on success."""
+
+    error: Exception | None = None
+
+
+class Driver(Protocol):
+    """What the kubelet plugin needs from the driver. Calls may run concurrently."""
+
+    async def prepare(self, claims: Sequence[ResourceClaim]) -> Mapping[str, PrepareResult]:
+        """Prepare ``claims``; return results keyed by claim UID (omit claims given up on)."""
+        ...
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
+        """Unprepare ``claims`` (unknown ones succeed); return results keyed by claim UID."""
+        ...
+
+
+class ClaimGetter(Protocol):
+    """Fetch a ResourceClaim object (its JSON as a mapping) from the API server.
+
+    Raise any exception when it cannot be read; its text becomes part of the kubelet-visible error.
+    """
+
+    async def __call__(self, namespace: str, name: str) -> Mapping[str, Any]:
+        """GET ``resourceclaims/<name>`` in ``namespace``."""
+        ...

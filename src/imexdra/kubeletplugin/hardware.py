@@ -1,0 +1,144 @@
+"""The node's hardware as the plugin sees it: NVML, IMEX device nodes, the clique ID, the base CDI spec.
+
+Backends are chosen once, at startup (kubelet-plugin.md §2 step 7, §3):
+
+- NVML: the host library under the container driver root (``libnvidia-ml.so.1``), or, on a simulated
+  node, ``FakeNvml`` reading the node file given by ``--fake-nvml-config``;
+- IMEX device nodes: ``/proc/devices`` and ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt``; with
+  ``ALT_PROC_DEVICES_PATH`` set (upstream's mock mode) that file replaces ``/proc/devices`` and the
+  capability is read under the container driver root instead;
+- ``/dev``: under the container driver root when it has one (the dev root); a simulated node's dev
+  root holds regular files standing in for device nodes.
+
+``CliqueTracker`` owns the node's clique ID: discovered at startup (errors are fatal), refreshed every
+10 minutes, never cleared by a refresh that finds none (§15.11).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from imexdra.api.featuregates import FeatureGates, Gate
+from imexdra.common.errors import PermanentError
+from imexdra.devices.devnodes import nvidia_device_nodes
+from imexdra.devices.driverroot import dev_root, find_nvml_library
+from imexdra.devices.nvml import Nvml, clique_id, driver_version_at_least
+from imexdra.devices.nvml_fake import FakeNvml
+from imexdra.devices.nvml_real import PynvmlNvml
+from imexdra.devices.procfs import FABRIC_IMEX_MGMT_CAPABILITY, PROC_DEVICES, HostImexDevices
+from imexdra.kubeletplugin.cdi import DriverRoots, Spec, base_spec
+
+_log = structlog.get_logger(__name__)
+
+#: Upstream's minimum driver for IMEX daemons addressed by DNS names (gate IMEXDaemonsWithDNSNames).
+MIN_DRIVER_VERSION_DNS_NAMES = "570.158.01"
+CLIQUE_REFRESH_PERIOD = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareSettings:
+    """Where the node's hardware facts come from."""
+
+    container_driver_root: Path
+    host_driver_root: Path
+    #: A simulated node's NVML file; None means the real NVML library.
+    fake_nvml_config: Path | None = None
+    #: ``ALT_PROC_DEVICES_PATH``: upstream's mock mode.
+    alt_proc_devices: Path | None = None
+
+    @property
+    def simulated(self) -> bool:
+        """Whether this node's devices are stand-ins (fake NVML or mock procfs)."""
+        return self.fake_nvml_config is not None or self.alt_proc_devices is not None
+
+    @property
+    def roots(self) -> DriverRoots:
+        """The driver root inside this container and on the host (the CDI root transform)."""
+        return DriverRoots(container=str(self.container_driver_root), host=str(self.host_driver_root))
+
+
+def open_nvml(settings: HardwareSettings) -> Nvml:
+    """The NVML backend: the fake node file, or the library under the container driver root."""
+    if settings.fake_nvml_config is not None:
+        return FakeNvml(settings.fake_nvml_config)
+    return PynvmlNvml(library_path=find_nvml_library(settings.container_driver_root))
+
+
+def open_imex_devices(settings: HardwareSettings) -> HostImexDevices:
+    """IMEX channel and fabric-management device nodes; fails when the channel major is missing."""
+    if settings.alt_proc_devices is not None:
+        capability = settings.container_driver_root / FABRIC_IMEX_MGMT_CAPABILITY.relative_to("/")
+        return HostImexDevices(proc_devices=settings.alt_proc_devices, fabric_mgmt_capability=capability)
+    return HostImexDevices(proc_devices=PROC_DEVICES, fabric_mgmt_capability=FABRIC_IMEX_MGMT_CAPABILITY)
+
+
+def check_driver_version(nvml: Nvml) -> str:
+    """Require the driver version IMEX daemons with DNS names need (startup, driver-managed mode).
+
+    Raises:
+        PermanentError: the driver is older than 570.158.01.
+
+    """
+    _log.info("Starting driver version validation for IMEXDaemonsWithDNSNames feature...")
+    version = nvml.driver_version()
+    if not driver_version_at_least(version, MIN_DRIVER_VERSION_DNS_NAMES):
+        raise PermanentError(
+            f"minimum version not satisfied for IMEXDaemonsWithDNSNames feature: driver {version} "
+            f"< {MIN_DRIVER_VERSION_DNS_NAMES}"
+        )
+    _log.info(f"Driver version validation passed: {version} >= {MIN_DRIVER_VERSION_DNS_NAMES}")
+    return version
+
+
+def build_base_spec(settings: HardwareSettings) -> Spec:
+    """The base CDI spec (device ``all``: every NVIDIA device node under the dev root)."""
+    nodes = nvidia_device_nodes(
+        dev_root(settings.container_driver_root), require_char_device=not settings.simulated
+    )
+    return base_spec(nodes, roots=settings.roots)
+
+
+class CliqueTracker:
+    """The node's clique ID (``<clusterUUID>.<cliqueId>``, or ``""`` without an NVLink fabric)."""
+
+    def __init__(
+        self,
+        nvml: Nvml,
+        gates: FeatureGates,
+        *,
+        on_change: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        self._nvml = nvml
+        self._strict = gates.enabled(Gate.CRASH_ON_NVLINK_FABRIC_ERRORS)
+        self._on_change = on_change
+        self.current = ""
+
+    def discover(self) -> str:
+        """Initial discovery; any error is fatal to startup."""
+        self.current = clique_id(self._nvml.gpus(), strict=self._strict)
+        _log.info("clique ID discovered", clique_id=self.current or "(none: no NVLink fabric)")
+        return self.current
+
+    async def refresh(self) -> None:
+        """Re-read the clique ID; a new non-empty value replaces the old, errors are only logged."""
+        try:
+            found = await asyncio.to_thread(lambda: clique_id(self._nvml.gpus(), strict=self._strict))
+        except Exception as error:
+            _log.warning("clique ID refresh failed", error=str(error))
+            return
+        if found and found != self.current:
+            _log.info("clique ID changed", old=self.current, new=found)
+            self.current = found
+        if self._on_change is not None and self.current:
+            await self._on_change(self.current)
+
+    async def run(self, period: float = CLIQUE_REFRESH_PERIOD) -> None:
+        """Refresh every ``period`` until cancelled."""
+        while True:
+            await asyncio.sleep(period)
+            await self.refresh()

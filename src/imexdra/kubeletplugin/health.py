@@ -1,0 +1,118 @@
+"""The plugin's gRPC health endpoint (``grpc.health.v1.Health/Check``, kubelet-plugin.md §10.1).
+
+Enabled by ``--healthcheck-port >= 0`` (0 picks a free port); Helm's startup and liveness probes call
+it with service ``liveness``. A check does what the kubelet does: ``GetInfo`` on the registration
+socket, then an empty ``NodePrepareResources`` on the DRA socket over **v1beta1**. Both answering
+means ``SERVING``, anything else ``NOT_SERVING``; a service other than ``""``/``liveness`` is gRPC
+``NOT_FOUND``. ``Watch`` is not implemented, as upstream.
+
+The two health messages are encoded by hand (one field each) rather than generating stubs for them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import structlog
+
+from imexdra.kubeletplugin._pb import dra_v1beta1_pb2 as v1beta1
+from imexdra.kubeletplugin._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2 as reg
+from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+from imexdra.kubeletplugin.paths import PluginPaths
+
+_log = structlog.get_logger(__name__)
+
+SERVICE = "grpc.health.v1.Health"
+KNOWN_SERVICES = frozenset({"", "liveness"})
+CHECK_TIMEOUT = 5.0
+
+# grpc.health.v1.HealthCheckResponse.ServingStatus
+SERVING = 1
+NOT_SERVING = 2
+
+
+def decode_check_request(data: bytes) -> str:
+    """The ``service`` (field 1, string) of a serialized ``HealthCheckRequest``."""
+    service = ""
+    position = 0
+    while position < len(data):
+        key, position = _varint(data, position)
+        field, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            _, position = _varint(data, position)
+        elif wire_type == 2:
+            length, position = _varint(data, position)
+            if field == 1:
+                service = data[position : position + length].decode("utf-8")
+            position += length
+        elif wire_type in (1, 5):
+            position += 8 if wire_type == 1 else 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire_type}")
+    return service
+
+
+def encode_check_response(status: int) -> bytes:
+    """A serialized ``HealthCheckResponse`` with ``status`` (field 1, enum)."""
+    return bytes([0x08, status]) if status else b""
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if position >= len(data):
+            raise ValueError("truncated protobuf varint")
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+
+
+async def plugin_answers(paths: PluginPaths, *, rpc_timeout: float = CHECK_TIMEOUT) -> bool:
+    """Whether the registration and DRA sockets answer as the kubelet needs them to."""
+    try:
+        async with grpc.aio.insecure_channel(f"unix://{paths.registration_socket}") as channel:
+            info = await reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest(), timeout=rpc_timeout)  # type: ignore[no-untyped-call]
+        async with grpc.aio.insecure_channel(f"unix://{Path(info.endpoint)}") as channel:
+            stub = v1beta1_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
+            await stub.NodePrepareResources(v1beta1.NodePrepareResourcesRequest(), timeout=rpc_timeout)
+    except grpc.aio.AioRpcError as error:
+        _log.warning("health check failed", code=error.code().name, details=error.details())
+        return False
+    return True
+
+
+class HealthServer:
+    """The health endpoint on ``port`` (all interfaces); ``port`` holds the bound port once started."""
+
+    def __init__(self, paths: PluginPaths, port: int) -> None:
+        self._paths = paths
+        self.port = port
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        """Listen and serve."""
+        server = grpc.aio.server()
+        handler = grpc.unary_unary_rpc_method_handler(
+            self._check, request_deserializer=decode_check_request, response_serializer=encode_check_response
+        )
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Check": handler}),))
+        self.port = server.add_insecure_port(f"[::]:{self.port}")
+        await server.start()
+        self._server = server
+        _log.info("health server listening", port=self.port)
+
+    async def stop(self) -> None:
+        """Stop gracefully (1 s grace)."""
+        if self._server is not None:
+            await self._server.stop(1.0)
+            self._server = None
+
+    async def _check(self, service: str, context: grpc.aio.ServicerContext) -> int:
+        if service not in KNOWN_SERVICES:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
+        return SERVING if await plugin_answers(self._paths) else NOT_SERVING

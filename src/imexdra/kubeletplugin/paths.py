@@ -1,0 +1,58 @@
+"""Where the plugin's files and sockets live on the node (kubelet-plugin.md §0, §12.5).
+
+One place for the on-disk layout so the gRPC servers, checkpoint, lock and daemon directories agree:
+
+- ``<plugins dir>/compute-domain.nvidia.com/`` — plugin data dir: ``dra.sock``, ``checkpoint.json``,
+  ``pu.lock``, ``domains/<ComputeDomain UID>/``;
+- ``<registrar dir>/compute-domain.nvidia.com-reg.sock`` — the kubelet's plugin watcher finds us here.
+
+Both directories must have the same paths inside and outside the plugin container.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from imexdra.api.constants import DRIVER_NAME
+
+DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+DEFAULT_REGISTRAR_DIR = Path("/var/lib/kubelet/plugins_registry")
+
+
+@dataclass(frozen=True, slots=True)
+class PluginPaths:
+    """The plugin's directories and the files and sockets inside them."""
+
+    plugins_dir: Path = DEFAULT_PLUGINS_DIR
+    registrar_dir: Path = DEFAULT_REGISTRAR_DIR
+    driver_name: str = DRIVER_NAME
+
+    @property
+    def plugin_data_dir(self) -> Path:
+        """``<plugins dir>/<driver>``."""
+        return self.plugins_dir / self.driver_name
+
+    @property
+    def dra_socket(self) -> Path:
+        """The DRA gRPC socket the kubelet calls for prepare/unprepare."""
+        return self.plugin_data_dir / "dra.sock"
+
+    @property
+    def registration_socket(self) -> Path:
+        """The registration socket the kubelet's plugin watcher discovers."""
+        return self.registrar_dir / f"{self.driver_name}-reg.sock"
+
+    @property
+    def prepare_lock(self) -> Path:
+        """``pu.lock``: serialises prepare/unprepare of single claims across processes."""
+        return self.plugin_data_dir / "pu.lock"
+
+    @property
+    def domains_dir(self) -> Path:
+        """Parent of the per-ComputeDomain daemon directories (mounted at ``/imexd``)."""
+        return self.plugin_data_dir / "domains"
+
+    def domain_dir(self, domain_uid: str) -> Path:
+        """``domains/<ComputeDomain UID>``."""
+        return self.domains_dir / domain_uid

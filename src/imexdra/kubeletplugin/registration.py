@@ -1,0 +1,71 @@
+"""The kubelet plugin-registration service (``pluginregistration.Registration``, reference §12.1).
+
+The kubelet's plugin watcher sees our socket appear in the registrar directory, calls ``GetInfo``
+and then ``NotifyRegistrationStatus``. ``GetInfo`` answers as the Go kubeletplugin library does:
+type ``DRAPlugin``, the driver name, the absolute DRA socket path, and the *service names* we serve
+(``v1.DRAPlugin`` first, so the kubelet picks v1). A failed registration is answered with an error
+(``failed registration process: ...``) and remembered, so the plugin can report it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+import structlog
+
+from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2 as reg
+from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+
+_log = structlog.get_logger(__name__)
+
+DRA_PLUGIN_TYPE = "DRAPlugin"
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationStatus:
+    """What the kubelet last told us about our registration."""
+
+    registered: bool
+    error: str
+
+
+class RegistrationServicer(reg_grpc.RegistrationServicer):
+    """Answers the kubelet's plugin watcher."""
+
+    def __init__(self, *, driver_name: str, endpoint: str, supported_versions: Sequence[str]) -> None:
+        self._info = reg.PluginInfo(
+            type=DRA_PLUGIN_TYPE,
+            name=driver_name,
+            endpoint=endpoint,
+            supported_versions=list(supported_versions),
+        )
+        self.status: RegistrationStatus | None = None
+        self.registered = asyncio.Event()
+
+    async def GetInfo(  # noqa: N802 - gRPC method name
+        self, request: reg.InfoRequest, context: grpc.aio.ServicerContext
+    ) -> reg.PluginInfo:
+        """Describe the plugin to the kubelet."""
+        _log.debug("GetInfo", endpoint=self._info.endpoint)
+        return self._info
+
+    async def NotifyRegistrationStatus(  # noqa: N802 - gRPC method name
+        self, request: reg.RegistrationStatus, context: grpc.aio.ServicerContext
+    ) -> reg.RegistrationStatusResponse:
+        """Record the kubelet's verdict; a refusal is answered with an error, as upstream does."""
+        self.status = RegistrationStatus(registered=request.plugin_registered, error=request.error)
+        if not request.plugin_registered:
+            self.registered.clear()
+            _log.error("kubelet refused plugin registration", error=request.error)
+            await context.abort(grpc.StatusCode.UNKNOWN, f"failed registration process: {request.error}")
+        self.registered.set()
+        _log.info("registered with the kubelet", driver=self._info.name, endpoint=self._info.endpoint)
+        return reg.RegistrationStatusResponse()
+
+
+def add_registration_service(server: grpc.aio.Server, servicer: RegistrationServicer) -> None:
+    """Register the registration service on ``server``."""
+    reg_grpc.add_RegistrationServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]

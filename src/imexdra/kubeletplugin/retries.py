@@ -1,0 +1,91 @@
+"""Each claim of one gRPC call tried until done, with upstream's budget and backoff (kubelet-plugin.md §6.1).
+
+Per call: a 45 s budget; claims are attempted one at a time (concurrency only comes from concurrent
+calls, serialised per claim by ``pu.lock``); an attempt either finishes the claim — success, or an
+error that retrying cannot fix — or asks for a retry. Retries wait the larger of a per-claim
+exponential backoff (250 ms doubling to 3 s) and a per-call token bucket (5/s, burst 10), upstream's
+prepare/unprepare limiter; other claims' attempts run in the meantime. A claim still unfinished when
+the budget ends is left out of the results, which the kubelet reports as "left out N claims" and
+retries on a later pod sync.
+
+One deliberate difference: upstream delays even the first attempt by ~250 ms (every enqueue is
+rate-limited); here the first attempt runs at once, which is most of a healthy prepare's latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from imexdra.common.ratelimit import ItemBackoff, TokenBucket
+
+T = TypeVar("T")
+
+BUDGET = 45.0
+RETRY_BASE = 0.25
+RETRY_CAP = 3.0
+BUCKET_RATE = 5.0
+BUCKET_BURST = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Generic[T]):
+    """The claim is finished with ``value`` (a result or a final error, the caller decides)."""
+
+    value: T
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Try the claim again later; ``reason`` is logged by the caller."""
+
+    reason: str
+
+
+Attempt = Callable[[], Awaitable[Done[T] | Retry]]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Timings of one call; the defaults are upstream's."""
+
+    budget: float = BUDGET
+    retry_base: float = RETRY_BASE
+    retry_cap: float = RETRY_CAP
+    bucket_rate: float = BUCKET_RATE
+    bucket_burst: int = BUCKET_BURST
+
+
+DEFAULT_POLICY = RetryPolicy()
+
+
+async def run_until_done(
+    attempts: Sequence[tuple[str, Attempt[T]]], policy: RetryPolicy = DEFAULT_POLICY
+) -> dict[str, T]:
+    """Run each keyed attempt until it is ``Done`` or the budget ends; return the finished values."""
+    backoff = ItemBackoff(base=policy.retry_base, cap=policy.retry_cap, jitter=0.0)
+    bucket = TokenBucket(rate=policy.bucket_rate, burst=policy.bucket_burst)
+    loop = asyncio.get_running_loop()
+    order = itertools.count()
+    pending: list[tuple[float, int, str, Attempt[T]]] = [
+        (loop.time(), next(order), key, attempt) for key, attempt in attempts
+    ]
+    finished: dict[str, T] = {}
+    try:
+        async with asyncio.timeout(policy.budget):
+            while pending:
+                ready_at, _, key, attempt = heapq.heappop(pending)
+                await asyncio.sleep(max(0.0, ready_at - loop.time()))
+                outcome = await attempt()
+                if isinstance(outcome, Done):
+                    finished[key] = outcome.value
+                    continue
+                delay = max(backoff.when(key), bucket.reserve())
+                heapq.heappush(pending, (loop.time() + delay, next(order), key, attempt))
+    except TimeoutError:
+        pass  # what is unfinished is left out; the kubelet retries it later
+    return finished

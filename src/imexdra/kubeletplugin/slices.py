@@ -1,0 +1,90 @@
+"""The node's allocatable devices and the device list it publishes in its ResourceSlice.
+
+Allocatable: ``channel-0 .. channel-2047`` and ``daemon-0`` (kubelet-plugin.md §2 step 7.3, §3.2).
+Published (§4): ``channel-0`` and ``daemon-0``; under HostManagedIMEX only ``channel-0`` — the host
+runs nvidia-imex, so no daemon device exists (seed 004 §7). Each device carries exactly two
+attributes in the driver's own domain, written unqualified as upstream does: ``type`` (string
+``channel``/``daemon``) and ``id`` (int), i.e. ``compute-domain.nvidia.com/type`` and ``.../id``.
+
+Pure data: the publisher that talks to the API is built elsewhere. Unlike upstream (Go map order),
+the device order is stable, so a restart never rewrites an unchanged slice.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from imexdra.api.constants import DEVICE_ATTRIBUTE_ID, DEVICE_ATTRIBUTE_TYPE, DRIVER_NAME
+from imexdra.devices.procfs import IMEX_CHANNEL_COUNT
+from imexdra.kubeletplugin.checkpoint import DeviceType
+
+_DEVICE_NAME = re.compile(r"(channel|daemon)-(0|[1-9][0-9]*)")
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatableDevice:
+    """A channel or daemon device this node can prepare."""
+
+    type: DeviceType
+    id: int
+
+    @property
+    def name(self) -> str:
+        """``channel-<id>`` or ``daemon-<id>``."""
+        return f"{self.type.value}-{self.id}"
+
+    def slice_entry(self) -> dict[str, Any]:
+        """The ``spec.devices[]`` entry for this device."""
+        return {
+            "name": self.name,
+            "attributes": {
+                DEVICE_ATTRIBUTE_TYPE: {"string": self.type.value},
+                DEVICE_ATTRIBUTE_ID: {"int": self.id},
+            },
+        }
+
+
+def allocatable_devices(channel_count: int = IMEX_CHANNEL_COUNT) -> dict[str, AllocatableDevice]:
+    """Every device this node can prepare, by name: all channels, then ``daemon-0``."""
+    devices = [AllocatableDevice(DeviceType.CHANNEL, n) for n in range(channel_count)]
+    devices.append(AllocatableDevice(DeviceType.DAEMON, 0))
+    return {device.name: device for device in devices}
+
+
+def parse_device_name(name: str) -> AllocatableDevice | None:
+    """The device a name denotes, or None if it is not a channel/daemon device name."""
+    match = _DEVICE_NAME.fullmatch(name)
+    if match is None:
+        return None
+    return AllocatableDevice(DeviceType(match.group(1)), int(match.group(2)))
+
+
+def published_devices(
+    allocatable: dict[str, AllocatableDevice], *, host_managed: bool
+) -> list[AllocatableDevice]:
+    """The subset advertised to the scheduler: channel 0 only, plus daemons unless host-managed."""
+    chosen = [
+        device
+        for device in allocatable.values()
+        if (device.type == DeviceType.CHANNEL and device.id == 0)
+        or (device.type == DeviceType.DAEMON and not host_managed)
+    ]
+    return sorted(chosen, key=lambda device: (device.type != DeviceType.CHANNEL, device.id))
+
+
+def slice_devices(*, host_managed: bool, channel_count: int = IMEX_CHANNEL_COUNT) -> list[dict[str, Any]]:
+    """The ``spec.devices`` list of the node's ResourceSlice."""
+    devices = published_devices(allocatable_devices(channel_count), host_managed=host_managed)
+    return [device.slice_entry() for device in devices]
+
+
+def resource_slice_spec(node_name: str, *, host_managed: bool, generation: int = 1) -> dict[str, Any]:
+    """A ``resource.k8s.io/v1`` ResourceSlice spec for the node's single pool (named after the node)."""
+    return {
+        "driver": DRIVER_NAME,
+        "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
+        "nodeName": node_name,
+        "devices": slice_devices(host_managed=host_managed),
+    }

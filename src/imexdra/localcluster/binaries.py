@@ -1,0 +1,50 @@
+"""Where the cluster binaries built by tools/k8s/build.sh live, and checking that they are there."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from imexdra.common.errors import ConfigError
+
+KUBE_VERSION = "1.36.4"
+"""Must match tools/k8s/versions.env; a unit test keeps the two in step."""
+
+REQUIRED = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kubectl",
+    "fakecri",
+    "mpi-operator",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Binaries:
+    """Absolute paths of the cluster binaries."""
+
+    bin_dir: Path
+
+    def path(self, name: str) -> Path:
+        """Return the path of binary ``name``."""
+        return self.bin_dir / name
+
+
+def cache_root() -> Path:
+    """Return the cache root (``IMEXDRA_CACHE`` or ``~/.cache/imexdra``), as the build script uses it."""
+    return Path(os.environ.get("IMEXDRA_CACHE", Path.home() / ".cache" / "imexdra"))
+
+
+def locate(bin_dir: Path | None = None) -> Binaries:
+    """Find the built binaries, or explain how to build them."""
+    directory = bin_dir or cache_root() / f"k8s-{KUBE_VERSION}" / "bin"
+    missing = [name for name in REQUIRED if not os.access(directory / name, os.X_OK)]
+    if missing:
+        raise ConfigError(
+            f"cluster binaries missing in {directory}: {', '.join(missing)}; run `make k8s` first"
+        )
+    return Binaries(directory)

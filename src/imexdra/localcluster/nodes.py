@@ -1,0 +1,218 @@
+"""One simulated node: its own fakecri and a real kubelet, with its own root dir and ports."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from imexdra.localcluster.binaries import Binaries
+from imexdra.localcluster.processes import ManagedProcess, Supervisor, free_port, wait_until
+
+GPU_NODE_LABELS = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.product": "NVIDIA-GB200",
+    "nvidia.com/gpu.count": "4",
+}
+"""Labels GPU Feature Discovery puts on a GB200 node (the clique label is added per node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostImage:
+    """A container image that fakecri runs as a host process instead of faking it."""
+
+    entrypoint: tuple[str, ...] = ()
+    path: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    force_env: dict[str, str] = field(default_factory=dict)
+    """Wins over the pod's env; the cluster sets KUBERNETES_SERVICE_HOST/PORT to the real apiserver."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """What a simulated node looks like to the cluster."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    pod_cidr: str = ""
+    """An IPv4 /24 on loopback (e.g. ``127.100.1.0/24``); each pod gets its own address from it."""
+
+
+@dataclass
+class Node:
+    """A running simulated node and where to find its state."""
+
+    spec: NodeSpec
+    directory: Path
+    kubelet_port: int
+    healthz_port: int
+    processes: list[ManagedProcess] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """Node name."""
+        return self.spec.name
+
+    @property
+    def root_dir(self) -> Path:
+        """The kubelet's --root-dir; plays the node's /var/lib/kubelet for host-process pods."""
+        return self.directory / "kubelet"
+
+    @property
+    def registry_dir(self) -> Path:
+        """Where the kubelet watches for plugin registration sockets."""
+        return self.root_dir / "plugins_registry"
+
+    @property
+    def plugins_dir(self) -> Path:
+        """Where DRA plugins put their node-service sockets."""
+        return self.root_dir / "plugins"
+
+    @property
+    def cri_socket(self) -> Path:
+        """The fakecri socket."""
+        return self.directory / "cri.sock"
+
+    @property
+    def cri_record(self) -> Path:
+        """JSON lines of every container call fakecri saw."""
+        return self.directory / "cri-record.jsonl"
+
+    @property
+    def host_dir(self) -> Path:
+        """Per-node stand-ins for host paths (e.g. ``/var/run/cdi``, ``/proc/devices``)."""
+        return self.directory / "host"
+
+    def cri_records(self, event: str | None = None) -> list[dict[str, Any]]:
+        """Parse the fakecri record, optionally only entries of one ``event``."""
+        if not self.cri_record.exists():
+            return []
+        records = [json.loads(line) for line in self.cri_record.read_text().splitlines() if line]
+        return [r for r in records if event is None or r.get("event") == event]
+
+    def kubelet_config(self, node_ip: str) -> dict[str, Any]:
+        """The KubeletConfiguration for this node (cgroup v1, no swap, fake runtime)."""
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "containerRuntimeEndpoint": f"unix://{self.cri_socket}",
+            "cgroupDriver": "cgroupfs",
+            "cgroupsPerQOS": False,
+            "enforceNodeAllocatable": [],
+            "failSwapOn": False,
+            "failCgroupV1": False,
+            "localStorageCapacityIsolation": False,
+            "address": node_ip,
+            "port": self.kubelet_port,
+            "healthzPort": self.healthz_port,
+            "healthzBindAddress": "127.0.0.1",
+            "readOnlyPort": 0,
+            "podLogsDir": str(self.directory / "pod-logs"),
+            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "serializeImagePulls": False,
+            "nodeStatusUpdateFrequency": "5s",
+            "syncFrequency": "10s",
+            "fileCheckFrequency": "5s",
+            "volumeStatsAggPeriod": "0s",
+            "maxPods": 110,
+            "resolvConf": "",
+        }
+
+
+def start_node(
+    node: Node,
+    *,
+    binaries: Binaries,
+    supervisor: Supervisor,
+    kubeconfig: Path,
+    node_ip: str,
+    host_images: dict[str, HostImage],
+    host_path_map: dict[str, Path],
+    cdi_dirs: list[Path],
+    apiserver_port: int,
+) -> None:
+    """Start fakecri and the kubelet of ``node``; readiness is checked by the caller."""
+    node.directory.mkdir(parents=True, exist_ok=True)
+    node.root_dir.mkdir(parents=True, exist_ok=True)
+    node.host_dir.mkdir(parents=True, exist_ok=True)
+    exec_config = node.directory / "fakecri-images.json"
+    exec_config.write_text(
+        json.dumps(
+            {
+                "images": {
+                    image: {
+                        "entrypoint": list(h.entrypoint),
+                        "path": list(h.path),
+                        "env": h.env,
+                        # In-cluster config inside host-process pods: the Service IP is not routable
+                        # here (no kube-proxy), so point it at the apiserver's loopback address.
+                        "forceEnv": {
+                            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                            "KUBERNETES_SERVICE_PORT": str(apiserver_port),
+                            **h.force_env,
+                        },
+                    }
+                    for image, h in host_images.items()
+                }
+            },
+            indent=2,
+        )
+    )
+    path_map = {"/var/lib/kubelet": node.root_dir, **host_path_map}
+    fakecri_argv = [
+        str(binaries.path("fakecri")),
+        f"--listen=unix://{node.cri_socket}",
+        f"--record={node.cri_record}",
+        f"--exec-config={exec_config}",
+        "--host-path-map=" + ",".join(f"{k}={v}" for k, v in path_map.items()),
+        f"--node={node.name}",
+    ]
+    if node.spec.pod_cidr:
+        fakecri_argv.append(f"--pod-cidr={node.spec.pod_cidr}")
+    if cdi_dirs:
+        fakecri_argv.append("--cdi-dirs=" + ",".join(str(d) for d in cdi_dirs))
+    fakecri = supervisor.start(f"{node.name}-fakecri", [*_node_namespace(node), *fakecri_argv])
+    node.processes.append(fakecri)
+    wait_until(f"{node.name} fakecri socket", node.cri_socket.exists, timeout=30, process=fakecri)
+    config_path = node.directory / "kubelet-config.yaml"
+    config_path.write_text(yaml.safe_dump(node.kubelet_config(node_ip), sort_keys=False))
+    labels = ",".join(f"{k}={v}" for k, v in sorted(node.spec.labels.items()))
+    kubelet_argv = [
+        # The kubelet joins fakecri's mount namespace, where /var/lib/kubelet is this node's root.
+        "nsenter",
+        f"--mount=/proc/{fakecri.popen.pid}/ns/mnt",
+        "--",
+        str(binaries.path("kubelet")),
+        f"--config={config_path}",
+        f"--kubeconfig={kubeconfig}",
+        f"--root-dir={node.root_dir}",
+        f"--hostname-override={node.name}",
+        f"--node-ip={node_ip}",
+        "--v=2",
+    ]
+    if labels:
+        kubelet_argv.append(f"--node-labels={labels}")
+    node.processes.append(supervisor.start(f"{node.name}-kubelet", kubelet_argv))
+
+
+def _node_namespace(node: Node) -> list[str]:
+    """Argv prefix that runs a command in a new private mount namespace: the simulated node's host.
+
+    Inside it, ``/var/lib/kubelet`` is the node's own root dir, so paths a DRA plugin reports from
+    inside its pod (``/var/lib/kubelet/plugins/<driver>/dra.sock``) mean the same to this node's kubelet,
+    as on a real node. Mounts the kubelet makes (volume tmpfs) stay in the namespace and vanish with it.
+    """
+    setup = 'mkdir -p /var/lib/kubelet && mount --bind "$0" /var/lib/kubelet && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", setup, str(node.root_dir)]
+
+
+def new_node(spec: NodeSpec, run_dir: Path) -> Node:
+    """Allocate the directory and ports of a node that is not started yet."""
+    return Node(spec=spec, directory=run_dir / spec.name, kubelet_port=free_port(), healthz_port=free_port())

@@ -1,0 +1,130 @@
+"""Starting, watching and stopping the local cluster's processes.
+
+Every child runs in its own session (process group) with its output in ``<logs>/<name>.log``, so
+teardown can kill a child together with everything it started, and a failure can be explained by
+pointing at the right log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imexdra.common.errors import DriverError
+
+
+class ClusterStartError(DriverError):
+    """A cluster process failed to start or to become ready."""
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """Return the last ``lines`` lines of a log file, for error messages."""
+    try:
+        content = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(content[-lines:])
+
+
+@dataclass
+class ManagedProcess:
+    """One child process and its log file."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes]
+
+    def alive(self) -> bool:
+        """Tell whether the process is still running."""
+        return self.popen.poll() is None
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Terminate the whole process group, killing it after ``grace`` seconds."""
+        if self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once (crash simulation)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+
+@dataclass
+class Supervisor:
+    """Starts children with logs in ``log_dir`` and stops all of them, last started first."""
+
+    log_dir: Path
+    processes: list[ManagedProcess] = field(default_factory=list)
+
+    def start(self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None) -> ManagedProcess:
+        """Start ``argv`` in a new session with stdout and stderr going to ``<log_dir>/<name>.log``."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{name}.log"
+        with log_path.open("ab") as log:
+            popen = subprocess.Popen(
+                list(argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
+            )
+        process = ManagedProcess(name, list(argv), log_path, popen)
+        self.processes.append(process)
+        return process
+
+    def stop_all(self) -> None:
+        """Stop every child, newest first, so clients go before the servers they talk to."""
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()
+
+
+def wait_until(
+    what: str,
+    check: Callable[[], bool],
+    *,
+    timeout: float,
+    process: ManagedProcess | None = None,
+    interval: float = 0.2,
+) -> None:
+    """Poll ``check`` until it is true; fail early, with the log's tail, if ``process`` dies."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process is not None and not process.alive():
+            raise ClusterStartError(
+                f"{process.name} exited with {process.popen.returncode} while waiting for {what}; "
+                f"last log lines ({process.log_path}):\n{tail(process.log_path)}"
+            )
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        if time.monotonic() > deadline:
+            hint = f"; see {process.log_path}:\n{tail(process.log_path)}" if process else ""
+            raise ClusterStartError(f"timed out after {timeout:.0f}s waiting for {what}{hint}")
+        time.sleep(interval)

@@ -1,0 +1,48 @@
+"""Fixtures shared by every test tier."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+_FAILED = pytest.StashKey[int]()
+
+
+def failure_count(config: pytest.Config) -> int:
+    """How many test phases failed so far; cluster fixtures keep their logs when it grew."""
+    return config.stash.get(_FAILED, 0)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Count failures for ``failure_count``."""
+    report = yield
+    if getattr(report, "failed", False):
+        item.config.stash[_FAILED] = failure_count(item.config) + 1
+    return report
+
+
+def progress(config: pytest.Config, message: str) -> None:
+    """Print a progress line that pytest does not capture (CI must show what the slow tiers do)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None:
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(f"[imexdra] {message}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under CI=true, fail the run when no test ran or any test was skipped."""
+    if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = [report.nodeid for report in reporter.stats.get("skipped", [])] if reporter else []
+    if skipped:
+        progress(session.config, f"CI forbids skipped tests; skipped: {', '.join(skipped)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif session.testscollected == 0:
+        progress(session.config, "CI: no tests were collected")
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED

@@ -1,0 +1,67 @@
+"""A simulated rack with imexdra installed by its Helm chart, one per IMEX mode, for the e2e tier.
+
+The bring-up is the demo's (``imexdra.cli.rack.bring_up``): real control plane and kubelets, fake
+GB200 hardware per node, the real Kubeflow MPI Operator, and the chart's controller and kubelet
+plugin running as pods (host processes through fakecri).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from imexdra.cli import rack
+from imexdra.localcluster.cluster import LocalCluster
+from tests.conftest import failure_count, progress
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/e2e carries the e2e marker."""
+    for item in items:
+        if "tests/e2e/" in str(item.path):
+            item.add_marker(pytest.mark.e2e)
+
+
+def _rack(config: rack.RackConfig, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    cluster = rack.new_rack_cluster(config)
+    mode = "HostManagedIMEX" if config.host_managed else "driver-managed"
+    progress(pytestconfig, f"bringing up a {config.nodes}-node {mode} rack in {cluster.run_dir} ...")
+    try:
+        rack.bring_up(cluster, config, lambda title: _step(pytestconfig, title))
+    except Exception:
+        cluster.stop()
+        progress(pytestconfig, f"rack failed to come up; logs kept in {cluster.run_dir}/logs")
+        raise
+    failed = failure_count(pytestconfig)
+    yield cluster
+    cluster.stop()
+    if failure_count(pytestconfig) == failed and cluster.run_dir is not None:
+        shutil.rmtree(cluster.run_dir, ignore_errors=True)
+    else:
+        progress(pytestconfig, f"rack logs kept in {cluster.run_dir}/logs")
+
+
+@contextmanager
+def _step(config: pytest.Config, title: str) -> Iterator[None]:
+    """Print one bring-up phase as progress."""
+    progress(config, f"  {title}")
+    yield
+
+
+HOST_MANAGED = rack.RackConfig(nodes=3, host_managed=True, no_fabric_nodes=(2,))
+DRIVER_MANAGED = rack.RackConfig(nodes=2)
+
+
+@pytest.fixture(scope="module")
+def host_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Three nodes under HostManagedIMEX; gb200-02 has no NVLink fabric (empty clique)."""
+    yield from _rack(HOST_MANAGED, pytestconfig)
+
+
+@pytest.fixture(scope="module")
+def driver_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Two nodes in one clique under driver-managed IMEX."""
+    yield from _rack(DRIVER_MANAGED, pytestconfig)

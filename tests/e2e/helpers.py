@@ -1,0 +1,95 @@
+"""Shared steps of the e2e tests: workloads from the seeds and what a user would check."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from imexdra.cli import demo, rack
+from imexdra.localcluster.cluster import LocalCluster
+
+WORKER_SELECTOR = "training.kubeflow.org/job-role=worker"
+
+
+def apply(cluster: LocalCluster, *objects: dict[str, Any]) -> None:
+    """``kubectl apply`` objects as cluster admin."""
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+
+
+def get_json(cluster: LocalCluster, *args: str) -> Any:
+    """``kubectl get ... -o json``, decoded."""
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 180, interval: float = 1.0) -> Any:
+    """Poll ``check`` until it returns something truthy; fail the test naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def pod_events(cluster: LocalCluster, namespace: str, pod: str) -> list[dict[str, Any]]:
+    """Events about one pod, oldest first."""
+    events = get_json(cluster, "events", "-n", namespace, f"--field-selector=involvedObject.name={pod}")
+    return sorted(events["items"], key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+
+
+def channel_pod(name: str, namespace: str, template: str, *, node: str | None = None) -> dict[str, Any]:
+    """A pod that takes an IMEX channel from a ComputeDomain's claim template."""
+    spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "resourceClaims": [{"name": "imex-channel", "resourceClaimTemplateName": template}],
+        "containers": [
+            {"name": "main", "image": demo.SEED_IMAGE, "resources": {"claims": [{"name": "imex-channel"}]}}
+        ],
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def compute_domain(name: str, namespace: str, template: str, **channel: str) -> dict[str, Any]:
+    """A ComputeDomain with the given claim template name and channel settings."""
+    return {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": template}, **channel}},
+    }
+
+
+def injected_channel_devices(cluster: LocalCluster, pod: dict[str, Any]) -> list[str]:
+    """Device node paths the runtime got for the pod's containers, through the CDI specs on its node."""
+    node = cluster.node(pod["spec"]["nodeName"])
+    creates = [r for r in node.cri_records("CreateContainer") if r["pod_uid"] == pod["metadata"]["uid"]]
+    assert creates, f"no container of {pod['metadata']['name']} was created"
+    return demo.device_paths(node.host_dir / rack.CDI_ROOT.lstrip("/"), creates[-1]["cdi_devices"])
+
+
+def run_seed_job(cluster: LocalCluster, workers: int) -> list[dict[str, Any]]:
+    """Submit the seed's ComputeDomain and MPIJob and wait until every worker runs; return the workers."""
+    cluster.create_namespace(demo.WORKLOAD_NAMESPACE)
+    apply(cluster, demo.compute_domain(), demo.mpi_job(workers))
+
+    def running_workers() -> list[dict[str, Any]] | None:
+        pods = get_json(cluster, "pods", "-n", demo.WORKLOAD_NAMESPACE, "-l", WORKER_SELECTOR)["items"]
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        return running if len(running) == workers else None
+
+    result: list[dict[str, Any]] = wait_until(f"{workers} MPI workers Running", running_workers, timeout=240)
+    return result

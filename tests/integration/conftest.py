@@ -1,0 +1,95 @@
+"""The real local control plane, started once per test session for the integration tier.
+
+Nodes ``node-0`` and ``node-1`` run real kubelets on fakecri. Images under ``imexdra.test/`` run as
+host processes; ``/srv/imexdra-test`` in a pod's hostPath is each node's own ``<node>/host/srv``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+
+from imexdra.api.constants import CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
+from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.nodes import GPU_NODE_LABELS, HostImage, NodeSpec
+from tests.conftest import failure_count, progress
+
+HOST_IMAGE = "imexdra.test/host:latest"
+"""An image fakecri runs as a real host process (the container's command is run on the host)."""
+
+HOST_SRV = "/srv/imexdra-test"
+
+CRD_DIR = Path(__file__).parents[2] / "deployments/helm/imexdra/crds"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/integration carries the integration marker."""
+    for item in items:
+        if "tests/integration/" in str(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def cluster(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """A running local cluster with two simulated GB200 nodes in one clique."""
+    specs = [
+        NodeSpec(
+            name=f"node-{i}",
+            labels={**GPU_NODE_LABELS, "nvidia.com/gpu.clique": "test-cluster.0"},
+            pod_cidr=f"127.100.{i + 1}.0/24",
+        )
+        for i in range(2)
+    ]
+    venv_bin = str(Path(sys.executable).parent)
+    local = LocalCluster(
+        nodes_specs=specs,
+        host_images={HOST_IMAGE: HostImage(path=(venv_bin,))},
+        host_path_map={HOST_SRV: "srv"},
+    )
+    progress(pytestconfig, f"starting local control plane + {len(specs)} kubelets in {local.run_dir} ...")
+    try:
+        local.start()
+    except Exception:
+        progress(pytestconfig, f"cluster failed to start; logs kept in {local.run_dir}/logs")
+        raise
+    secs = local.startup_seconds
+    progress(
+        pytestconfig,
+        f"cluster ready in {secs['total']:.1f}s (control plane {secs['control_plane']:.1f}s, "
+        f"nodes {secs['nodes']:.1f}s)",
+    )
+    failed_before = failure_count(pytestconfig)
+    yield local
+    local.stop()
+    # Keep logs only when something failed; a passing run leaves nothing behind.
+    if failure_count(pytestconfig) == failed_before and local.run_dir is not None:
+        shutil.rmtree(local.run_dir, ignore_errors=True)
+    else:
+        progress(pytestconfig, f"cluster logs kept in {local.run_dir}/logs")
+
+
+@pytest.fixture(scope="session")
+def compute_domain_crds(cluster: LocalCluster) -> None:
+    """The ComputeDomain and ComputeDomainClique CRDs installed and Established (once per session)."""
+    cluster.kubectl("apply", "-f", str(CRD_DIR))
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        f"crd/{CRD_COMPUTE_DOMAINS}",
+        f"crd/{CRD_COMPUTE_DOMAIN_CLIQUES}",
+    )
+
+
+@pytest.fixture(scope="session")
+async def kube(cluster: LocalCluster) -> AsyncIterator[AsyncClient]:
+    """A lightkube AsyncClient authenticated as cluster admin."""
+    client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="imexdra-tests")
+    yield client
+    await client.close()

@@ -1,0 +1,326 @@
+"""What the controller's integration tests stand on: the real binary under real RBAC, and readings.
+
+- ``ControllerProcess`` runs the real ``compute-domain-controller`` entry point as a subprocess (so it
+  can be SIGKILLed), authenticated as a ServiceAccount bound to exactly ``imexdra.controller.rbac``'s
+  rules, with its metrics and probes on a local port.
+- Readings: the controller's and the apiserver's metrics, the objects labelled for a domain.
+- ``label_as_daemon`` stands in for a daemon announcing its clique on its own pod; the other
+  stand-ins (kubelet plugin, API-only nodes' kubelets) are in ``controller_standins``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lightkube import AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.types import PatchType
+from prometheus_client.parser import text_string_to_metric_families
+
+from imexdra.api.computedomain import (
+    ComputeDomain,
+    ComputeDomainChannelSpec,
+    ComputeDomainSpec,
+    ResourceClaimTemplateReference,
+)
+from imexdra.api.constants import CLIQUE_LABEL_KEY, AllocationMode
+from imexdra.controller import rbac
+from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.processes import free_port, tail
+
+CONTROLLER_BINARY = Path(sys.executable).parent / "compute-domain-controller"
+FAKE_IMAGE = "imexdra.test/compute-domain-daemon:fake"
+DAEMON_SERVICE_ACCOUNT = "compute-domain-daemon-service-account"
+
+
+def apply_objects(cluster: LocalCluster, *objects: dict[str, Any]) -> None:
+    """``kubectl apply`` as cluster admin."""
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+
+
+# -- the controller under test ----------------------------------------------------------------------
+
+
+def install_controller_identity(
+    cluster: LocalCluster, namespace: str, name: str = "imexdra-controller"
+) -> Path:
+    """A ServiceAccount with only the controller's RBAC rules, and a kubeconfig authenticating as it."""
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    apply_objects(
+        cluster,
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": f"{name}-{namespace}"},
+            "rules": [r.manifest() for r in rbac.CLUSTER_RULES],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{name}-{namespace}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": f"{name}-{namespace}",
+            },
+            "subjects": subject,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace},
+            "rules": [r.manifest() for r in rbac.NAMESPACE_RULES],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": subject,
+        },
+    )
+    token = cluster.kubectl("create", "token", name, "-n", namespace, "--duration=2h").stdout.strip()
+    assert cluster.run_dir is not None
+    path = cluster.run_dir / f"controller-{namespace}.kubeconfig"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {
+                    "server": cluster.apiserver_url,
+                    "certificate-authority": str(cluster.pki.ca.cert),
+                },
+            }
+        ],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": "controller", "context": {"cluster": "local", "user": name}}],
+        "current-context": "controller",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def install_driver_namespace(cluster: LocalCluster, namespace: str) -> None:
+    """The driver namespace with the daemon ServiceAccount (the chart creates both)."""
+    cluster.create_namespace(namespace)
+    apply_objects(
+        cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": DAEMON_SERVICE_ACCOUNT, "namespace": namespace},
+        },
+    )
+
+
+@dataclass
+class ControllerProcess:
+    """The real ``compute-domain-controller`` as a child process."""
+
+    cluster: LocalCluster
+    kubeconfig: Path
+    namespace: str
+    name: str = "controller-0"
+    gates: str = ""
+    extra_args: tuple[str, ...] = ()
+    port: int = field(default_factory=free_port)
+    popen: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def log_path(self) -> Path:
+        assert self.cluster.run_dir is not None
+        return self.cluster.run_dir / "logs" / f"{self.name}.log"
+
+    def argv(self) -> list[str]:
+        return [
+            str(CONTROLLER_BINARY),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--pod-name={self.name}",
+            f"--namespace={self.namespace}",
+            f"--image-name={FAKE_IMAGE}",
+            "--log-verbosity-cd-daemon=2",
+            f"--http-endpoint=127.0.0.1:{self.port}",
+            f"--feature-gates={self.gates}",
+            "--kube-api-qps=100",
+            "--kube-api-burst=200",
+            "--logging-format=json",
+            *self.extra_args,
+        ]
+
+    def start(self) -> ControllerProcess:
+        """Start (or restart) the process, appending to its log."""
+        assert self.popen is None or self.popen.poll() is not None, "already running"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "FEATURE_GATES", "NAMESPACE")}
+        with self.log_path.open("ab") as log:
+            log.write(f"--- start {self.starts} ---\n".encode())
+            self.popen = subprocess.Popen(
+                self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.starts += 1
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no lease release, writes cut off wherever they were."""
+        if self.alive():
+            assert self.popen is not None
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM and wait; return the exit code."""
+        if self.popen is None:
+            return None
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+        return self.popen.returncode
+
+    def _get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:
+                return response.status, response.read().decode()
+        except OSError as error:
+            return getattr(error, "code", 0) or 0, str(error)
+
+    async def wait_ready(self, within: float = 60.0) -> None:
+        """Wait until /readyz says the caches are filled and the workers run."""
+        deadline = asyncio.get_running_loop().time() + within
+        while self._get("/readyz")[0] != 200:
+            if not self.alive():
+                code = self.popen.returncode if self.popen else None
+                raise AssertionError(f"controller exited with {code}:\n{self.log_tail()}")
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"controller not ready after {within}s:\n{self.log_tail()}")
+            await asyncio.sleep(0.2)
+
+    def ready(self) -> bool:
+        return self._get("/readyz")[0] == 200
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample of the controller's /metrics, by (name, sorted labels)."""
+        status, text = self._get("/metrics")
+        assert status == 200, text
+        return parse_metrics(text)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return tail(self.log_path, lines)
+
+    def log_events(self) -> list[dict[str, Any]]:
+        """The JSON log lines written so far."""
+        events = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+        return events
+
+
+def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus text exposition → {(sample name, sorted labels): value}."""
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def metric(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    """Sum of the samples called ``name`` whose labels include ``labels``."""
+    return sum(
+        value
+        for (sample, sample_labels), value in samples.items()
+        if sample == name and all((k, v) in sample_labels for k, v in labels.items())
+    )
+
+
+def apiserver_requests(cluster: LocalCluster) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The apiserver's own ``apiserver_request_total`` samples (read with the admin client)."""
+    text = cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout
+    return {k: v for k, v in parse_metrics(text).items() if k[0] == "apiserver_request_total"}
+
+
+def request_delta(
+    before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    after: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    **labels: str,
+) -> float:
+    """How many requests matching ``labels`` the apiserver served between two readings."""
+    return metric(after, "apiserver_request_total", **labels) - metric(
+        before, "apiserver_request_total", **labels
+    )
+
+
+# -- objects -----------------------------------------------------------------------------------------
+
+
+def compute_domain(
+    name: str, namespace: str, *, num_nodes: int = 0, mode: AllocationMode = AllocationMode.SINGLE
+) -> ComputeDomain:
+    """A ComputeDomain whose workload claim template is ``<name>-channel``."""
+    return ComputeDomain(
+        metadata=ObjectMeta(name=name, namespace=namespace),
+        spec=ComputeDomainSpec(
+            num_nodes=num_nodes,
+            channel=ComputeDomainChannelSpec(
+                resource_claim_template=ResourceClaimTemplateReference(name=f"{name}-channel"),
+                allocation_mode=mode,
+            ),
+        ),
+    )
+
+
+def kubectl_json(cluster: LocalCluster, *args: str) -> Any:
+    """``kubectl get ... -o json`` parsed."""
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def labelled(
+    cluster: LocalCluster, kind: str, uid: str, *, all_namespaces: bool = True
+) -> list[dict[str, Any]]:
+    """Objects of ``kind`` carrying the domain label ``uid``."""
+    scope = ["-A"] if all_namespaces else []
+    items: list[dict[str, Any]] = kubectl_json(
+        cluster, kind, *scope, "-l", f"resource.nvidia.com/computeDomain={uid}"
+    )["items"]
+    return items
+
+
+def leftovers(cluster: LocalCluster, uid: str) -> dict[str, list[str]]:
+    """Everything still carrying the domain's label, by kind (empty lists when nothing leaked)."""
+    kinds = ("resourceclaimtemplates", "daemonsets", "computedomaincliques", "nodes")
+    return {kind: [item["metadata"]["name"] for item in labelled(cluster, kind, uid)] for kind in kinds}
+
+
+async def label_as_daemon(kube: AsyncClient, pod: str, namespace: str, clique_id: str) -> None:
+    """What a daemon does first thing: announce its clique ID on its own pod."""
+    from lightkube.resources.core_v1 import Pod
+
+    await kube.patch(
+        Pod,
+        pod,
+        {"metadata": {"labels": {CLIQUE_LABEL_KEY: clique_id}}},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )

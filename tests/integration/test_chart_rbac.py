@@ -1,0 +1,313 @@
+"""Least privilege on the real API server: the chart's RBAC and admission policies as installed.
+
+The chart's identities are installed for release ``chartrbac`` (leader election, the GPU clique label
+and one additional namespace on, so every conditional grant is present). Then, per component:
+``kubectl auth can-i --as=<ServiceAccount>`` allows each permission of rbac-uses.yaml and denies each
+of its ``denied`` list; tokens from ``imexdra.localcluster.credentials`` authenticate as the chart's
+accounts; and the components' own write paths (the plugin's node label, the daemon's pod label) pass
+the own-node/own-pod admission policies while the same writes to another node or pod are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import ApiError, AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from imexdra.api.constants import CLIQUE_LABEL_KEY, NODE_LABEL_KEY
+from imexdra.common.errors import DriverError
+from imexdra.daemon.podlabel import label_own_pod
+from imexdra.kubeletplugin.domains import NodeLabeler
+from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.credentials import whoami
+from tests.integration.helpers import apply, eventually
+from tests.unit.chart import rbac
+from tests.unit.chart.install import ChartRBAC, install_chart_rbac
+
+RELEASE = "chartrbac"
+NAMESPACE = "chart-rbac"
+OLD_NAMESPACE = "chart-rbac-old"
+VALUES = {
+    "controller": {
+        "replicas": 2,
+        "leaderElection": {"enabled": True},
+        "containers": {"computeDomain": {"env": [{"name": "ADDITIONAL_NAMESPACES", "value": OLD_NAMESPACE}]}},
+    },
+    "kubeletPlugin": {"containers": {"computeDomains": {"gpuCliqueLabelEnabled": True}}},
+}
+CONDITIONS = frozenset({"driverManaged", "cliques", "leaderElection", "gpuCliqueLabel"})
+
+
+@pytest.fixture(scope="module")
+def chart_rbac(cluster: LocalCluster, compute_domain_crds: None) -> Iterator[ChartRBAC]:
+    """The chart's identities installed for this module; removed afterwards."""
+    installed = install_chart_rbac(cluster, release=RELEASE, namespace=NAMESPACE, values=VALUES)
+    yield installed
+    installed.uninstall()
+    for namespace in (NAMESPACE, OLD_NAMESPACE):
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def the_install(installed: ChartRBAC) -> rbac.Install:
+    """The rbac-uses.yaml view of this install."""
+    return rbac.Install(
+        driver_namespace=NAMESPACE,
+        managed_namespaces=(NAMESPACE, OLD_NAMESPACE),
+        base=installed.service_account("controller").removesuffix("-controller"),
+        lease=f"{RELEASE}-imexdra-controller",
+        conditions=CONDITIONS,
+    )
+
+
+def can_i(cluster: LocalCluster, account: str, permission: rbac.Permission) -> bool:
+    """``kubectl auth can-i`` for ServiceAccount ``account`` (``namespace:name``)."""
+    group = f".{permission.group}" if permission.group else ""
+    resource, _, subresource = permission.resource.partition("/")
+    target = f"{resource}{group}" + (f"/{permission.resource_name}" if permission.resource_name else "")
+    if permission.namespace is not None:
+        scope = ["-n", permission.namespace]
+    elif permission.resource in rbac.CLUSTER_SCOPED:
+        scope = []
+    else:
+        scope = ["--all-namespaces"]
+    args = ["auth", "can-i", permission.verb, target, *scope, f"--as=system:serviceaccount:{account}"]
+    if subresource:
+        args.append(f"--subresource={subresource}")
+    result = cluster.kubectl(*args, check=False)
+    answer = result.stdout.strip()
+    assert answer in ("yes", "no"), f"kubectl auth can-i {args}: {result.stdout} {result.stderr}"
+    return answer == "yes"
+
+
+def answers(
+    cluster: LocalCluster, installed: ChartRBAC, component: str, permissions: set[rbac.Permission]
+) -> dict[str, bool]:
+    """can-i for each permission (a few kubectl processes at a time)."""
+    account = installed.service_account(component)
+    namespace = NAMESPACE if component != "daemon" else None
+
+    def ask(permission: rbac.Permission) -> tuple[str, bool]:
+        home = namespace or permission.namespace or NAMESPACE
+        return str(permission), can_i(cluster, f"{home}:{account}", permission)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return dict(pool.map(ask, sorted(permissions, key=str)))
+
+
+@pytest.mark.parametrize("component", rbac.COMPONENTS)
+def test_every_used_permission_is_allowed(
+    cluster: LocalCluster, chart_rbac: ChartRBAC, component: str
+) -> None:
+    """The API server allows the component's account every (verb, resource) its code uses."""
+    expected = rbac.expected(component, the_install(chart_rbac))
+    assert expected
+    refused = [
+        name for name, allowed in answers(cluster, chart_rbac, component, expected).items() if not allowed
+    ]
+    assert refused == []
+
+
+@pytest.mark.parametrize("component", rbac.COMPONENTS)
+def test_unneeded_permissions_are_denied(
+    cluster: LocalCluster, chart_rbac: ChartRBAC, component: str
+) -> None:
+    """The API server denies the component's account secrets, exec and writes its code never makes."""
+    denied = rbac.denied(component, the_install(chart_rbac))
+    assert denied
+    allowed = [name for name, ok in answers(cluster, chart_rbac, component, denied).items() if ok]
+    assert allowed == []
+
+
+def test_policies_type_check_cleanly(cluster: LocalCluster, chart_rbac: ChartRBAC) -> None:
+    """The API server type-checks every CEL expression of the chart's admission policies without warnings."""
+    for policy in (o for o in chart_rbac.objects if o["kind"] == "ValidatingAdmissionPolicy"):
+        status = json.loads(
+            cluster.kubectl(
+                "get", "validatingadmissionpolicy", policy["metadata"]["name"], "-o", "json"
+            ).stdout
+        )["status"]
+        assert status.get("typeChecking", {}).get("expressionWarnings", []) == [], policy["metadata"]["name"]
+
+
+def test_credentials_authenticate_as_the_chart_account(cluster: LocalCluster, chart_rbac: ChartRBAC) -> None:
+    """A helper kubeconfig is the account; a node-bound one also names the node; RBAC applies to it."""
+    account = chart_rbac.service_account("kubeletPlugin")
+    plain = whoami(cluster, chart_rbac.kubeconfig("kubeletPlugin"))
+    assert plain.username == f"system:serviceaccount:{NAMESPACE}:{account}"
+    assert plain.node_name is None
+    bound = whoami(cluster, chart_rbac.kubeconfig("kubeletPlugin", node="node-0"))
+    assert bound.username == plain.username
+    assert bound.node_name == "node-0"
+    kubectl = str(cluster.binaries.path("kubectl")) if cluster.binaries else "kubectl"
+    as_plugin = [kubectl, f"--kubeconfig={chart_rbac.kubeconfig('kubeletPlugin')}"]
+    listed = subprocess.run(
+        [*as_plugin, "get", "computedomains", "-A"], capture_output=True, text=True, check=False
+    )
+    assert listed.returncode == 0, listed.stderr
+    secrets = subprocess.run(
+        [*as_plugin, "get", "secrets", "-n", NAMESPACE], capture_output=True, text=True, check=False
+    )
+    assert secrets.returncode != 0 and "forbidden" in secrets.stderr
+
+
+def slice_manifest(node: str) -> dict[str, Any]:
+    """A ResourceSlice of a driver nobody schedules for, on ``node``."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"chart-rbac-{node}"},
+        "spec": {
+            "driver": "chart-rbac.imexdra.dev",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "probe"}],
+        },
+    }
+
+
+def run_as(
+    cluster: LocalCluster, kubeconfig: Path, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """kubectl with ``kubeconfig`` instead of the admin's."""
+    assert cluster.binaries is not None
+    return subprocess.run(
+        [str(cluster.binaries.path("kubectl")), f"--kubeconfig={kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        check=False,
+        timeout=60,
+    )
+
+
+def test_plugin_writes_only_its_own_nodes_slices(cluster: LocalCluster, chart_rbac: ChartRBAC) -> None:
+    """Bound to node-0 the plugin writes node-0's slice; node-1's, or without a bound token, is refused."""
+    own = chart_rbac.kubeconfig("kubeletPlugin", node="node-0")
+    unbound = chart_rbac.kubeconfig("kubeletPlugin")
+    try:
+        created = run_as(cluster, own, "create", "-f", "-", input=json.dumps(slice_manifest("node-0")))
+        assert created.returncode == 0, created.stderr
+        deleted = run_as(cluster, own, "delete", "resourceslice", "chart-rbac-node-0")
+        assert deleted.returncode == 0, deleted.stderr
+        other = run_as(cluster, own, "create", "-f", "-", input=json.dumps(slice_manifest("node-1")))
+        assert other.returncode != 0
+        assert "may write only ResourceSlices of its own node node-0" in other.stderr
+        anonymous = run_as(cluster, unbound, "create", "-f", "-", input=json.dumps(slice_manifest("node-0")))
+        assert anonymous.returncode != 0
+        assert "pod-bound ServiceAccount token" in anonymous.stderr
+    finally:
+        for node in ("node-0", "node-1"):
+            cluster.kubectl("delete", "resourceslice", f"chart-rbac-{node}", "--ignore-not-found")
+
+
+@pytest.fixture(scope="module")
+def default_rbac(cluster: LocalCluster, compute_domain_crds: None) -> Iterator[ChartRBAC]:
+    """The chart's identities with default values (so only the default grants back the writes below)."""
+    installed = install_chart_rbac(cluster, release=f"{RELEASE}def", namespace=f"{NAMESPACE}-def")
+    yield installed
+    installed.uninstall()
+    cluster.kubectl("delete", "namespace", f"{NAMESPACE}-def", "--wait=false", check=False)
+
+
+@pytest.fixture
+async def plugin_client(default_rbac: ChartRBAC) -> AsyncIterator[AsyncClient]:
+    """An API client with the default install's kubelet-plugin account, its token bound to node-0."""
+    config = KubeConfig.from_file(default_rbac.kubeconfig("kubeletPlugin", node="node-0"))
+    client = AsyncClient(config=config, field_manager="chart-rbac-test")
+    yield client
+    await client.close()
+
+
+def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
+    """A node's labels."""
+    labels: dict[str, str] = json.loads(
+        cluster.kubectl("get", "node", node, "-o", "jsonpath={.metadata.labels}").stdout
+    )
+    return labels
+
+
+async def test_plugin_labels_only_its_own_node(
+    cluster: LocalCluster, default_rbac: ChartRBAC, plugin_client: AsyncClient
+) -> None:
+    """The plugin's NodeLabeler works on node-0 under the chart's RBAC; other labels and nodes are refused."""
+    domain = "00000000-chart-rbac-test"
+    own = NodeLabeler(plugin_client, "node-0")
+    try:
+        await own.add(domain)
+        assert node_labels(cluster, "node-0")[NODE_LABEL_KEY] == domain
+        await own.remove(domain)
+        assert NODE_LABEL_KEY not in node_labels(cluster, "node-0")
+        with pytest.raises(DriverError, match="of its own node node-0"):
+            await NodeLabeler(plugin_client, "node-1").add(domain)
+        assert NODE_LABEL_KEY not in node_labels(cluster, "node-1")
+        node_0 = await plugin_client.get(Node, "node-0")
+        assert node_0.metadata is not None and node_0.metadata.labels is not None
+        node_0.metadata.labels["node-role.kubernetes.io/control-plane"] = ""
+        with pytest.raises(ApiError, match="may change only the labels"):
+            await plugin_client.replace(node_0)
+        assert "node-role.kubernetes.io/control-plane" not in node_labels(cluster, "node-0")
+    finally:
+        for node in ("node-0", "node-1"):
+            cluster.kubectl("label", "node", node, f"{NODE_LABEL_KEY}-", check=False)
+
+
+def daemon_pod(name: str, node: str) -> dict[str, Any]:
+    """A pod running as the daemon account (fakecri fakes its container)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "chart-rbac"}},
+        "spec": {
+            "serviceAccountName": "compute-domain-daemon-service-account",
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+
+
+async def test_daemon_patches_only_its_own_pods_clique_label(
+    cluster: LocalCluster, chart_rbac: ChartRBAC
+) -> None:
+    """label_own_pod succeeds with the daemon's pod-bound token; another pod or another label is refused."""
+    apply(cluster, daemon_pod("daemon-a", "node-0"), daemon_pod("daemon-b", "node-1"))
+    kubeconfig = chart_rbac.kubeconfig("daemon", pod="daemon-a")
+    identity = whoami(cluster, kubeconfig)
+    assert identity.extra["authentication.kubernetes.io/pod-name"] == ("daemon-a",)
+    client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager="chart-rbac-test")
+    try:
+        await label_own_pod(client, name="daemon-a", namespace=NAMESPACE, clique_id="uuid.7")
+
+        escaped = CLIQUE_LABEL_KEY.replace(".", "\\.")
+
+        def label(pod: str) -> str:
+            path = "jsonpath={.metadata.labels." + escaped + "}"
+            return cluster.kubectl("get", "pod", pod, "-n", NAMESPACE, "-o", path).stdout
+
+        assert await eventually("clique label on daemon-a", lambda: label("daemon-a") == "uuid.7")
+        with pytest.raises(DriverError, match="only its own pod"):
+            await label_own_pod(client, name="daemon-b", namespace=NAMESPACE, clique_id="uuid.7")
+        with pytest.raises(ApiError, match="may change only the label"):
+            stolen = {"metadata": {"labels": {"app": "stolen"}}}
+            await client.patch(Pod, "daemon-a", stolen, namespace=NAMESPACE, patch_type=PatchType.MERGE)
+    finally:
+        await client.close()
+        cluster.kubectl(
+            "delete",
+            "pod",
+            "daemon-a",
+            "daemon-b",
+            "-n",
+            NAMESPACE,
+            "--grace-period=0",
+            "--force",
+            check=False,
+        )

@@ -1,0 +1,98 @@
+"""fakecri runs a pod's container as a real host process with the pod's mounts and env."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from imexdra.localcluster.cluster import LocalCluster
+from tests.integration.conftest import HOST_IMAGE, HOST_SRV
+from tests.integration.helpers import apply, eventually
+
+NAMESPACE = "hostproc"
+
+# Asks the apiserver who we are, with nothing but in-cluster config: env, token and CA of the pod.
+WHOAMI = (
+    "-c '"
+    "import json, os, ssl, urllib.request as u; "
+    'sa = "/var/run/secrets/kubernetes.io/serviceaccount/"; '
+    'url = "https://%s:%s/apis/authentication.k8s.io/v1/selfsubjectreviews" % ('
+    'os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]); '
+    'body = json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).encode(); '
+    'headers = {"Authorization": "Bearer " + open(sa + "token").read(), "Content-Type": "application/json"}; '
+    'ctx = ssl.create_default_context(cafile=sa + "ca.crt"); '
+    "review = json.load(u.urlopen(u.Request(url, body, headers), context=ctx)); "
+    'print(review["status"]["userInfo"]["username"])'
+    "'"
+)
+
+
+async def test_container_runs_as_host_process_with_mounts(cluster: LocalCluster) -> None:
+    """The command runs on node-1, sees its hostPath and SA token at the container paths, and restarts."""
+    cluster.create_namespace(NAMESPACE)
+    script = (
+        'echo "$GREETING" > /data/marker; '
+        "cat /var/run/secrets/kubernetes.io/serviceaccount/namespace >> /data/marker; "
+        f"python {WHOAMI} > /data/whoami; "
+        "echo $$$$ > /data/pid; exec sleep 3600"  # Kubernetes turns $$ into $
+    )
+    apply(
+        cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "hostproc", "namespace": NAMESPACE},
+            "spec": {
+                "nodeName": "node-1",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": HOST_IMAGE,
+                        "command": ["/bin/sh", "-c", script],
+                        "env": [{"name": "GREETING", "value": "hello from a pod"}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    }
+                ],
+                "volumes": [
+                    {
+                        "name": "data",
+                        "hostPath": {"path": f"{HOST_SRV}/hostproc", "type": "DirectoryOrCreate"},
+                    }
+                ],
+            },
+        },
+    )
+    node = cluster.node("node-1")
+    marker = node.host_dir / "srv" / "hostproc" / "marker"
+    pid_file = marker.with_name("pid")
+
+    def running() -> bool:
+        status = cluster.kubectl("get", "pod", "hostproc", "-n", NAMESPACE, "-o", "jsonpath={.status.phase}")
+        return status.stdout == "Running" and pid_file.exists() and pid_file.read_text().strip() != ""
+
+    await eventually("host process running", running)
+    assert marker.read_text().splitlines() == ["hello from a pod", NAMESPACE]
+    assert (marker.parent / "whoami").read_text().strip() == f"system:serviceaccount:{NAMESPACE}:default"
+    pid = int(pid_file.read_text())
+    assert Path(f"/proc/{pid}/exe").readlink().name == "sleep"
+    starts = [r for r in node.cri_records("StartContainer") if r["argv"][:2] == ["/bin/sh", "-c"]]
+    assert starts and starts[-1]["pid"] == pid
+
+    # The process dying is seen by the kubelet as a container exit, and it restarts the container.
+    os.kill(pid, signal.SIGKILL)
+
+    def restarted() -> bool:
+        count = cluster.kubectl(
+            "get",
+            "pod",
+            "hostproc",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.status.containerStatuses[0].restartCount}",
+        ).stdout
+        return count not in ("", "0") and int(pid_file.read_text() or 0) != pid
+
+    await eventually("container restarted after its process was killed", restarted, within=90)
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false")

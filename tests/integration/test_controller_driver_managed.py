@@ -1,0 +1,348 @@
+"""The controller in driver-managed mode on the real control plane, with daemon pods on real kubelets.
+
+What is real: the apiserver, the DaemonSet and ResourceClaim controllers of kube-controller-manager,
+the scheduler allocating each daemon pod's claim, and the kubelets of node-0 and node-1 preparing it and
+running the pod on fakecri, whose exec probes (``compute-domain-daemon check``) succeed, so pods become
+Ready through the real probe path. What stands in, and acts only as the real component would:
+``DaemonDevicePlugin`` for the kubelet plugin's daemon device (slice + NodePrepareResources), the test
+labelling nodes ``resource.nvidia.com/computeDomain=<uid>`` for the kubelet plugin, and the test setting
+``resource.nvidia.com/computeDomain.cliqueID`` on each daemon pod for the daemon announcing itself.
+
+Aspects covered: create → finalizer, both templates, the DaemonSet, Ready; daemons join one clique with
+stable indices and the status follows readiness; a daemon replaced on its node keeps its index;
+a non-fabric daemon appears with index -1; a name clash is reported as a Warning Event; objects of
+vanished domains are swept; a deleted template is recreated; delete → everything removed, node labels
+included, and the domain disappears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.localcluster.cluster import LocalCluster
+from tests.integration.controller_harness import (
+    ControllerProcess,
+    apply_objects,
+    compute_domain,
+    install_controller_identity,
+    install_driver_namespace,
+    kubectl_json,
+    label_as_daemon,
+    leftovers,
+)
+from tests.integration.controller_standins import DaemonDevicePlugin, daemon_device_class, daemon_slice
+from tests.integration.helpers import eventually
+
+pytestmark = pytest.mark.integration
+
+SUFFIX = secrets.token_hex(3)
+DRIVER_NS = f"imexdra-drv-{SUFFIX}"
+USER_NS = f"cd-drv-{SUFFIX}"
+NODES = ("node-0", "node-1")
+CLIQUE = "5e1f3a9c-7d2b-4c8e-9f01-23456789abcd.7"
+FINALIZER = "resource.nvidia.com/computeDomain"
+LABEL = "resource.nvidia.com/computeDomain"
+
+
+@pytest.fixture(scope="module")
+async def daemon_devices(cluster: LocalCluster, kube: AsyncClient) -> AsyncIterator[list[DaemonDevicePlugin]]:
+    """The daemon DeviceClass, and daemon-0 published and preparable on both real nodes."""
+    plugins = [
+        DaemonDevicePlugin(node=n.name, registry_dir=n.registry_dir, plugins_dir=n.plugins_dir)
+        for n in map(cluster.node, NODES)
+    ]
+    for plugin in plugins:
+        await plugin.start()
+    await asyncio.wait_for(asyncio.gather(*(p.registered.wait() for p in plugins)), timeout=30)
+    uids = {n: cluster.kubectl("get", "node", n, "-o", "jsonpath={.metadata.uid}").stdout for n in NODES}
+    apply_objects(cluster, daemon_device_class(), *(daemon_slice(n, uids[n]) for n in NODES))
+    yield plugins
+    cluster.kubectl("delete", "resourceslices", *(daemon_slice(n)["metadata"]["name"] for n in NODES))
+    for plugin in plugins:
+        await plugin.stop()
+
+
+@pytest.fixture(scope="module")
+async def controller(
+    cluster: LocalCluster, compute_domain_crds: None, daemon_devices: list[DaemonDevicePlugin]
+) -> AsyncIterator[ControllerProcess]:
+    """A driver-managed controller; at the end every domain of this module is deleted through it."""
+    install_driver_namespace(cluster, DRIVER_NS)
+    cluster.create_namespace(USER_NS)
+    kubeconfig = install_controller_identity(cluster, DRIVER_NS)
+    process = ControllerProcess(cluster, kubeconfig, DRIVER_NS, name=f"controller-drv-{SUFFIX}")
+    process.start()
+    await process.wait_ready()
+    yield process
+    cluster.kubectl("delete", "computedomains", "--all", "-n", USER_NS, "--timeout=90s")
+    process.stop()
+    cluster.kubectl("delete", "namespace", USER_NS, DRIVER_NS, "--wait=false")
+
+
+async def create_domain(kube: AsyncClient, name: str, num_nodes: int = 0) -> str:
+    created = await kube.create(compute_domain(name, USER_NS, num_nodes=num_nodes))
+    assert created.metadata is not None and created.metadata.uid
+    return created.metadata.uid
+
+
+async def get_domain(kube: AsyncClient, name: str) -> ComputeDomain:
+    return await kube.get(ComputeDomain, name, namespace=USER_NS)
+
+
+async def status_of(kube: AsyncClient, name: str) -> str | None:
+    cd = await get_domain(kube, name)
+    return cd.status.status.value if cd.status else None
+
+
+async def has_status(kube: AsyncClient, name: str, expected: str) -> bool:
+    return await status_of(kube, name) == expected
+
+
+async def label_nodes(kube: AsyncClient, uid: str | None, nodes: tuple[str, ...] = NODES) -> None:
+    """What the kubelet plugin does when it prepares a workload's channel claim (None removes it)."""
+    for node in nodes:
+        await kube.patch(Node, node, {"metadata": {"labels": {LABEL: uid}}}, patch_type=PatchType.MERGE)
+
+
+async def ready_daemon_pods(kube: AsyncClient, uid: str, count: int) -> list[Pod]:
+    async def pods() -> list[Pod] | None:
+        found = [
+            p
+            async for p in kube.list(Pod, namespace=DRIVER_NS, labels={LABEL: uid})
+            if p.metadata and p.metadata.deletionTimestamp is None
+        ]
+        ready = [
+            p
+            for p in found
+            if p.status and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or ())
+        ]
+        return ready if len(ready) == count and len(found) == count else None
+
+    result: list[Pod] = await eventually(f"{count} ready daemon pod(s)", pods, within=120, interval=1.0)
+    return result
+
+
+def clique(cluster: LocalCluster, uid: str, clique_id: str = CLIQUE) -> dict[str, Any] | None:
+    items = kubectl_json(cluster, "computedomaincliques", "-n", DRIVER_NS)["items"]
+    found = [c for c in items if c["metadata"]["name"] == f"{uid}.{clique_id}"]
+    return found[0] if found else None
+
+
+def events_of(cluster: LocalCluster, uid: str) -> list[dict[str, Any]]:
+    items = kubectl_json(cluster, "events", "-n", USER_NS)["items"]
+    return [e for e in items if e["involvedObject"].get("uid") == uid]
+
+
+async def delete_and_wait_gone(cluster: LocalCluster, kube: AsyncClient, name: str, uid: str) -> None:
+    await kube.delete(ComputeDomain, name, namespace=USER_NS)
+
+    def gone() -> bool:
+        names = [
+            i["metadata"]["name"] for i in kubectl_json(cluster, "computedomains", "-n", USER_NS)["items"]
+        ]
+        return name not in names
+
+    await eventually(f"{name} gone", gone, within=90, interval=1.0)
+    assert leftovers(cluster, uid) == {
+        "resourceclaimtemplates": [],
+        "daemonsets": [],
+        "computedomaincliques": [],
+        "nodes": [],
+    }
+
+
+async def test_create_makes_finalizer_templates_daemonset_and_ready(
+    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+) -> None:
+    """A numNodes-0 domain gets its finalizer, both templates, its DaemonSet, and is Ready at once."""
+    uid = await create_domain(kube, "solo")
+    await eventually("solo Ready", lambda: has_status(kube, "solo", "Ready"), within=30)
+    cd = await get_domain(kube, "solo")
+    assert cd.metadata is not None and cd.metadata.finalizers == [FINALIZER]
+    assert leftovers(cluster, uid) == {
+        "resourceclaimtemplates": ["solo-channel", f"computedomain-daemon-{uid}"],
+        "daemonsets": [f"computedomain-daemon-{uid}"],
+        "computedomaincliques": [],
+        "nodes": [],
+    }
+    rcts = {
+        i["metadata"]["name"]: i
+        for i in kubectl_json(cluster, "resourceclaimtemplates", "-A", "-l", f"{LABEL}={uid}")["items"]
+    }
+    assert rcts["solo-channel"]["metadata"]["namespace"] == USER_NS
+    assert rcts[f"computedomain-daemon-{uid}"]["metadata"]["namespace"] == DRIVER_NS
+    # Level-triggered: a template someone deletes is let go and created again.
+    cluster.kubectl("delete", "resourceclaimtemplate", "solo-channel", "-n", USER_NS, "--wait=false")
+
+    def recreated() -> bool:
+        item = kubectl_json(cluster, "resourceclaimtemplates", "-n", USER_NS)["items"]
+        fresh = [
+            i
+            for i in item
+            if i["metadata"]["name"] == "solo-channel" and "deletionTimestamp" not in i["metadata"]
+        ]
+        return bool(fresh) and fresh[0]["metadata"]["uid"] != rcts["solo-channel"]["metadata"]["uid"]
+
+    await eventually("workload template recreated", recreated, within=30)
+    await delete_and_wait_gone(cluster, kube, "solo", uid)
+
+
+async def test_daemons_join_one_clique_with_stable_indices(
+    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+) -> None:
+    """Two daemons get indices 0 and 1 and Ready; a replaced one gets its index back; delete cleans up."""
+    uid = await create_domain(kube, "pair", num_nodes=2)
+    await eventually("pair NotReady", lambda: has_status(kube, "pair", "NotReady"), within=30)
+    await label_nodes(kube, uid)
+    pods = await ready_daemon_pods(kube, uid, 2)
+    by_node = {p.spec.nodeName: p for p in pods if p.spec}
+    assert await status_of(kube, "pair") == "NotReady"  # not announced yet: not members
+    for pod in pods:
+        assert pod.metadata is not None and pod.metadata.name
+        await label_as_daemon(kube, pod.metadata.name, DRIVER_NS, CLIQUE)
+
+    def published() -> dict[str, tuple[int, str, str]] | None:
+        found = clique(cluster, uid)
+        if not found or len(found.get("daemons", [])) != 2:
+            return None
+        return {d["nodeName"]: (d["index"], d["ipAddress"], d["status"]) for d in found["daemons"]}
+
+    daemons = await eventually("clique with both daemons", published, within=30)
+    ips = {n: p.status.podIP for n, p in by_node.items() if p.status}
+    index = {node: i for node, (i, _, _) in daemons.items()}  # first to announce gets 0
+    assert sorted(index.values()) == [0, 1]
+    assert daemons == {n: (index[n], ips[n], "Ready") for n in NODES}
+    obj = clique(cluster, uid)
+    assert obj is not None
+    assert obj["metadata"]["labels"] == {LABEL: uid, "resource.nvidia.com/computeDomain.cliqueID": CLIQUE}
+    assert [o["kind"] for o in obj["metadata"]["ownerReferences"]] == ["DaemonSet"]
+    await eventually("pair Ready", lambda: has_status(kube, "pair", "Ready"), within=30)
+    cd = await get_domain(kube, "pair")
+    assert cd.status is not None
+    assert sorted((n.name, n.index, n.clique_id, n.status.value) for n in cd.status.nodes) == [
+        (node, index[node], CLIQUE, "Ready") for node in NODES
+    ]
+    await eventually(
+        "Ready event", lambda: [e for e in events_of(cluster, uid) if e["reason"] == "Ready"], within=30
+    )
+
+    # Replace node-0's daemon: it leaves the clique, node-1 keeps index 1, the new pod gets 0 back.
+    old = by_node["node-0"]
+    assert old.metadata is not None and old.metadata.name
+    await kube.delete(Pod, old.metadata.name, namespace=DRIVER_NS)
+    await eventually(
+        "node-0 left", lambda: published() is None and clique(cluster, uid) is not None, within=60
+    )
+    remaining = clique(cluster, uid)
+    assert remaining is not None
+    assert [(d["nodeName"], d["index"]) for d in remaining["daemons"]] == [("node-1", index["node-1"])]
+    new_pods = await ready_daemon_pods(kube, uid, 2)
+    fresh = next(p for p in new_pods if p.spec and p.spec.nodeName == "node-0")
+    assert fresh.metadata is not None and fresh.metadata.name and fresh.metadata.name != old.metadata.name
+    await label_as_daemon(kube, fresh.metadata.name, DRIVER_NS, CLIQUE)
+    daemons = await eventually("node-0 rejoined", published, within=30)
+    assert {n: i for n, (i, _, _) in daemons.items()} == index  # the freed index is the lowest free one
+    await eventually("pair Ready again", lambda: has_status(kube, "pair", "Ready"), within=30)
+    await delete_and_wait_gone(cluster, kube, "pair", uid)
+
+
+async def test_non_fabric_daemon_is_reported_with_index_minus_one(
+    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+) -> None:
+    """An empty clique ID makes a status node with cliqueID "" and index -1, and no clique object."""
+    uid = await create_domain(kube, "plain", num_nodes=1)
+    await label_nodes(kube, uid, ("node-1",))
+    (pod,) = await ready_daemon_pods(kube, uid, 1)
+    assert pod.metadata is not None and pod.metadata.name and pod.status is not None
+    await label_as_daemon(kube, pod.metadata.name, DRIVER_NS, "")
+    await eventually("plain Ready", lambda: has_status(kube, "plain", "Ready"), within=30)
+    cd = await get_domain(kube, "plain")
+    assert cd.status is not None
+    assert [(n.name, n.ip_address, n.clique_id, n.index) for n in cd.status.nodes] == [
+        ("node-1", pod.status.podIP, "", -1)
+    ]
+    assert leftovers(cluster, uid)["computedomaincliques"] == []
+    await delete_and_wait_gone(cluster, kube, "plain", uid)
+
+
+async def test_claim_template_name_clash_is_reported_then_resolved(
+    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+) -> None:
+    """A foreign template of the requested name gives a Warning Event; once it is gone, ours is created."""
+    apply_objects(
+        cluster,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "clash-channel", "namespace": USER_NS},
+            "spec": {
+                "spec": {"devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "none"}}]}}
+            },
+        },
+    )
+    uid = await create_domain(kube, "clash")
+    warning = await eventually(
+        "conflict event",
+        lambda: [e for e in events_of(cluster, uid) if e["reason"] == "ClaimTemplateConflict"],
+        within=30,
+    )
+    assert warning[0]["type"] == "Warning" and "clash-channel" in warning[0]["message"]
+    cluster.kubectl("delete", "resourceclaimtemplate", "clash-channel", "-n", USER_NS)
+
+    def owned_template() -> bool:
+        items = kubectl_json(cluster, "resourceclaimtemplates", "-n", USER_NS, "-l", f"{LABEL}={uid}")[
+            "items"
+        ]
+        return [i["metadata"]["name"] for i in items] == ["clash-channel"]
+
+    await eventually("domain's own template", owned_template, within=40)
+    await delete_and_wait_gone(cluster, kube, "clash", uid)
+
+
+async def test_objects_of_vanished_domains_are_swept(
+    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+) -> None:
+    """A finalized template, a clique and a node label naming an unknown domain are removed."""
+    ghost = str(uuid.uuid4())
+    apply_objects(
+        cluster,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {
+                "name": "ghost-channel",
+                "namespace": USER_NS,
+                "labels": {LABEL: ghost, "resource.nvidia.com/computeDomainTarget": "Workload"},
+                "finalizers": [FINALIZER],
+            },
+            "spec": {
+                "spec": {"devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "none"}}]}}
+            },
+        },
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomainClique",
+            "metadata": {"name": f"{ghost}.{CLIQUE}", "namespace": DRIVER_NS, "labels": {LABEL: ghost}},
+        },
+    )
+    await label_nodes(kube, ghost, ("node-0",))
+
+    def swept() -> bool:
+        return leftovers(cluster, ghost) == {
+            "resourceclaimtemplates": [],
+            "daemonsets": [],
+            "computedomaincliques": [],
+            "nodes": [],
+        }
+
+    await eventually("stale objects swept", swept, within=60, interval=1.0)

@@ -1,0 +1,144 @@
+"""The controller under HostManagedIMEX on the real control plane (seed 004 §6, test plan §14.1 and §14.2).
+
+The real ``compute-domain-controller`` binary runs as a subprocess with ``HostManagedIMEX=true``,
+authenticated as a ServiceAccount holding only the controller's RBAC. Aspects covered: the resolved
+gate overrides are logged; a ComputeDomain gets the finalizer, only the workload ResourceClaimTemplate
+(allocation mode forced to Single) and ``status.status=Ready`` whatever ``numNodes`` says; no DaemonSet,
+daemon claim template, clique or node label ever appears; deletion removes the template and both
+finalizers, the domain disappears, and its metric is forgotten.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.constants import AllocationMode
+from imexdra.localcluster.cluster import LocalCluster
+from tests.integration.controller_harness import (
+    ControllerProcess,
+    compute_domain,
+    install_controller_identity,
+    install_driver_namespace,
+    kubectl_json,
+    labelled,
+    leftovers,
+    metric,
+)
+from tests.integration.helpers import eventually
+
+pytestmark = pytest.mark.integration
+
+SUFFIX = secrets.token_hex(3)
+DRIVER_NS = f"imexdra-host-{SUFFIX}"
+USER_NS = f"cd-host-{SUFFIX}"
+FINALIZER = "resource.nvidia.com/computeDomain"
+
+
+@pytest.fixture(scope="module")
+async def controller(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIterator[ControllerProcess]:
+    """A host-managed controller; at the end every domain of this module is deleted through it."""
+    install_driver_namespace(cluster, DRIVER_NS)
+    cluster.create_namespace(USER_NS)
+    kubeconfig = install_controller_identity(cluster, DRIVER_NS)
+    process = ControllerProcess(
+        cluster, kubeconfig, DRIVER_NS, name=f"controller-host-{SUFFIX}", gates="HostManagedIMEX=true"
+    )
+    process.start()
+    await process.wait_ready()
+    yield process
+    cluster.kubectl("delete", "computedomains", "--all", "-n", USER_NS, "--timeout=60s")
+    process.stop()
+    cluster.kubectl("delete", "namespace", USER_NS, DRIVER_NS, "--wait=false")
+
+
+async def ready_domain(kube: AsyncClient, name: str, **spec: object) -> ComputeDomain:
+    await kube.create(compute_domain(name, USER_NS, **spec))  # type: ignore[arg-type]
+
+    async def ready() -> ComputeDomain | None:
+        cd = await kube.get(ComputeDomain, name, namespace=USER_NS)
+        return cd if cd.status is not None and cd.status.status == "Ready" else None
+
+    cd: ComputeDomain = await eventually(f"{name} Ready", ready, within=30)
+    return cd
+
+
+def test_resolved_gate_overrides_are_logged(controller: ControllerProcess) -> None:
+    """Startup logs both forced gates and the effective map with HostManagedIMEX on."""
+    events = controller.log_events()
+    forced = {e["gate"]: e["value"] for e in events if e.get("event") == "feature gate forced"}
+    assert forced == {"IMEXDaemonsWithDNSNames": False, "ComputeDomainCliques": False}
+    gates = next(e for e in events if e.get("event") == "feature gates")
+    assert gates["HostManagedIMEX"] is True
+    assert gates["ComputeDomainCliques"] is False
+
+
+async def test_create_makes_only_the_workload_template_and_is_ready(
+    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+) -> None:
+    """Finalizer, workload template with a Single ChannelConfig, Ready despite numNodes; nothing else."""
+    cd = await ready_domain(kube, "train-a", num_nodes=4, mode=AllocationMode.ALL)
+    assert cd.metadata is not None and cd.status is not None
+    uid = cd.metadata.uid
+    assert cd.metadata.finalizers == [FINALIZER]
+    assert cd.status.nodes == []
+    raw = kubectl_json(cluster, "computedomain", "train-a", "-n", USER_NS)
+    assert "nodes" not in raw["status"]
+    rct = await kube.get(ResourceClaimTemplate, "train-a-channel", namespace=USER_NS)
+    assert rct.metadata is not None and rct.spec is not None
+    assert rct.metadata.finalizers == [FINALIZER]
+    assert rct.metadata.labels == {
+        "resource.nvidia.com/computeDomain": uid,
+        "resource.nvidia.com/computeDomainTarget": "Workload",
+    }
+    config = rct.spec.spec.devices.config[0].opaque  # type: ignore[index,union-attr]
+    assert config is not None
+    assert config.parameters == {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomainChannelConfig",
+        "domainID": uid,
+        "allocationMode": "Single",
+    }
+    assert leftovers(cluster, uid) == {
+        "resourceclaimtemplates": ["train-a-channel"],
+        "daemonsets": [],
+        "computedomaincliques": [],
+        "nodes": [],
+    }
+    daemon_sets = kubectl_json(cluster, "daemonsets", "-A")["items"]
+    assert not [d for d in daemon_sets if d["metadata"]["name"].startswith("computedomain-daemon-")]
+
+
+async def test_delete_removes_template_then_domain_and_forgets_metrics(
+    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+) -> None:
+    """Deletion removes the template and both finalizers; the domain goes and its gauge entry with it."""
+    cd = await ready_domain(kube, "train-b")
+    assert cd.metadata is not None
+    uid = cd.metadata.uid
+    assert uid is not None
+    ready_before = metric(controller.metrics(), "nvidia_dra_compute_domain_info", status="Ready")
+    assert ready_before >= 1
+    await kube.delete(ComputeDomain, "train-b", namespace=USER_NS)
+
+    async def gone() -> bool:
+        names = [
+            item["metadata"]["name"]
+            for item in kubectl_json(cluster, "computedomains", "-n", USER_NS)["items"]
+        ]
+        return "train-b" not in names
+
+    await eventually("train-b deleted", gone, within=30)
+    # The domain's finalizer goes last: once the domain is gone, its template is already gone.
+    assert labelled(cluster, "resourceclaimtemplates", uid) == []
+    ready_after = metric(controller.metrics(), "nvidia_dra_compute_domain_info", status="Ready")
+    assert ready_after == ready_before - 1
+    finalized = [
+        e for e in controller.log_events() if e.get("event") == "domain_finalized" and e.get("domain") == uid
+    ]
+    assert len(finalized) == 1

@@ -1,0 +1,220 @@
+"""Restart safety and leader election of the real controller binary on the real control plane.
+
+Aspects covered: SIGKILL at random points while domains are being created, and again while they are
+being deleted, with a restart after each kill: every domain converges (Ready with exactly its objects,
+then gone) and nothing labelled for any of them is left; two replicas elect exactly one leader through
+the Lease, a standby takes over after the leader is SIGKILLed, and a SIGTERMed leader releases the
+Lease. The random delays come from a seeded generator; the seed is in every failure message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.coordination_v1 import Lease
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.localcluster.cluster import LocalCluster
+from tests.conftest import progress
+from tests.integration.controller_harness import (
+    ControllerProcess,
+    compute_domain,
+    install_controller_identity,
+    install_driver_namespace,
+    kubectl_json,
+    leftovers,
+)
+from tests.integration.helpers import eventually
+
+pytestmark = pytest.mark.integration
+
+SUFFIX = secrets.token_hex(3)
+DRIVER_NS = f"imexdra-res-{SUFFIX}"
+USER_NS = f"cd-res-{SUFFIX}"
+DOMAINS = 10
+LEASE = "imexdra-controller-test"
+LABEL = "resource.nvidia.com/computeDomain"
+ELECTION_ARGS = (
+    "--leader-election-enabled",
+    f"--leader-election-lease-lock-namespace={DRIVER_NS}",
+    f"--leader-election-lease-lock-name={LEASE}",
+    "--leader-election-lease-duration=4s",
+    "--leader-election-renew-deadline=3s",
+    "--leader-election-retry-period=1s",
+)
+
+
+@pytest.fixture(scope="module")
+async def identity(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIterator[Path]:
+    """Namespaces and the controller's kubeconfig; every domain left is deleted through a controller."""
+    install_driver_namespace(cluster, DRIVER_NS)
+    cluster.create_namespace(USER_NS)
+    kubeconfig = install_controller_identity(cluster, DRIVER_NS)
+    yield kubeconfig
+    cleaner = ControllerProcess(
+        cluster, kubeconfig, DRIVER_NS, name=f"controller-res-cleanup-{SUFFIX}"
+    ).start()
+    cluster.kubectl("delete", "computedomains", "--all", "-n", USER_NS, "--timeout=90s", check=False)
+    cleaner.stop()
+    cluster.kubectl("delete", "namespace", USER_NS, DRIVER_NS, "--wait=false")
+
+
+def domains(cluster: LocalCluster) -> dict[str, Any]:
+    return {i["metadata"]["name"]: i for i in kubectl_json(cluster, "computedomains", "-n", USER_NS)["items"]}
+
+
+def converged(cluster: LocalCluster, names: list[str]) -> bool:
+    """Every domain Ready with its finalizer and exactly its three objects."""
+    found = domains(cluster)
+    for name in names:
+        item = found.get(name)
+        if item is None or item.get("status", {}).get("status") != "Ready":
+            return False
+        uid = item["metadata"]["uid"]
+        expected = {
+            "resourceclaimtemplates": sorted([f"{name}-channel", f"computedomain-daemon-{uid}"]),
+            "daemonsets": [f"computedomain-daemon-{uid}"],
+            "computedomaincliques": [],
+            "nodes": [],
+        }
+        if {k: sorted(v) for k, v in leftovers(cluster, uid).items()} != expected:
+            return False
+    return True
+
+
+def steps_done(cluster: LocalCluster, uids: dict[str, str]) -> int:
+    """Count the controller's visible steps for domains ``{name: uid}``: per domain, while creating, the
+    finalizer, two templates, the DaemonSet and the status (5); while deleting, each of those objects
+    terminating or gone and the domain gone (4)."""
+    found = domains(cluster)
+    owned = [
+        item
+        for kind in ("resourceclaimtemplates", "daemonsets")
+        for item in kubectl_json(cluster, kind, "-A", "-l", LABEL)["items"]
+        if item["metadata"]["labels"][LABEL] in uids.values()
+    ]
+    deleting = any("deletionTimestamp" in item["metadata"] for item in found.values())
+    if not deleting and len(found) == len(uids):
+        finalizers = sum(bool(item["metadata"].get("finalizers")) for item in found.values())
+        statuses = sum("status" in item for item in found.values())
+        return finalizers + len(owned) + statuses
+    live = sum("deletionTimestamp" not in item["metadata"] for item in owned)
+    return (len(uids) * 3 - live) + (len(uids) - len(found))
+
+
+def synced_count(process: ControllerProcess) -> int:
+    if not process.log_path.exists():
+        return 0
+    return sum(e.get("event") == "caches_synced" for e in process.log_events())
+
+
+def synced_more_than(process: ControllerProcess, count: int) -> bool:
+    return synced_count(process) > count
+
+
+async def kill_mid_work(
+    process: ControllerProcess,
+    cluster: LocalCluster,
+    uids: dict[str, str],
+    total: int,
+    rng: random.Random,
+    seed: int,
+) -> list[int]:
+    """Restart and SIGKILL ``process`` shortly after its caches sync, and leave it running at the end.
+
+    Repeats until one kill froze the work half done (some but not all of ``total`` steps done); returns
+    the progress seen at each kill.
+    """
+    seen: list[int] = []
+    window = 0.5  # adapted to this machine's speed: longer after a kill too early, shorter after one too late
+    while not any(0 < done < total for done in seen):
+        assert len(seen) < 10, f"seed {seed}: no kill landed mid-work: {seen}"
+        synced = synced_count(process)
+        process.start()
+        await eventually("caches synced", functools.partial(synced_more_than, process, synced), interval=0.02)
+        await asyncio.sleep(rng.uniform(0.0, window))
+        process.kill()
+        seen.append(steps_done(cluster, uids))  # the world is frozen while no controller runs
+        window = window * 2 if seen[-1] == 0 else window / 2
+    process.start()
+    return seen
+
+
+async def test_sigkill_during_create_and_delete_converges_without_leaks(
+    cluster: LocalCluster, kube: AsyncClient, identity: Path, pytestconfig: pytest.Config
+) -> None:
+    """Killed mid-create and mid-delete, a restarted controller finishes both and leaks nothing."""
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    names = [f"kill-{i}" for i in range(DOMAINS)]
+    process = ControllerProcess(cluster, identity, DRIVER_NS, name=f"controller-kill-{SUFFIX}")
+    try:
+        created = await asyncio.gather(*(kube.create(compute_domain(n, USER_NS)) for n in names))
+        uids = {n: str(cd.metadata.uid) for n, cd in zip(names, created, strict=True) if cd.metadata}
+        kills = await kill_mid_work(process, cluster, uids, 5 * DOMAINS, rng, seed)
+        progress(pytestconfig, f"seed {seed}: create steps done at each SIGKILL: {kills} of {5 * DOMAINS}")
+        await eventually(f"seed {seed}: all domains converged", lambda: converged(cluster, names), within=90)
+        process.kill()
+        await asyncio.gather(*(kube.delete(ComputeDomain, n, namespace=USER_NS) for n in names))
+        kills = await kill_mid_work(process, cluster, uids, 4 * DOMAINS, rng, seed)
+        progress(pytestconfig, f"seed {seed}: delete steps done at each SIGKILL: {kills} of {4 * DOMAINS}")
+        await eventually(f"seed {seed}: all domains gone", lambda: not domains(cluster), within=90)
+        leaked = {uid: left for uid in uids.values() if any((left := leftovers(cluster, uid)).values())}
+        assert leaked == {}, f"seed {seed}"
+        assert process.alive(), process.log_tail()
+    finally:
+        process.stop()
+
+
+def lease_holder(cluster: LocalCluster) -> str:
+    items = kubectl_json(cluster, "leases", "-n", DRIVER_NS)["items"]
+    found = [i for i in items if i["metadata"]["name"] == LEASE]
+    return str(found[0]["spec"].get("holderIdentity") or "") if found else ""
+
+
+async def test_two_replicas_elect_one_leader_and_fail_over(
+    cluster: LocalCluster, kube: AsyncClient, identity: Path
+) -> None:
+    """One of two replicas leads (and only it reconciles); SIGKILL hands over, SIGTERM releases the Lease."""
+    replicas = [
+        ControllerProcess(
+            cluster, identity, DRIVER_NS, name=f"replica-{i}-{SUFFIX}", extra_args=ELECTION_ARGS
+        )
+        for i in range(2)
+    ]
+    try:
+        for replica in replicas:
+            replica.start()
+        holder = await eventually("a lease holder", lambda: lease_holder(cluster), within=30)
+        leader = next(r for r in replicas if holder.startswith(f"{r.name}-"))
+        standby = next(r for r in replicas if r is not leader)
+        assert len(holder) == len(leader.name) + 37  # "<pod name>-<uuid4>", upstream's identity
+        await leader.wait_ready()
+        await kube.create(compute_domain("led-a", USER_NS))
+        await eventually("led-a Ready", lambda: converged(cluster, ["led-a"]), within=30)
+        assert not standby.ready()
+        assert not [e for e in standby.log_events() if e.get("event") == "caches_synced"]
+
+        leader.kill()
+        new_holder = await eventually(
+            "standby holds the lease", lambda: (h := lease_holder(cluster)) != holder and h, within=30
+        )
+        assert new_holder.startswith(f"{standby.name}-")
+        await standby.wait_ready()
+        await kube.create(compute_domain("led-b", USER_NS))
+        await eventually("led-b Ready", lambda: converged(cluster, ["led-a", "led-b"]), within=30)
+
+        assert standby.stop() == 0
+        lease = await kube.get(Lease, LEASE, namespace=DRIVER_NS)
+        assert lease.spec is not None and not lease.spec.holderIdentity
+    finally:
+        for replica in replicas:
+            replica.stop()

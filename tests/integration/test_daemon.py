@@ -1,0 +1,494 @@
+"""compute-domain-daemon on the real control plane: four daemons form one IMEX domain and heal.
+
+Real: apiserver, DaemonSet controller, scheduler and the kubelets of node-0..node-3, which run every
+daemon pod as a host process (``compute-domain-daemon run`` from this venv, in its own mount namespace,
+with its own loopback pod IP) and run its readiness probe ``compute-domain-daemon check`` for real; the
+controller (the real ``compute-domain-controller`` entry point, with its own RBAC) publishing the
+ComputeDomainClique from the pods; the daemons authenticating as their ServiceAccount, which holds
+only the chart's daemon rules (patch pods, list/watch cliques).
+
+Stand-ins, each doing only what the real part would: the fake ``nvidia-imex``/``nvidia-imex-ctl``
+(the hardware boundary) put on the pods' PATH; the test's DaemonSet instead of the controller-rendered
+one, because the kubelet plugin's CDI injection (``CLIQUE_ID``, ``COMPUTE_DOMAIN_*``, the ``/imexd``
+mount) is written into the pod template directly, and a test node label instead of the plugin's; a
+kubeconfig with the pod's ServiceAccount token file in place of the in-cluster config (the service IP
+10.0.0.1 is not routable here); ``IMEXD_HOSTS_FILE``/``FAKE_IMEX_HOSTS_FILE`` point daemon and fake at
+``/imexd/hosts``, so nothing ever touches the machine's ``/etc/hosts``.
+
+Aspects, in order (the tests share one domain): formation (all daemons Ready, clique, hosts file,
+ComputeDomain Ready); membership churn (a node leaves and comes back: node list and hosts updated, IMEX
+reloaded by SIGUSR1, never restarted); a killed nvidia-imex restarted by its daemon; a force-deleted
+daemon pod replaced and the domain Ready again; a daemon on a node without a fabric (empty clique ID)
+running no IMEX yet Ready and listed with index -1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
+from imexdra.daemon.hostsfile import managed_mappings
+from imexdra.devices.fakeimex.ctl import CtlError, fetch_status
+from imexdra.devices.fakeimex.install import install_fake_imex
+from imexdra.devices.imex import parse_config
+from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
+from tests.integration.conftest import HOST_IMAGE, HOST_SRV
+from tests.integration.controller_harness import (
+    DAEMON_SERVICE_ACCOUNT,
+    ControllerProcess,
+    apply_objects,
+    compute_domain,
+    install_controller_identity,
+    install_driver_namespace,
+    kubectl_json,
+)
+from tests.integration.helpers import eventually
+
+pytestmark = pytest.mark.integration
+
+SUFFIX = secrets.token_hex(3)
+DRIVER_NS = f"imexdra-dmn-{SUFFIX}"
+USER_NS = f"cd-dmn-{SUFFIX}"
+APP = f"imex-daemons-{SUFFIX}"
+NODE_LABEL = f"imexdra.test/imex-daemons-{SUFFIX}"
+CLIQUE = "6b0e2f4a-9c1d-4e7f-8a2b-3c4d5e6f7a8b.3"
+NODES = ("node-0", "node-1", "node-2", "node-3")
+CMD_PORT = 50005
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass
+class Domain:
+    """The ComputeDomain under test and where its daemons keep their files."""
+
+    cluster: LocalCluster
+    uid: str
+    fake_bin: Path
+
+    def imexd(self, node: str) -> Path:
+        return self.cluster.node(node).host_dir / "srv" / f"imexd-{SUFFIX}"
+
+
+async def add_missing_nodes(cluster: LocalCluster) -> None:
+    """Grow the session cluster to four real nodes; the extra ones are tainted so only we use them."""
+    have = {node.name for node in cluster.nodes}
+    specs = [
+        NodeSpec(
+            name=name,
+            labels={**GPU_NODE_LABELS, "nvidia.com/gpu.clique": "test-cluster.0"},
+            pod_cidr=f"127.100.{int(name[-1]) + 1}.0/24",
+        )
+        for name in NODES
+        if name not in have
+    ]
+    if specs:
+        await asyncio.to_thread(cluster.add_nodes, specs)
+        for spec in specs:
+            cluster.kubectl(
+                "taint", "node", spec.name, "imexdra.test/extra-node=true:NoSchedule", "--overwrite"
+            )
+
+
+def daemon_rbac() -> list[dict[str, Any]]:
+    """The chart's daemon Role (cliques gate on) bound to the daemon ServiceAccount."""
+    name = f"imexdra-daemon-{SUFFIX}"
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": DRIVER_NS},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+                {
+                    "apiGroups": ["resource.nvidia.com"],
+                    "resources": ["computedomaincliques"],
+                    "verbs": ["list", "watch"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": DRIVER_NS},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": DAEMON_SERVICE_ACCOUNT, "namespace": DRIVER_NS}],
+        },
+    ]
+
+
+def kubeconfig_map(cluster: LocalCluster) -> dict[str, Any]:
+    """A kubeconfig authenticating with the pod's own ServiceAccount token, as a ConfigMap."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {"server": cluster.apiserver_url, "certificate-authority": f"{SA_DIR}/ca.crt"},
+            }
+        ],
+        "users": [{"name": "daemon", "user": {"tokenFile": f"{SA_DIR}/token"}}],
+        "contexts": [{"name": "daemon", "context": {"cluster": "local", "user": "daemon"}}],
+        "current-context": "daemon",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "daemon-kubeconfig", "namespace": DRIVER_NS},
+        "data": {"kubeconfig": yaml.safe_dump(config)},
+    }
+
+
+def field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def daemon_pod_spec(*, uid: str, cd_name: str, clique: str, imexd: str, fake_bin: Path) -> dict[str, Any]:
+    """A daemon pod's spec, with what the kubelet plugin's CDI would inject written in directly."""
+    env = [
+        {"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": "18"},
+        field_env("NODE_NAME", "spec.nodeName"),
+        field_env("POD_IP", "status.podIP"),
+        field_env("POD_UID", "metadata.uid"),
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
+        {"name": "FEATURE_GATES", "value": ""},
+        {"name": "CLIQUE_ID", "value": clique},
+        {"name": "COMPUTE_DOMAIN_UUID", "value": uid},
+        {"name": "COMPUTE_DOMAIN_NAME", "value": cd_name},
+        {"name": "COMPUTE_DOMAIN_NAMESPACE", "value": USER_NS},
+        {"name": "KUBECONFIG", "value": "/etc/imexdra-daemon/kubeconfig"},
+        {"name": "IMEXD_HOSTS_FILE", "value": "/imexd/hosts"},
+        {"name": "FAKE_IMEX_HOSTS_FILE", "value": "/imexd/hosts"},
+        {"name": "FAKE_IMEX_PROBE_INTERVAL", "value": "1"},
+        {"name": "LOGGING_FORMAT", "value": "json"},
+        {"name": "PATH", "value": f"{fake_bin}:/usr/local/bin:/usr/bin:/bin"},
+    ]
+    container = {
+        "name": "compute-domain-daemon",
+        "image": HOST_IMAGE,
+        "command": ["compute-domain-daemon", "-v", "4", "run"],
+        "env": env,
+        "readinessProbe": {
+            "exec": {"command": ["compute-domain-daemon", "check"]},
+            "periodSeconds": 5,
+            "timeoutSeconds": 10,
+            "failureThreshold": 1,
+        },
+        "volumeMounts": [
+            {"name": "imexd", "mountPath": "/imexd"},
+            {"name": "kubeconfig", "mountPath": "/etc/imexdra-daemon", "readOnly": True},
+        ],
+    }
+    return {
+        "serviceAccountName": DAEMON_SERVICE_ACCOUNT,
+        "tolerations": [{"operator": "Exists"}],
+        "terminationGracePeriodSeconds": 15,
+        "containers": [container],
+        "volumes": [
+            {"name": "imexd", "hostPath": {"path": f"{HOST_SRV}/{imexd}", "type": "DirectoryOrCreate"}},
+            {"name": "kubeconfig", "configMap": {"name": "daemon-kubeconfig"}},
+        ],
+    }
+
+
+def daemon_set(
+    name: str, pod_spec: dict[str, Any], uid: str, node_selector: dict[str, str]
+) -> dict[str, Any]:
+    """Daemon pods of domain ``uid``, owned by this DaemonSet (else the controller's adopts them)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": DRIVER_NS},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, COMPUTE_DOMAIN_LABEL_KEY: uid}},
+                "spec": {**pod_spec, "nodeSelector": node_selector},
+            },
+        },
+    }
+
+
+async def set_node_label(kube: AsyncClient, node: str, on: bool) -> None:
+    """Schedule (or evict) the daemon on ``node``, as the kubelet plugin's node label would."""
+    patch = {"metadata": {"labels": {NODE_LABEL: "true" if on else None}}}
+    await kube.patch(Node, node, patch, patch_type=PatchType.MERGE)
+
+
+@pytest.fixture(scope="module")
+async def domain(
+    cluster: LocalCluster, kube: AsyncClient, compute_domain_crds: None
+) -> AsyncIterator[Domain]:
+    """Four nodes, the controller, a ComputeDomain (numNodes 4) and its daemons scheduled everywhere."""
+    await add_missing_nodes(cluster)
+    install_driver_namespace(cluster, DRIVER_NS)
+    cluster.create_namespace(USER_NS)
+    controller = ControllerProcess(
+        cluster, install_controller_identity(cluster, DRIVER_NS), DRIVER_NS, name=f"controller-dmn-{SUFFIX}"
+    )
+    controller.start()
+    await controller.wait_ready()
+    created = await kube.create(compute_domain("imex", USER_NS, num_nodes=4))
+    assert created.metadata is not None and created.metadata.uid
+    uid = created.metadata.uid
+    assert cluster.run_dir is not None
+    fake_bin = install_fake_imex(cluster.run_dir / f"fake-imex-{SUFFIX}").directory
+    spec = daemon_pod_spec(uid=uid, cd_name="imex", clique=CLIQUE, imexd=f"imexd-{SUFFIX}", fake_bin=fake_bin)
+    daemons = daemon_set(APP, spec, uid, {NODE_LABEL: "true"})
+    apply_objects(cluster, *daemon_rbac(), kubeconfig_map(cluster), daemons)
+    for node in NODES:
+        await set_node_label(kube, node, True)
+    yield Domain(cluster, uid, fake_bin)
+    for node in NODES:
+        await set_node_label(kube, node, False)
+    cluster.kubectl("delete", "daemonset", APP, "-n", DRIVER_NS, "--timeout=60s")
+    cluster.kubectl("delete", "computedomains", "--all", "-n", USER_NS, "--timeout=90s")
+    controller.stop()
+    cluster.kubectl("delete", "namespace", USER_NS, DRIVER_NS, "--wait=false")
+
+
+# -- observing the domain ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Member:
+    """One daemon as the test sees it: its pod and the IMEX process it supervises."""
+
+    pod: str
+    ip: str
+    restarts: int
+    imex_pid: int
+    reloads: int
+
+
+def is_ready(pod: Pod) -> bool:
+    status = pod.status
+    return bool(status and any(c.type == "Ready" and c.status == "True" for c in status.conditions or ()))
+
+
+def imex_status(ip: str) -> dict[str, Any] | None:
+    try:
+        return fetch_status((ip, CMD_PORT))
+    except CtlError:
+        return None
+
+
+async def live_pods(kube: AsyncClient) -> dict[str, Pod]:
+    """The daemon pods that are not terminating, by node."""
+    pods = {}
+    async for pod in kube.list(Pod, namespace=DRIVER_NS, labels={"app": APP}):
+        if pod.metadata and pod.metadata.deletionTimestamp is None and pod.spec and pod.spec.nodeName:
+            pods[pod.spec.nodeName] = pod
+    return pods
+
+
+async def converged(kube: AsyncClient, nodes: tuple[str, ...]) -> dict[str, Member] | None:
+    """Members by node once exactly ``nodes`` have Ready daemons whose IMEX sees all of them connected."""
+    pods = await live_pods(kube)
+    if set(pods) != set(nodes) or not all(is_ready(p) for p in pods.values()):
+        return None
+    members = {}
+    for node, pod in pods.items():
+        assert pod.status is not None and pod.metadata is not None
+        status = imex_status(pod.status.podIP or "")
+        if status is None or status["state"] != "READY":
+            return None
+        resolved = [n for n in status["nodes"] if n["address"]]
+        if sorted(n["address"] for n in resolved) != sorted(p.status.podIP for p in pods.values()):
+            return None
+        restarts = sum(c.restartCount for c in pod.status.containerStatuses or ())
+        members[node] = Member(
+            pod.metadata.name or "", pod.status.podIP or "", restarts, status["pid"], status["reloads"]
+        )
+    return members
+
+
+def clique_entries(domain: Domain) -> dict[str, dict[str, Any]]:
+    """The controller-written clique entries by node name."""
+    items = kubectl_json(domain.cluster, "computedomaincliques", "-n", DRIVER_NS)["items"]
+    for item in items:
+        if item["metadata"]["name"] == f"{domain.uid}.{CLIQUE}":
+            return {entry["nodeName"]: entry for entry in item.get("daemons", [])}
+    return {}
+
+
+def hosts_of(domain: Domain, node: str) -> dict[str, str]:
+    path = domain.imexd(node) / "hosts"
+    return managed_mappings(path.read_text()) if path.exists() else {}
+
+
+def expected_hosts(entries: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {f"compute-domain-daemon-{e['index']:04d}": e["ipAddress"] for e in entries.values()}
+
+
+async def wait_converged(kube: AsyncClient, nodes: tuple[str, ...], what: str) -> dict[str, Member]:
+    result: dict[str, Member] = await eventually(
+        what, lambda: converged(kube, nodes), within=240, interval=2.0
+    )
+    return result
+
+
+def daemon_log(domain: Domain, node: str, pod: str) -> list[dict[str, Any]]:
+    """The daemon's JSON log lines, read from the node's CRI container logs (all restarts)."""
+    pod_logs = domain.cluster.node(node).directory / "pod-logs"
+    events = []
+    for path in sorted(pod_logs.glob(f"{DRIVER_NS}_{pod}_*/compute-domain-daemon/*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            payload = line.split(" ", 3)[-1]  # "<time> <stream> <tag> <text>"
+            try:
+                events.append(json.loads(payload))
+            except ValueError:
+                continue  # IMEX's own lines and non-JSON output
+    return events
+
+
+# -- the tests ---------------------------------------------------------------------------------------
+
+
+async def test_daemons_form_a_ready_domain(domain: Domain, kube: AsyncClient) -> None:
+    """Four daemons become Ready; the clique, the hosts files and the ComputeDomain all agree."""
+    members = await wait_converged(kube, NODES, "four Ready daemons with connected IMEX")
+    entries = await eventually(
+        "clique lists four Ready daemons", lambda: _all_ready_entries(domain, 4), within=60
+    )
+    assert sorted(e["index"] for e in entries.values()) == [0, 1, 2, 3]
+    assert {node: e["ipAddress"] for node, e in entries.items()} == {n: m.ip for n, m in members.items()}
+    pods = await live_pods(kube)
+    assert {
+        p.metadata.labels[CLIQUE_LABEL_KEY] for p in pods.values() if p.metadata and p.metadata.labels
+    } == {CLIQUE}
+    for node in NODES:
+        assert hosts_of(domain, node) == expected_hosts(entries)
+        imexd = domain.imexd(node)
+        assert len((imexd / "nodes.cfg").read_text().splitlines()) == 18
+        assert (
+            parse_config((imexd / "imexd.cfg").read_text())["IMEX_CMD_BIND_INTERFACE_IP"] == members[node].ip
+        )
+    cd = kubectl_json(domain.cluster, "computedomain", "imex", "-n", USER_NS)
+    await eventually("ComputeDomain Ready", lambda: _cd_status(domain) == "Ready", within=60)
+    assert cd["metadata"]["uid"] == domain.uid
+    assert all(m.restarts == 0 for m in members.values())
+
+
+def _cd_status(domain: Domain) -> str:
+    cd = kubectl_json(domain.cluster, "computedomain", "imex", "-n", USER_NS)
+    return str(cd.get("status", {}).get("status", ""))
+
+
+def _all_ready_entries(domain: Domain, count: int) -> dict[str, dict[str, Any]] | None:
+    entries = clique_entries(domain)
+    return (
+        entries if len(entries) == count and all(e["status"] == "Ready" for e in entries.values()) else None
+    )
+
+
+async def test_membership_churn_reloads_without_restart(domain: Domain, kube: AsyncClient) -> None:
+    """A node leaving and rejoining rewrites the hosts files and reloads IMEX by SIGUSR1, same PIDs."""
+    before = await wait_converged(kube, NODES, "domain converged")
+    index_of_leaver = clique_entries(domain)["node-3"]["index"]
+    await set_node_label(kube, "node-3", False)
+    survivors = NODES[:3]
+    shrunk = await wait_converged(kube, survivors, "three daemons after node-3 left")
+    for node in survivors:
+        assert shrunk[node].imex_pid == before[node].imex_pid, f"IMEX on {node} was restarted"
+        assert shrunk[node].reloads > before[node].reloads, f"IMEX on {node} was not reloaded"
+        assert len(hosts_of(domain, node)) == 3
+    await set_node_label(kube, "node-3", True)
+    grown = await wait_converged(kube, NODES, "four daemons after node-3 rejoined")
+    for node in survivors:
+        assert grown[node].imex_pid == before[node].imex_pid, f"IMEX on {node} was restarted"
+        assert grown[node].reloads > shrunk[node].reloads
+        assert grown[node].restarts == 0
+    assert grown["node-3"].pod != before["node-3"].pod
+    assert clique_entries(domain)["node-3"]["index"] == index_of_leaver
+    for node in NODES:
+        assert hosts_of(domain, node) == expected_hosts(clique_entries(domain))
+
+
+async def test_killed_imex_is_restarted_by_its_daemon(domain: Domain, kube: AsyncClient) -> None:
+    """SIGKILLing nvidia-imex makes its daemon start a new one; the pod itself is not restarted."""
+    before = await wait_converged(kube, NODES, "domain converged")
+    victim = before["node-1"]
+    os.kill(victim.imex_pid, signal.SIGKILL)
+    after = await wait_converged(kube, NODES, "domain converged after the IMEX kill")
+    assert after["node-1"].imex_pid != victim.imex_pid
+    assert (after["node-1"].pod, after["node-1"].restarts) == (victim.pod, victim.restarts)
+    events = [e.get("event") for e in daemon_log(domain, "node-1", victim.pod)]
+    assert "imex_exited" in events and events.count("imex_started") >= 2
+
+
+async def test_force_deleted_daemon_pod_recovers(domain: Domain, kube: AsyncClient) -> None:
+    """A daemon pod deleted with no grace is replaced on its node, keeps its index, and all are Ready."""
+    before = await wait_converged(kube, NODES, "domain converged")
+    index = clique_entries(domain)["node-2"]["index"]
+    domain.cluster.kubectl(
+        "delete", "pod", before["node-2"].pod, "-n", DRIVER_NS, "--grace-period=0", "--force"
+    )
+    after = await wait_converged(kube, NODES, "domain converged after the pod was replaced")
+    assert after["node-2"].pod != before["node-2"].pod
+    entries = clique_entries(domain)
+    assert entries["node-2"]["index"] == index
+    assert entries["node-2"]["ipAddress"] == after["node-2"].ip
+    for node in NODES:
+        assert hosts_of(domain, node) == expected_hosts(entries)
+    await eventually("ComputeDomain Ready again", lambda: _cd_status(domain) == "Ready", within=60)
+
+
+async def test_node_without_fabric_joins_without_imex(domain: Domain, kube: AsyncClient) -> None:
+    """An empty CLIQUE_ID: the pod announces "no fabric", runs no IMEX, passes its probe, and is listed."""
+    created = await kube.create(compute_domain("nofabric", USER_NS, num_nodes=1))
+    assert created.metadata is not None and created.metadata.uid
+    uid = created.metadata.uid
+    spec = daemon_pod_spec(
+        uid=uid, cd_name="nofabric", clique="", imexd=f"imexd-nofabric-{SUFFIX}", fake_bin=domain.fake_bin
+    )
+    name = f"nofabric-{SUFFIX}"
+    apply_objects(domain.cluster, daemon_set(name, spec, uid, {"kubernetes.io/hostname": "node-0"}))
+    ready = await eventually(
+        "no-fabric pod Ready and labelled", lambda: _ready_pod(kube, name), within=120, interval=2
+    )
+    assert ready.metadata is not None and ready.metadata.labels is not None
+    assert ready.metadata.labels[CLIQUE_LABEL_KEY] == ""
+    assert ready.status is not None and ready.status.podIP
+    nodes = await eventually("no-fabric node in status", lambda: _status_nodes(domain, "nofabric"), within=60)
+    assert nodes == [
+        {"name": "node-0", "ipAddress": ready.status.podIP, "cliqueID": "", "index": -1, "status": "Ready"}
+    ]
+    assert imex_status(ready.status.podIP) is None
+    assert not (
+        domain.cluster.node("node-0").host_dir / "srv" / f"imexd-nofabric-{SUFFIX}" / "imexd.cfg"
+    ).exists()
+    assert ready.metadata.name is not None
+    events = [e.get("event") for e in daemon_log(domain, "node-0", ready.metadata.name)]
+    assert "no_fabric_noop_mode" in events and "imex_started" not in events
+    domain.cluster.kubectl("delete", "daemonset", name, "-n", DRIVER_NS, "--timeout=60s")
+
+
+async def _ready_pod(kube: AsyncClient, app: str) -> Pod | None:
+    """The pod once Ready and announced (its probe passes before the daemon has labelled it)."""
+    async for pod in kube.list(Pod, namespace=DRIVER_NS, labels={"app": app}):
+        if is_ready(pod) and pod.metadata and CLIQUE_LABEL_KEY in (pod.metadata.labels or {}):
+            return pod
+    return None
+
+
+def _status_nodes(domain: Domain, cd_name: str) -> list[dict[str, Any]] | None:
+    cd = kubectl_json(domain.cluster, "computedomain", cd_name, "-n", USER_NS)
+    nodes: list[dict[str, Any]] = cd.get("status", {}).get("nodes", [])
+    return nodes if nodes and all(n.get("status") == "Ready" for n in nodes) else None

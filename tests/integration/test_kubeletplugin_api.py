@@ -1,0 +1,212 @@
+"""The plugin's API-facing pieces against the real apiserver: node labels, domain cache, readiness, slices.
+
+Run in-process with an admin client (the RBAC the plugin needs is exercised by the process tests).
+The objects touched are node-1's ComputeDomain label, this module's namespace and its own clique, and
+the slices of a Node object without a kubelet, so nothing here disturbs other tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node as NodeResource
+from lightkube.resources.resource_v1 import ResourceSlice
+
+from imexdra.kubeletplugin.applyconfig import DomainInfo
+from imexdra.kubeletplugin.domains import (
+    CliqueReadiness,
+    ComputeDomainCache,
+    LabelConflictError,
+    NodeLabeler,
+)
+from imexdra.kubeletplugin.slicepublisher import SlicePublisher
+from imexdra.kubeletplugin.slices import slice_devices
+from imexdra.localcluster.cluster import LocalCluster
+from tests.integration.helpers import apply, eventually
+from tests.integration.test_kubeletplugin import CLIQUE, DRIVER_NAMESPACE, install_api, node_labels
+
+LABEL = "resource.nvidia.com/computeDomain"
+NODE = "node-1"
+
+
+@pytest.fixture(scope="module")
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    """CRDs installed and a namespace with one ComputeDomain ``train``."""
+    install_api(cluster)
+    name = f"kp-api-{uuid.uuid4().hex[:6]}"
+    cluster.create_namespace(name)
+    apply(
+        cluster,
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomain",
+            "metadata": {"name": "train", "namespace": name},
+            "spec": {"channel": {"resourceClaimTemplate": {"name": "train-channel"}}},
+        },
+    )
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture
+async def labeler(kube: AsyncClient) -> AsyncIterator[NodeLabeler]:
+    """A NodeLabeler for node-1; the label is removed afterwards."""
+    yield NodeLabeler(kube, NODE)
+    await kube.patch(NodeResource, NODE, {"metadata": {"labels": {LABEL: None}}})
+
+
+def domain_uid(cluster: LocalCluster, namespace: str) -> str:
+    return cluster.kubectl(
+        "get", "computedomain", "train", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
+    ).stdout
+
+
+async def test_label_add_remove_and_conflict(cluster: LocalCluster, labeler: NodeLabeler) -> None:
+    """Add sets the label, a second domain conflicts, remove only removes its own value."""
+    await labeler.add("domain-a")
+    assert node_labels(cluster, NODE)[LABEL] == "domain-a"
+    await labeler.add("domain-a")
+    with pytest.raises(LabelConflictError, match="label already exists for a different ComputeDomain"):
+        await labeler.add("domain-b")
+    await labeler.remove("domain-b")
+    assert node_labels(cluster, NODE)[LABEL] == "domain-a"
+    await labeler.remove("domain-a")
+    assert LABEL not in node_labels(cluster, NODE)
+
+
+async def test_back_to_back_changes(cluster: LocalCluster, labeler: NodeLabeler) -> None:
+    """add/remove/add in quick succession (each from the previous write's copy) ends labelled."""
+    for _ in range(5):
+        await labeler.add("domain-a")
+        await labeler.remove("domain-a")
+    await labeler.add("domain-a")
+    assert node_labels(cluster, NODE)[LABEL] == "domain-a"
+
+
+async def test_foreign_change_is_resolved_through_a_conflict(
+    cluster: LocalCluster, labeler: NodeLabeler
+) -> None:
+    """A node changed by someone else: the stale update gets 409 and is redone from a GET."""
+    await labeler.add("domain-a")
+    cluster.kubectl("label", "node", NODE, f"{LABEL}-", "imexdra-test/touched=yes", "--overwrite")
+    await labeler.remove("domain-a")  # tried on the stale copy (409), then found already removed
+    await labeler.add("domain-a")
+    labels = node_labels(cluster, NODE)
+    assert labels[LABEL] == "domain-a"
+    assert labels["imexdra-test/touched"] == "yes"  # a full Update never loses others' changes
+    cluster.kubectl("label", "node", NODE, "imexdra-test/touched-")
+
+
+async def test_domain_cache_and_readiness(cluster: LocalCluster, kube: AsyncClient, namespace: str) -> None:
+    """Lookups by UID across namespaces; readiness from the clique entry, or from the domain status."""
+    cache = ComputeDomainCache(kube)
+    watch = asyncio.create_task(cache.run())
+    try:
+        uid = domain_uid(cluster, namespace)
+        assert await cache.get(uid) == DomainInfo(uid, "train", namespace)
+        assert await cache.get(str(uuid.uuid4())) is None
+        readiness = CliqueReadiness(
+            kube, cache, node_name=NODE, namespace=DRIVER_NAMESPACE, cliques_enabled=True
+        )
+        domain = DomainInfo(uid, "train", namespace)
+        assert not await readiness.node_ready(domain, CLIQUE)
+        clique: dict[str, Any] = {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomainClique",
+            "metadata": {"name": f"{uid}.{CLIQUE}", "namespace": DRIVER_NAMESPACE},
+            "daemons": [
+                {
+                    "nodeName": NODE,
+                    "ipAddress": "127.0.0.9",
+                    "cliqueID": CLIQUE,
+                    "index": 0,
+                    "status": "NotReady",
+                }
+            ],
+        }
+        apply(cluster, clique)
+        assert not await readiness.node_ready(domain, CLIQUE)
+        clique["daemons"][0]["status"] = "Ready"
+        apply(cluster, clique)
+        assert await readiness.node_ready(domain, CLIQUE)
+        assert not await readiness.node_ready(domain, "")  # no clique: only the status can say Ready
+        status = {
+            "status": {"status": "Ready", "nodes": [{**clique["daemons"][0], "name": NODE, "cliqueID": ""}]}
+        }
+        del status["status"]["nodes"][0]["nodeName"]
+        cluster.kubectl(
+            "patch",
+            "computedomain",
+            "train",
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(status),
+        )
+        await eventually("status in cache", lambda: readiness.node_ready(domain, ""), within=10)
+        assert cache.uids() is not None and uid in cache.uids()  # type: ignore[operator]
+    finally:
+        watch.cancel()
+
+
+async def test_slice_publisher_converges(kube: AsyncClient) -> None:
+    """Create once; recreate after deletion; fix a changed slice in place; delete extra slices."""
+    pool = f"ghost-{uuid.uuid4().hex[:6]}"  # a Node object no kubelet owns (nor wipes slices of)
+    ghost = await kube.create(NodeResource.from_dict({"metadata": {"name": pool}}))  # type: ignore[call-overload]
+    owner_uid = ghost.metadata.uid
+
+    async def node_uid() -> str:
+        return str(owner_uid)
+
+    publisher = SlicePublisher(
+        kube, node_name=pool, devices=slice_devices(host_managed=False), node_uid=node_uid, settle_delay=0.1
+    )
+    task = asyncio.create_task(publisher.run())
+
+    async def slices() -> list[ResourceSlice]:
+        return [s async for s in kube.list(ResourceSlice, fields={"spec.nodeName": pool})]
+
+    try:
+        [first] = await eventually("slice created", slices, within=30)
+        assert first.metadata is not None and first.metadata.name is not None
+        assert first.metadata.name.startswith(f"00000-compute-domain.nvidia.com-{pool}-")
+        assert first.metadata.ownerReferences is not None
+        assert first.metadata.ownerReferences[0].uid == owner_uid
+
+        await kube.delete(ResourceSlice, first.metadata.name)
+        [second] = await eventually(
+            "slice recreated", lambda: _other_than(slices, first.metadata.name), within=30
+        )
+        assert second.spec is not None and second.spec.pool.generation == 1  # nothing left to outrank
+
+        body = second.to_dict()
+        body["spec"]["devices"] = body["spec"]["devices"][:1]
+        await kube.replace(ResourceSlice.from_dict(body))  # type: ignore[call-overload]
+        extra = ResourceSlice.from_dict({**body, "metadata": {"name": f"00001-extra-{pool}"}})
+        await kube.create(extra)  # type: ignore[call-overload]
+
+        async def repaired() -> bool:
+            current = await slices()
+            return (
+                len(current) == 1 and current[0].spec is not None and len(current[0].spec.devices or []) == 2
+            )
+
+        await eventually("slice repaired, extra deleted", repaired, within=30)
+        [final] = await slices()
+        assert final.metadata is not None and final.metadata.name == second.metadata.name  # type: ignore[union-attr]
+    finally:
+        task.cancel()
+        await kube.delete(NodeResource, pool)  # the garbage collector takes the slices with it
+
+
+async def _other_than(slices: Any, name: str | None) -> list[ResourceSlice]:
+    current: list[ResourceSlice] = await slices()
+    return [s for s in current if s.metadata is not None and s.metadata.name != name]

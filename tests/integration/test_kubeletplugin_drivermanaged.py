@@ -1,0 +1,322 @@
+"""Driver-managed mode end to end on node-0's real kubelet: prepare, readiness wait, unprepare, SIGKILL.
+
+The controller is not part of this test: the test stands in for it by creating the workload
+ResourceClaimTemplate (as the controller renders it) and by writing the ComputeDomainClique
+``<CD UID>.<clique ID>`` that marks node-0's IMEX daemon Ready — in this project's single-writer design
+only the controller writes cliques, and the plugin only reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from imexdra.kubeletplugin.checkpoint import ClaimState
+from imexdra.localcluster.cluster import LocalCluster
+from tests.integration.helpers import apply, eventually
+from tests.integration.test_kubeletplugin import (
+    CHANNEL_CLASS,
+    CLIQUE,
+    DAEMON_CLASS,
+    DRIVER,
+    DRIVER_NAMESPACE,
+    PluginProcess,
+    SimulatedNode,
+    install_api,
+    node_labels,
+    node_slices,
+    plugin_kubeconfig,
+)
+
+NODE = "node-0"
+LABEL = "resource.nvidia.com/computeDomain"
+
+
+@pytest.fixture(scope="module")
+def plugin(cluster: LocalCluster) -> Iterator[PluginProcess]:
+    """A driver-managed plugin on node-0 (which has an NVLink clique)."""
+    install_api(cluster)
+    node = cluster.node(NODE)
+    process = PluginProcess(SimulatedNode(node, CLIQUE), plugin_kubeconfig(cluster, node))
+    process.start()
+    yield process
+    if process.process is not None:
+        process.stop()
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    """A fresh namespace per test."""
+    name = f"kp-dm-{uuid.uuid4().hex[:6]}"
+    cluster.create_namespace(name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def create_domain(cluster: LocalCluster, namespace: str, mode: str = "Single") -> str:
+    """A ComputeDomain and (standing in for the controller) its workload claim template; its UID."""
+    apply(
+        cluster,
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomain",
+            "metadata": {"name": "train", "namespace": namespace},
+            "spec": {
+                "numNodes": 0,
+                "channel": {"resourceClaimTemplate": {"name": "train-channel"}, "allocationMode": mode},
+            },
+        },
+    )
+    uid = cluster.kubectl(
+        "get", "computedomain", "train", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
+    ).stdout
+    apply(cluster, channel_template(namespace, "train-channel", uid, mode))
+    return uid
+
+
+def channel_template(namespace: str, name: str, domain_uid: str, mode: str) -> dict[str, Any]:
+    """The workload ResourceClaimTemplate as the controller renders it."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "channel", "exactly": {"deviceClassName": CHANNEL_CLASS}}],
+                    "config": [
+                        {
+                            "requests": ["channel"],
+                            "opaque": {
+                                "driver": DRIVER,
+                                "parameters": {
+                                    "apiVersion": "resource.nvidia.com/v1beta1",
+                                    "kind": "ComputeDomainChannelConfig",
+                                    "domainID": domain_uid,
+                                    "allocationMode": mode,
+                                },
+                            },
+                        }
+                    ],
+                }
+            }
+        },
+    }
+
+
+def workload_pod(namespace: str, name: str, template: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 1,
+            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"claims": [{"name": "channel"}]},
+                }
+            ],
+        },
+    }
+
+
+def mark_daemon_ready(cluster: LocalCluster, domain_uid: str) -> None:
+    """Stand-in for the controller: record node-0's IMEX daemon as Ready in the domain's clique."""
+    apply(
+        cluster,
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomainClique",
+            "metadata": {
+                "name": f"{domain_uid}.{CLIQUE}",
+                "namespace": DRIVER_NAMESPACE,
+                "labels": {LABEL: domain_uid, "resource.nvidia.com/computeDomain.cliqueID": CLIQUE},
+            },
+            "daemons": [
+                {
+                    "nodeName": NODE,
+                    "ipAddress": "127.100.1.200",
+                    "cliqueID": CLIQUE,
+                    "index": 0,
+                    "status": "Ready",
+                }
+            ],
+        },
+    )
+
+
+def pod_field(cluster: LocalCluster, namespace: str, name: str, path: str) -> str:
+    result = cluster.kubectl("get", "pod", name, "-n", namespace, "-o", f"jsonpath={path}", check=False)
+    return result.stdout if result.returncode == 0 else ""
+
+
+def pod_claim_uid(cluster: LocalCluster, namespace: str, pod: str) -> str:
+    claim_name = pod_field(cluster, namespace, pod, "{.status.resourceClaimStatuses[0].resourceClaimName}")
+    return cluster.kubectl(
+        "get", "resourceclaim", claim_name, "-n", namespace, "-o", "jsonpath={.metadata.uid}"
+    ).stdout
+
+
+def pod_gone(cluster: LocalCluster, namespace: str, pod: str) -> bool:
+    return cluster.kubectl("get", "pod", pod, "-n", namespace, check=False).returncode != 0
+
+
+async def start_running_pod(cluster: LocalCluster, plugin: PluginProcess, namespace: str, pod: str) -> str:
+    apply(cluster, workload_pod(namespace, pod, "train-channel", NODE))
+    await eventually(
+        "pod Running", lambda: pod_field(cluster, namespace, pod, "{.status.phase}") == "Running", within=90
+    )
+    return pod_claim_uid(cluster, namespace, pod)
+
+
+async def test_channel_claim_waits_for_daemon_then_runs_and_cleans_up(
+    cluster: LocalCluster, plugin: PluginProcess, namespace: str
+) -> None:
+    """Label, readiness wait, channel0 injected through CDI; deleting the pod undoes it all."""
+    await plugin.wait_registered()
+    await eventually("ResourceSlice", lambda: node_slices(cluster, NODE))
+    domain_uid = create_domain(cluster, namespace)
+    apply(cluster, workload_pod(namespace, "worker", "train-channel", NODE))
+    await eventually("node label", lambda: node_labels(cluster, NODE).get(LABEL) == domain_uid)
+    claim_uid = await eventually("claim allocated", lambda: pod_claim_uid(cluster, namespace, "worker"))
+    assert pod_field(cluster, namespace, "worker", "{.status.phase}") == "Pending"
+    assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_STARTED
+
+    mark_daemon_ready(cluster, domain_uid)
+    await eventually(
+        "pod Running",
+        lambda: pod_field(cluster, namespace, "worker", "{.status.phase}") == "Running",
+        within=90,
+    )
+    pod_uid = pod_field(cluster, namespace, "worker", "{.metadata.uid}")
+    creates = [r for r in plugin.sim.node.cri_records("CreateContainer") if r["pod_uid"] == pod_uid]
+    assert [r["cdi_devices"] for r in creates] == [
+        [f"k8s.compute-domain.nvidia.com/claim={claim_uid}-channel-0"]
+    ]
+    spec = yaml.safe_load(plugin.sim.claim_spec(claim_uid).read_text())
+    [device] = spec["devices"]
+    assert [n["path"] for n in device["containerEdits"]["deviceNodes"]] == [
+        "/dev/nvidia-caps-imex-channels/channel0"
+    ]
+    assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_COMPLETED
+
+    cluster.kubectl("delete", "pod", "worker", "-n", namespace, "--wait=false")
+    await eventually("pod deleted", lambda: pod_gone(cluster, namespace, "worker"), within=90)
+    await eventually("CDI spec removed", lambda: not plugin.sim.claim_spec(claim_uid).exists())
+    assert claim_uid not in plugin.sim.checkpoint().claims
+    await eventually("node label removed", lambda: LABEL not in node_labels(cluster, NODE))
+
+
+async def test_sigkill_between_prepare_and_unprepare(
+    cluster: LocalCluster, plugin: PluginProcess, namespace: str
+) -> None:
+    """A plugin killed after prepare unprepares correctly once restarted; its slice is republished."""
+    await plugin.wait_registered()
+    domain_uid = create_domain(cluster, namespace)
+    mark_daemon_ready(cluster, domain_uid)
+    claim_uid = await start_running_pod(cluster, plugin, namespace, "worker")
+    assert plugin.sim.claim_spec(claim_uid).exists()
+
+    assert plugin.stop(signal.SIGKILL) == -signal.SIGKILL
+    cluster.kubectl("delete", "pod", "worker", "-n", namespace, "--wait=false")
+    await eventually(
+        "pod terminating",
+        lambda: pod_field(cluster, namespace, "worker", "{.metadata.deletionTimestamp}") != "",
+    )
+    assert plugin.sim.claim_spec(claim_uid).exists()  # nobody could unprepare it yet
+    assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_COMPLETED
+
+    plugin.start()
+    await eventually("pod deleted after restart", lambda: pod_gone(cluster, namespace, "worker"), within=120)
+    await eventually("CDI spec removed", lambda: not plugin.sim.claim_spec(claim_uid).exists())
+    assert claim_uid not in plugin.sim.checkpoint().claims
+    await eventually("node label removed", lambda: LABEL not in node_labels(cluster, NODE))
+    slices = await eventually("ResourceSlice after restart", lambda: node_slices(cluster, NODE))
+    assert [d["name"] for d in slices[0]["spec"]["devices"]] == ["channel-0", "daemon-0"]
+
+
+async def test_strict_decoding_error_reaches_the_pod_events(
+    cluster: LocalCluster, plugin: PluginProcess, namespace: str
+) -> None:
+    """A config with an unknown field fails permanently; the kubelet shows it as a pod event."""
+    await plugin.wait_registered()
+    domain_uid = create_domain(cluster, namespace)
+    template = channel_template(namespace, "broken-channel", domain_uid, "Single")
+    template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["unexpectedField"] = 1
+    apply(cluster, template, workload_pod(namespace, "broken", "broken-channel", NODE))
+
+    def event() -> str:
+        events = json.loads(
+            cluster.kubectl(
+                "get", "events", "-n", namespace, "--field-selector=involvedObject.name=broken", "-o", "json"
+            ).stdout
+        )["items"]
+        return next((e["message"] for e in events if e["reason"] == "FailedPrepareDynamicResources"), "")
+
+    message = await eventually("FailedPrepareDynamicResources event", event, within=90)
+    assert "error preparing devices for claim" in message
+    assert 'strict decoding error: unknown field "unexpectedField"' in message
+    assert plugin.logged("Permanent error")
+
+
+async def test_daemon_claim_gets_management_access_and_its_domain_dir(
+    cluster: LocalCluster, plugin: PluginProcess, namespace: str
+) -> None:
+    """A daemon claim (standing in for the controller's DaemonSet pod) gets device=all and its CDI edits."""
+    await plugin.wait_registered()
+    domain_uid = create_domain(cluster, namespace)
+    template = channel_template(DRIVER_NAMESPACE, f"daemon-{domain_uid}", domain_uid, "Single")
+    devices = template["spec"]["spec"]["devices"]
+    devices["requests"] = [{"name": "daemon", "exactly": {"deviceClassName": DAEMON_CLASS}}]
+    devices["config"][0]["requests"] = ["daemon"]
+    devices["config"][0]["opaque"]["parameters"] = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomainDaemonConfig",
+        "domainID": domain_uid,
+    }
+    pod = workload_pod(DRIVER_NAMESPACE, f"daemon-{namespace}", f"daemon-{domain_uid}", NODE)
+    pod["spec"]["resourceClaims"][0]["name"] = pod["spec"]["containers"][0]["resources"]["claims"][0][
+        "name"
+    ] = "daemon"
+    apply(cluster, template, pod)
+    name = pod["metadata"]["name"]
+    await eventually(
+        "daemon pod Running",
+        lambda: pod_field(cluster, DRIVER_NAMESPACE, name, "{.status.phase}") == "Running",
+        within=90,
+    )
+    claim_uid = pod_claim_uid(cluster, DRIVER_NAMESPACE, name)
+    pod_uid = pod_field(cluster, DRIVER_NAMESPACE, name, "{.metadata.uid}")
+    creates = [r for r in plugin.sim.node.cri_records("CreateContainer") if r["pod_uid"] == pod_uid]
+    assert [r["cdi_devices"] for r in creates] == [
+        [
+            "k8s.compute-domain.nvidia.com/device=all",
+            f"k8s.compute-domain.nvidia.com/claim={claim_uid}-daemon-0",
+        ]
+    ]
+    [device] = yaml.safe_load(plugin.sim.claim_spec(claim_uid).read_text())["devices"]
+    edits = device["containerEdits"]
+    assert edits["env"][:2] == [f"CLIQUE_ID={CLIQUE}", f"COMPUTE_DOMAIN_UUID={domain_uid}"]
+    domain_dir = plugin.sim.plugin_dir / "domains" / domain_uid
+    assert (
+        edits["mounts"][0]["hostPath"] == str(domain_dir) and edits["mounts"][0]["containerPath"] == "/imexd"
+    )
+    assert domain_dir.is_dir()
+    assert (plugin.sim.cdi_root / "k8s.compute-domain.nvidia.com-device_base.yaml").exists()
+    assert LABEL not in node_labels(cluster, NODE)  # daemon claims never label the node
+
+    cluster.kubectl("delete", "pod", name, "-n", DRIVER_NAMESPACE, "--wait=false")
+    await eventually("daemon pod deleted", lambda: pod_gone(cluster, DRIVER_NAMESPACE, name), within=90)
+    assert not plugin.sim.claim_spec(claim_uid).exists()
+    assert domain_dir.is_dir()  # kept until the periodic cleanup finds its ComputeDomain gone

@@ -1,0 +1,234 @@
+"""HostManagedIMEX end to end on the real kubelets (seed 004 §7, §14.3 kubelet-side cases).
+
+node-0 has an NVLink clique, node-1 has none; both plugins run with ``HostManagedIMEX=true``. The test
+stands in for the controller by creating the workload ResourceClaimTemplate.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from imexdra.kubeletplugin.applyconfig import NO_CLIQUE_MESSAGE
+from imexdra.kubeletplugin.checkpoint import ClaimState
+from imexdra.localcluster.cluster import LocalCluster
+from tests.integration.helpers import apply, eventually
+from tests.integration.test_kubeletplugin import (
+    CLIQUE,
+    DRIVER,
+    PluginProcess,
+    SimulatedNode,
+    install_api,
+    node_labels,
+    node_slices,
+    plugin_kubeconfig,
+)
+from tests.integration.test_kubeletplugin_drivermanaged import (
+    LABEL,
+    channel_template,
+    pod_claim_uid,
+    pod_field,
+    pod_gone,
+    workload_pod,
+)
+
+
+@pytest.fixture(scope="module")
+def plugins(cluster: LocalCluster) -> Iterator[dict[str, PluginProcess]]:
+    """Host-managed plugins on node-0 (clique) and node-1 (no clique)."""
+    install_api(cluster)
+    processes = {}
+    for name, clique in (("node-0", CLIQUE), ("node-1", None)):
+        node = cluster.node(name)
+        kubeconfig = plugin_kubeconfig(cluster, node, host_managed=True)
+        processes[name] = PluginProcess(SimulatedNode(node, clique), kubeconfig, host_managed=True)
+        processes[name].start()
+    yield processes
+    for process in processes.values():
+        if process.process is not None:
+            process.stop()
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    """A fresh namespace with a ComputeDomain ``train``."""
+    name = f"kp-hm-{uuid.uuid4().hex[:6]}"
+    cluster.create_namespace(name)
+    apply(
+        cluster,
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomain",
+            "metadata": {"name": "train", "namespace": name},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}},
+        },
+    )
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def domain_uid(cluster: LocalCluster, namespace: str) -> str:
+    return cluster.kubectl(
+        "get", "computedomain", "train", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
+    ).stdout
+
+
+def prepare_event(cluster: LocalCluster, namespace: str, pod: str) -> str:
+    out = cluster.kubectl(
+        "get", "events", "-n", namespace, f"--field-selector=involvedObject.name={pod}", "-o", "json"
+    )
+    events = json.loads(out.stdout)["items"]
+    return next((e["message"] for e in events if e["reason"] == "FailedPrepareDynamicResources"), "")
+
+
+async def running(cluster: LocalCluster, namespace: str, pod: str) -> None:
+    await eventually(
+        "pod Running", lambda: pod_field(cluster, namespace, pod, "{.status.phase}") == "Running", within=90
+    )
+
+
+async def test_slice_publishes_channel_zero_only(
+    cluster: LocalCluster, plugins: dict[str, PluginProcess]
+) -> None:
+    """No daemon device under the gate; the gate overrides are logged at start."""
+    for name, plugin in plugins.items():
+        await plugin.wait_registered()
+
+        def channel_only(name: str = name) -> bool:
+            slices = node_slices(cluster, name)
+            return [[d["name"] for d in s["spec"]["devices"]] for s in slices] == [["channel-0"]]
+
+        await eventually("ResourceSlice with channel-0 only", channel_only)
+        assert plugin.logged("feature gate forced")
+
+
+async def test_single_channel_claim_runs_without_node_label(
+    cluster: LocalCluster, plugins: dict[str, PluginProcess], namespace: str
+) -> None:
+    """Channel 0 injected with no label and no readiness wait; pod deletion removes CDI and checkpoint."""
+    plugin = plugins["node-0"]
+    await plugin.wait_registered()
+    apply(cluster, channel_template(namespace, "train-channel", domain_uid(cluster, namespace), "Single"))
+    apply(cluster, workload_pod(namespace, "worker", "train-channel", "node-0"))
+    await running(cluster, namespace, "worker")
+    claim_uid = pod_claim_uid(cluster, namespace, "worker")
+    pod_uid = pod_field(cluster, namespace, "worker", "{.metadata.uid}")
+    creates = [r for r in plugin.sim.node.cri_records("CreateContainer") if r["pod_uid"] == pod_uid]
+    assert [r["cdi_devices"] for r in creates] == [
+        [f"k8s.compute-domain.nvidia.com/claim={claim_uid}-channel-0"]
+    ]
+    [device] = yaml.safe_load(plugin.sim.claim_spec(claim_uid).read_text())["devices"]
+    assert [n["path"] for n in device["containerEdits"]["deviceNodes"]] == [
+        "/dev/nvidia-caps-imex-channels/channel0"
+    ]
+    assert LABEL not in node_labels(cluster, "node-0")
+
+    cluster.kubectl("delete", "pod", "worker", "-n", namespace, "--wait=false")
+    await eventually("pod deleted", lambda: pod_gone(cluster, namespace, "worker"), within=90)
+    assert not plugin.sim.claim_spec(claim_uid).exists()
+    assert claim_uid not in plugin.sim.checkpoint().claims
+
+
+async def test_allocation_mode_all_is_a_permanent_pod_event(
+    cluster: LocalCluster, plugins: dict[str, PluginProcess], namespace: str
+) -> None:
+    """allocationMode All is refused permanently and the reason shows up on the pod."""
+    await plugins["node-0"].wait_registered()
+    apply(cluster, channel_template(namespace, "all-channel", domain_uid(cluster, namespace), "All"))
+    apply(cluster, workload_pod(namespace, "greedy", "all-channel", "node-0"))
+    message = await eventually(
+        "FailedPrepareDynamicResources", lambda: prepare_event(cluster, namespace, "greedy"), within=90
+    )
+    assert 'allocationMode "All" is not supported under HostManagedIMEX' in message
+    assert "error preparing devices for claim" in message
+
+
+async def test_node_without_clique_is_a_permanent_pod_event(
+    cluster: LocalCluster, plugins: dict[str, PluginProcess], namespace: str
+) -> None:
+    """On a node without an NVLink clique the pod event names the missing clique."""
+    await plugins["node-1"].wait_registered()
+    apply(cluster, channel_template(namespace, "train-channel", domain_uid(cluster, namespace), "Single"))
+    apply(cluster, workload_pod(namespace, "stray", "train-channel", "node-1"))
+    message = await eventually(
+        "FailedPrepareDynamicResources", lambda: prepare_event(cluster, namespace, "stray"), within=90
+    )
+    assert NO_CLIQUE_MESSAGE in message
+    assert "NVLink clique" in message
+
+
+async def test_second_channel_claim_on_the_node_is_refused(
+    cluster: LocalCluster, plugins: dict[str, PluginProcess], namespace: str
+) -> None:
+    """A second claim for channel 0 on node-0 is refused by the checkpoint check until the first goes.
+
+    The scheduler never allocates channel-0 twice, so the second claim is allocated by hand (status
+    written as admin) and its pod is bound to node-0 directly: the plugin's node-local backstop.
+    """
+    plugin = plugins["node-0"]
+    await plugin.wait_registered()
+    uid = domain_uid(cluster, namespace)
+    apply(cluster, channel_template(namespace, "train-channel", uid, "Single"))
+    apply(cluster, workload_pod(namespace, "first", "train-channel", "node-0"))
+    await running(cluster, namespace, "first")
+    first_claim = pod_claim_uid(cluster, namespace, "first")
+
+    second_pod = workload_pod(namespace, "second", "unused", "node-0")
+    second_pod["spec"]["nodeName"] = "node-0"
+    second_pod["spec"]["resourceClaims"] = [{"name": "channel", "resourceClaimName": "second"}]
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "second", "namespace": namespace},
+        "spec": channel_template(namespace, "x", uid, "Single")["spec"]["spec"],
+    }
+    apply(cluster, claim, second_pod)
+    allocation = {
+        "devices": {
+            "results": [{"request": "channel", "driver": DRIVER, "pool": "node-0", "device": "channel-0"}],
+            "config": [{"source": "FromClaim", **claim["spec"]["devices"]["config"][0]}],
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-0"]}]}
+            ]
+        },
+    }
+    reserved = [
+        {
+            "resource": "pods",
+            "name": "second",
+            "uid": pod_field(cluster, namespace, "second", "{.metadata.uid}"),
+        }
+    ]
+    patch = json.dumps({"status": {"allocation": allocation, "reservedFor": reserved}})
+    cluster.kubectl(
+        "patch",
+        "resourceclaim",
+        "second",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        patch,
+    )
+
+    await eventually(
+        "conflict logged", lambda: plugin.logged(f"already allocated to different claim {first_claim}")
+    )
+    assert pod_field(cluster, namespace, "second", "{.status.phase}") == "Pending"
+    second_claim = cluster.kubectl(
+        "get", "resourceclaim", "second", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
+    ).stdout
+    checkpoint = plugin.sim.checkpoint()
+    assert checkpoint.claims[first_claim].state == ClaimState.PREPARE_COMPLETED
+    assert second_claim not in checkpoint.claims  # refused before anything was recorded
+
+    cluster.kubectl("delete", "pod", "first", "-n", namespace, "--wait=false")
+    await eventually("first pod gone", lambda: pod_gone(cluster, namespace, "first"), within=90)
+    await running(cluster, namespace, "second")

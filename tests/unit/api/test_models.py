@@ -1,0 +1,312 @@
+"""ComputeDomain and ComputeDomainClique models: wire format, tolerance, and lightkube wiring.
+
+Aspects covered: the upstream omit/always-emit rules (empty ``status.nodes`` and ``daemons`` left out,
+``index`` and ``status`` always written); decoding of objects as the apiserver returns them, including
+unknown fields and objects without spec; type errors; the request paths lightkube derives for every
+verb and for the status subresource; list and watch decoding; manifest loading.
+"""
+
+from typing import Any
+
+import msgspec
+import pytest
+from lightkube import Client, codecs
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core import decoders
+from lightkube.core.generic_client import ALL_NS
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.types import PatchType
+
+from imexdra.api.computedomain import (
+    ComputeDomain,
+    ComputeDomainChannelSpec,
+    ComputeDomainNode,
+    ComputeDomainSpec,
+    ComputeDomainStatus,
+    ComputeDomainStatusResource,
+    ResourceClaimTemplateReference,
+)
+from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo, clique_name
+from imexdra.api.constants import AllocationMode, ComputeDomainStatusValue
+
+READY = ComputeDomainStatusValue.READY
+NOT_READY = ComputeDomainStatusValue.NOT_READY
+
+
+def compute_domain(*, mode: AllocationMode = AllocationMode.SINGLE, num_nodes: int = 0) -> ComputeDomain:
+    return ComputeDomain(
+        metadata=ObjectMeta(name="cd", namespace="team", resourceVersion="42"),
+        spec=ComputeDomainSpec(
+            num_nodes=num_nodes,
+            channel=ComputeDomainChannelSpec(
+                resource_claim_template=ResourceClaimTemplateReference(name="cd-channel"),
+                allocation_mode=mode,
+            ),
+        ),
+    )
+
+
+def wire(obj: msgspec.Struct) -> Any:
+    return msgspec.json.decode(msgspec.json.encode(obj))
+
+
+def test_new_compute_domain_encodes_like_a_manifest() -> None:
+    """A new object carries apiVersion/kind and leaves out defaults the CRD fills in (numNodes, mode)."""
+    assert wire(compute_domain()) == {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": "cd", "namespace": "team", "resourceVersion": "42"},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": "cd-channel"}}},
+    }
+
+
+def test_non_default_spec_fields_are_written() -> None:
+    """allocationMode All and a non-zero numNodes are written."""
+    spec = wire(compute_domain(mode=AllocationMode.ALL, num_nodes=4))["spec"]
+    assert spec == {
+        "numNodes": 4,
+        "channel": {"resourceClaimTemplate": {"name": "cd-channel"}, "allocationMode": "All"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (ComputeDomainStatus(status=NOT_READY), {"status": "NotReady"}),
+        (ComputeDomainStatus(status=READY, nodes=[]), {"status": "Ready"}),
+        (
+            ComputeDomainStatus(
+                status=READY,
+                nodes=[
+                    ComputeDomainNode(
+                        name="a", ip_address="10.0.0.1", clique_id="u.1", index=0, status=READY
+                    ),
+                    ComputeDomainNode(name="b", ip_address="10.0.0.2", clique_id="", index=-1),
+                ],
+            ),
+            {
+                "status": "Ready",
+                "nodes": [
+                    {"name": "a", "ipAddress": "10.0.0.1", "cliqueID": "u.1", "index": 0, "status": "Ready"},
+                    {"name": "b", "ipAddress": "10.0.0.2", "cliqueID": "", "index": -1, "status": "NotReady"},
+                ],
+            },
+        ),
+    ],
+    ids=["not-ready-without-nodes", "empty-nodes-omitted", "nodes-always-carry-index-and-status"],
+)
+def test_status_wire_format(status: ComputeDomainStatus, expected: dict[str, Any]) -> None:
+    """status.status is always written, empty nodes never, and each node always has index and status."""
+    assert wire(status) == expected
+
+
+def test_decode_server_object_tolerates_unknown_fields() -> None:
+    """An apiserver object (defaults applied, extra fields from a newer CRD) decodes to typed values."""
+    body = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": "cd", "namespace": "team", "uid": "u-1", "futureMeta": 1},
+        "spec": {
+            "numNodes": 2,
+            "channel": {"resourceClaimTemplate": {"name": "t"}, "allocationMode": "All", "future": True},
+        },
+        "status": {
+            "status": "Ready",
+            "nodes": [{"name": "a", "ipAddress": "1.2.3.4", "cliqueID": "c", "index": 3, "status": "Ready"}],
+        },
+        "future": {"x": 1},
+    }
+    cd = msgspec.convert(body, ComputeDomain)
+    assert cd.spec is not None and cd.status is not None
+    assert (cd.spec.num_nodes, cd.spec.channel.allocation_mode) == (2, AllocationMode.ALL)
+    assert cd.status.nodes == [
+        ComputeDomainNode(name="a", ip_address="1.2.3.4", clique_id="c", index=3, status=READY)
+    ]
+
+
+def test_decode_object_from_an_older_driver() -> None:
+    """Nodes written before index/status existed, and objects without spec, still decode."""
+    cd = msgspec.convert(
+        {
+            "metadata": {"name": "old"},
+            "status": {"status": "NotReady", "nodes": [{"name": "a", "ipAddress": "1", "cliqueID": ""}]},
+        },
+        ComputeDomain,
+    )
+    assert cd.spec is None
+    assert cd.status is not None
+    assert cd.status.nodes[0].index == 0
+    assert cd.status.nodes[0].status is NOT_READY
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"),
+    [
+        ({"numNodes": -1, "channel": {"resourceClaimTemplate": {"name": "t"}}}, "$.spec.numNodes"),
+        ({"numNodes": "4", "channel": {"resourceClaimTemplate": {"name": "t"}}}, "$.spec.numNodes"),
+        (
+            {"channel": {"resourceClaimTemplate": {"name": "t"}, "allocationMode": "Many"}},
+            "$.spec.channel.allocationMode",
+        ),
+        ({"channel": {"resourceClaimTemplate": {}}}, "$.spec.channel.resourceClaimTemplate"),
+        ({"numNodes": 1}, "$.spec"),
+    ],
+    ids=[
+        "negative-num-nodes",
+        "string-num-nodes",
+        "unknown-mode",
+        "template-without-name",
+        "missing-channel",
+    ],
+)
+def test_decode_rejects_invalid_spec(spec: dict[str, Any], path: str) -> None:
+    """Values the CRD forbids fail to decode with the JSON path in the message."""
+    with pytest.raises(msgspec.ValidationError, match=path.replace("$", r"\$")):
+        msgspec.convert({"spec": spec}, ComputeDomain)
+
+
+def test_status_update_keeps_identity_and_version() -> None:
+    """The status-subresource body carries name, namespace and resourceVersion (optimistic locking)."""
+    cd = compute_domain()
+    body = cd.status_update(ComputeDomainStatus(status=READY))
+    assert isinstance(body, ComputeDomainStatusResource)
+    assert ComputeDomain.Status is ComputeDomainStatusResource
+    assert wire(body)["metadata"] == {"name": "cd", "namespace": "team", "resourceVersion": "42"}
+    assert wire(body)["status"] == {"status": "Ready"}
+
+
+def test_clique_wire_format_and_name() -> None:
+    """Cliques omit an empty daemons list, always write index/status, and are named <cdUID>.<cliqueID>."""
+    assert wire(ComputeDomainClique(metadata=ObjectMeta(name="n"))) == {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomainClique",
+        "metadata": {"name": "n"},
+    }
+    daemon = ComputeDomainDaemonInfo(node_name="a", ip_address="10.0.0.1", clique_id="uuid.1")
+    assert wire(daemon) == {
+        "nodeName": "a",
+        "ipAddress": "10.0.0.1",
+        "cliqueID": "uuid.1",
+        "index": 0,
+        "status": "NotReady",
+    }
+    assert clique_name("cd-uid", "cluster-uuid.7") == "cd-uid.cluster-uuid.7"
+
+
+KUBECONFIG = {
+    "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+    "users": [{"name": "u", "user": {"token": "t"}}],
+    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+    "current-context": "x",
+}
+BASE = "apis/resource.nvidia.com/v1beta1"
+
+
+@pytest.mark.parametrize(
+    ("request_args", "method", "url"),
+    [
+        (
+            {"method": "get", "res": ComputeDomain, "name": "cd"},
+            "GET",
+            f"{BASE}/namespaces/ns/computedomains/cd",
+        ),
+        ({"method": "list", "res": ComputeDomain}, "GET", f"{BASE}/namespaces/ns/computedomains"),
+        ({"method": "list", "res": ComputeDomain, "namespace": ALL_NS}, "GET", f"{BASE}/computedomains"),
+        ({"method": "post", "obj": compute_domain()}, "POST", f"{BASE}/namespaces/team/computedomains"),
+        ({"method": "put", "obj": compute_domain()}, "PUT", f"{BASE}/namespaces/team/computedomains/cd"),
+        (
+            {"method": "delete", "res": ComputeDomain, "name": "cd"},
+            "DELETE",
+            f"{BASE}/namespaces/ns/computedomains/cd",
+        ),
+        (
+            {"method": "get", "res": ComputeDomain.Status, "name": "cd"},
+            "GET",
+            f"{BASE}/namespaces/ns/computedomains/cd/status",
+        ),
+        (
+            {
+                "method": "patch",
+                "res": ComputeDomain.Status,
+                "name": "cd",
+                "obj": {},
+                "headers": {"Content-Type": PatchType.MERGE.value},
+            },
+            "PATCH",
+            f"{BASE}/namespaces/ns/computedomains/cd/status",
+        ),
+        (
+            {
+                "method": "put",
+                "res": ComputeDomain.Status,
+                "name": "cd",
+                "obj": compute_domain().status_update(ComputeDomainStatus(status=READY)),
+            },
+            "PUT",
+            f"{BASE}/namespaces/team/computedomains/cd/status",
+        ),
+        ({"method": "list", "res": ComputeDomainClique}, "GET", f"{BASE}/namespaces/ns/computedomaincliques"),
+        (
+            {"method": "get", "res": ComputeDomainClique, "name": "x.y"},
+            "GET",
+            f"{BASE}/namespaces/ns/computedomaincliques/x.y",
+        ),
+    ],
+    ids=[
+        "get",
+        "list",
+        "list-all-namespaces",
+        "create",
+        "replace",
+        "delete",
+        "get-status",
+        "patch-status",
+        "replace-status",
+        "list-cliques",
+        "get-clique",
+    ],
+)
+def test_lightkube_request_paths(request_args: dict[str, Any], method: str, url: str) -> None:
+    """lightkube derives the CRD's REST paths for every verb, including the status subresource."""
+    client = Client(config=KubeConfig.from_dict(KUBECONFIG), namespace="ns")
+    request = client._client.prepare_request(**{"namespace": None, **request_args})
+    assert (request.method, request.url) == (method, url)
+
+
+def test_list_and_watch_bodies_decode_to_typed_objects() -> None:
+    """LIST and watch payloads decode through lightkube into the typed classes."""
+    item = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {"name": "a", "resourceVersion": "7"},
+    }
+    _, rv, items = decoders.decode_list(
+        msgspec.json.encode({"metadata": {"resourceVersion": "9"}, "items": [item]}), ComputeDomain
+    )
+    assert rv == "9"
+    assert [type(cd) for cd in items] == [ComputeDomain]
+    event = decoders.decode_watch_event(msgspec.json.encode({"type": "ADDED", "object": item}))
+    watched = decoders.decode_object(event.object, ComputeDomain)
+    assert isinstance(watched, ComputeDomain)
+    assert watched.metadata is not None and watched.metadata.resourceVersion == "7"
+
+
+def test_manifests_load_as_typed_objects() -> None:
+    """codecs.load_all_yaml maps ComputeDomain and ComputeDomainClique manifests to these classes."""
+    objects = codecs.load_all_yaml(
+        """
+apiVersion: resource.nvidia.com/v1beta1
+kind: ComputeDomain
+metadata: {name: imex-channel-injection}
+spec:
+  numNodes: 1
+  channel:
+    resourceClaimTemplate: {name: imex-channel-0}
+---
+apiVersion: resource.nvidia.com/v1beta1
+kind: ComputeDomainClique
+metadata: {name: uid.uuid.1}
+daemons: [{nodeName: a, ipAddress: 10.0.0.1, cliqueID: uuid.1}]
+"""
+    )
+    assert [type(obj) for obj in objects] == [ComputeDomain, ComputeDomainClique]

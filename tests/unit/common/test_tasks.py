@@ -1,0 +1,91 @@
+"""Service supervision: what ends a component, how failures surface, bounded shutdown, stop signals."""
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from imexdra.common.tasks import stop_on_signals, supervise
+
+
+async def forever(cancelled: list[str], name: str) -> None:
+    """A service that runs until cancelled and records that it was."""
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        cancelled.append(name)
+        raise
+
+
+async def test_stop_event_cancels_all_services() -> None:
+    """Setting the stop event cancels every service and returns normally."""
+    stop = asyncio.Event()
+    cancelled: list[str] = []
+    runner = asyncio.create_task(
+        supervise({"a": forever(cancelled, "a"), "b": forever(cancelled, "b")}, stop=stop, grace=1)
+    )
+    await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(runner, 2)
+    assert sorted(cancelled) == ["a", "b"]
+
+
+async def test_failing_service_cancels_the_others_and_raises() -> None:
+    """The first failure stops everything and is raised to main."""
+    cancelled: list[str] = []
+
+    async def fails() -> None:
+        await asyncio.sleep(0.01)
+        raise RuntimeError("informer died")
+
+    with pytest.raises(RuntimeError, match="informer died"):
+        await asyncio.wait_for(
+            supervise({"bad": fails(), "good": forever(cancelled, "good")}, stop=asyncio.Event()), 2
+        )
+    assert cancelled == ["good"]
+
+
+async def test_service_returning_ends_the_others() -> None:
+    """A service that returns (e.g. leader work after losing the lease) ends the component cleanly."""
+    cancelled: list[str] = []
+
+    async def finishes() -> None:
+        await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(
+        supervise({"done": finishes(), "other": forever(cancelled, "other")}, stop=asyncio.Event()), 2
+    )
+    assert cancelled == ["other"]
+
+
+async def test_grace_bounds_slow_cleanup() -> None:
+    """A service that ignores cancellation is abandoned after the grace period."""
+    stop = asyncio.Event()
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                await release.wait()
+
+    stop.set()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await supervise({"stubborn": stubborn()}, stop=stop, grace=0.1)
+    assert loop.time() - started < 1
+    release.set()
+
+
+async def test_sigterm_sets_the_stop_event() -> None:
+    """SIGTERM sets the stop event instead of killing the process."""
+    loop = asyncio.get_running_loop()
+    stop = stop_on_signals()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(stop.wait(), 2)
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)

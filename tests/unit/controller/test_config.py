@@ -1,0 +1,45 @@
+"""The controller configuration derived from the command-line settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from imexdra.api.config.common import ImexMode, ImexSettings
+from imexdra.api.featuregates import resolve_feature_gates
+from imexdra.common.errors import ConfigError
+from imexdra.controller.config import ControllerConfig
+from tests.unit.controller.support import controller_settings, make_config
+
+
+def test_managed_namespaces_start_with_the_driver_namespace_without_duplicates() -> None:
+    """The driver namespace comes first and additional namespaces are de-duplicated."""
+    config = make_config(namespace="drv", additional_namespaces=("old", "drv", "old", "other"))
+    assert config.managed_namespaces == ("drv", "old", "other")
+
+
+@pytest.mark.parametrize(
+    ("gates", "host_managed", "cliques"),
+    [
+        ("", False, True),
+        ("ComputeDomainCliques=false", False, False),
+        ("HostManagedIMEX=true", True, False),
+        ("HostManagedIMEXDaemon=true", True, False),
+    ],
+    ids=["defaults", "cliques-off", "host-managed", "upstream-gate-name"],
+)
+def test_mode_and_cliques_follow_the_gates(gates: str, host_managed: bool, cliques: bool) -> None:
+    """HostManagedIMEX selects host mode and turns clique publishing off."""
+    config = make_config(gates=gates)
+    assert config.host_managed is host_managed
+    assert config.cliques_enabled is cliques
+
+
+def test_host_managed_mode_flag_without_the_gate_is_rejected() -> None:
+    """--imex-mode=hostManaged without the HostManagedIMEX gate is a configuration error."""
+    with pytest.raises(ConfigError, match="HostManagedIMEX"):
+        ControllerConfig.from_settings(
+            namespace="drv",
+            controller=controller_settings(),
+            imex=ImexSettings(imex_mode=ImexMode.HOST_MANAGED, imex_isolation="domain"),
+            feature_gates=resolve_feature_gates(""),
+        )

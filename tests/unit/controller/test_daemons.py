@@ -1,0 +1,72 @@
+"""Reading daemon pods under the daemon contract: who is a live member, announced, fabric, ready."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from imexdra.controller.daemons import daemon_pod, one_per_node
+from tests.unit.controller.support import CLIQUE, UID, make_pod, member
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({}, (UID, "node-a", "10.0.0.1", CLIQUE, True)),
+        ({"ready": False}, (UID, "node-a", "10.0.0.1", CLIQUE, False)),
+        ({"phase": "Pending", "ready": True}, (UID, "node-a", "10.0.0.1", CLIQUE, False)),
+        ({"clique": ""}, (UID, "node-a", "10.0.0.1", "", True)),
+        ({"clique": None}, (UID, "node-a", "10.0.0.1", None, True)),
+        ({"deleting": True}, None),
+        ({"ip": None}, None),
+        ({"node": None}, None),
+        ({"phase": "Failed"}, None),
+        ({"phase": "Succeeded"}, None),
+        ({"uid_label": None}, None),
+        ({"uid_label": ""}, None),
+    ],
+    ids=[
+        "ready-fabric",
+        "not-ready",
+        "ready-condition-but-pending",
+        "non-fabric",
+        "not-announced",
+        "terminating",
+        "no-ip-yet",
+        "unscheduled",
+        "failed",
+        "succeeded",
+        "no-domain-label",
+        "empty-domain-label",
+    ],
+)
+def test_daemon_pod_classification(overrides: dict[str, object], expected: tuple[object, ...] | None) -> None:
+    """A pod is a member only when live, scheduled, addressed and labelled; Ready needs phase Running."""
+    found = daemon_pod(make_pod(**overrides))  # type: ignore[arg-type]
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert (found.domain_uid, found.node_name, found.ip_address, found.clique_id, found.ready) == expected
+
+
+def test_fabric_flag_follows_the_clique_label() -> None:
+    """Only a non-empty clique ID is a fabric member; empty and absent are not."""
+    assert member("a").fabric
+    assert not member("a", clique="").fabric
+    assert not member("a", clique=None).fabric
+
+
+def test_one_per_node_prefers_ready_then_newest() -> None:
+    """During a pod handover on one node the ready pod speaks, else the newest; output is by node."""
+    old = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    new = old + dt.timedelta(minutes=1)
+    pods = [
+        daemon_pod(make_pod(node="b", name="b-old", created=old, ready=True)),
+        daemon_pod(make_pod(node="b", name="b-new", created=new, ready=False)),
+        daemon_pod(make_pod(node="a", name="a-old", created=old, ready=False)),
+        daemon_pod(make_pod(node="a", name="a-new", created=new, ready=False)),
+    ]
+    chosen = one_per_node(p for p in pods if p is not None)
+    assert [p.name for p in chosen] == ["a-new", "b-old"]

@@ -1,0 +1,176 @@
+"""The objects the controller creates, compared field by field with upstream's templates (§2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from imexdra.api.constants import AllocationMode
+from imexdra.controller import render
+from tests.unit.controller.support import UID, make_config, make_domain
+
+DAEMON_NAME = f"computedomain-daemon-{UID}"
+FINALIZERS = ["resource.nvidia.com/computeDomain"]
+
+
+def claim_spec(request: str, device_class: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "spec": {
+            "devices": {
+                "requests": [{"name": request, "exactly": {"deviceClassName": device_class}}],
+                "config": [
+                    {
+                        "requests": [request],
+                        "opaque": {"driver": "compute-domain.nvidia.com", "parameters": parameters},
+                    }
+                ],
+            }
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("mode", "host_managed", "written"),
+    [
+        (AllocationMode.SINGLE, False, "Single"),
+        (AllocationMode.ALL, False, "All"),
+        (AllocationMode.ALL, True, "Single"),
+    ],
+    ids=["single", "all", "host-managed-forces-single"],
+)
+def test_workload_claim_template_matches_upstream(
+    mode: AllocationMode, host_managed: bool, written: str
+) -> None:
+    """Name and namespace from the domain, CD and Workload labels, finalizer, ChannelConfig with the UID."""
+    rct = render.workload_claim_template(make_domain(mode=mode), host_managed=host_managed)
+    assert rct.to_dict() == {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": "cd-channel",
+            "namespace": "team-a",
+            "labels": {
+                "resource.nvidia.com/computeDomain": UID,
+                "resource.nvidia.com/computeDomainTarget": "Workload",
+            },
+            "finalizers": FINALIZERS,
+        },
+        "spec": claim_spec(
+            "channel",
+            "compute-domain-default-channel.nvidia.com",
+            {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "ComputeDomainChannelConfig",
+                "domainID": UID,
+                "allocationMode": written,
+            },
+        ),
+    }
+
+
+def test_daemon_claim_template_matches_upstream() -> None:
+    """computedomain-daemon-<uid> in the driver namespace with a DaemonConfig carrying the UID."""
+    rct = render.daemon_claim_template(UID, "nvidia-dra")
+    assert rct.to_dict() == {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": DAEMON_NAME,
+            "namespace": "nvidia-dra",
+            "labels": {
+                "resource.nvidia.com/computeDomain": UID,
+                "resource.nvidia.com/computeDomainTarget": "Daemon",
+            },
+            "finalizers": FINALIZERS,
+        },
+        "spec": claim_spec(
+            "daemon",
+            "compute-domain-daemon.nvidia.com",
+            {
+                "apiVersion": "resource.nvidia.com/v1beta1",
+                "kind": "ComputeDomainDaemonConfig",
+                "domainID": UID,
+            },
+        ),
+    }
+
+
+def probe(period: int, failures: int, **extra: int) -> dict[str, Any]:
+    return {
+        "exec": {"command": ["compute-domain-daemon", "-v", "$(LOG_VERBOSITY)", "check"]},
+        "periodSeconds": period,
+        "timeoutSeconds": 10,
+        "failureThreshold": failures,
+        **extra,
+    }
+
+
+def field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def test_daemon_set_matches_upstream() -> None:
+    """Metadata, selector, node selector, tolerations, claim, command, env and probes as upstream renders."""
+    config = make_config(cd_daemon_image_pull_secret_names=("regcred",))
+    ds = render.daemon_set(UID, config).to_dict()
+    label = {"resource.nvidia.com/computeDomain": UID}
+    assert ds["metadata"] == {
+        "name": DAEMON_NAME,
+        "namespace": "nvidia-dra",
+        "labels": label,
+        "finalizers": FINALIZERS,
+    }
+    assert ds["spec"]["selector"] == {"matchLabels": label}
+    assert ds["spec"]["template"]["metadata"] == {"labels": label}
+    pod = ds["spec"]["template"]["spec"]
+    container = pod.pop("containers")
+    assert pod == {
+        "serviceAccountName": "compute-domain-daemon-service-account",
+        "imagePullSecrets": [{"name": "regcred"}],
+        "nodeSelector": label,
+        "tolerations": [
+            {"operator": "Exists", "effect": "NoSchedule"},
+            {"operator": "Exists", "effect": "NoExecute"},
+            {"operator": "Exists", "effect": "PreferNoSchedule"},
+        ],
+        "resourceClaims": [{"name": "compute-domain-daemon", "resourceClaimTemplateName": DAEMON_NAME}],
+    }
+    assert container == [
+        {
+            "name": "compute-domain-daemon",
+            "image": "registry.example/imexdra:v1",
+            "command": ["compute-domain-daemon", "-v", "$(LOG_VERBOSITY)", "run"],
+            "env": [
+                {"name": "LOG_VERBOSITY", "value": "4"},
+                {"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": "18"},
+                field_env("NODE_NAME", "spec.nodeName"),
+                field_env("POD_IP", "status.podIP"),
+                field_env("POD_UID", "metadata.uid"),
+                field_env("POD_NAME", "metadata.name"),
+                field_env("POD_NAMESPACE", "metadata.namespace"),
+                {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+                {"name": "FEATURE_GATES", "value": config.feature_gates.render()},
+            ],
+            "resources": {"claims": [{"name": "compute-domain-daemon"}]},
+            "startupProbe": probe(1, 1200, initialDelaySeconds=0, successThreshold=1),
+            "livenessProbe": probe(60, 20),
+            "readinessProbe": probe(10, 1),
+        }
+    ]
+
+
+def test_daemon_set_omits_pull_secrets_when_none_are_configured() -> None:
+    """No imagePullSecrets key at all without configured secrets (upstream omits it)."""
+    pod = render.daemon_set(UID, make_config()).to_dict()["spec"]["template"]["spec"]
+    assert "imagePullSecrets" not in pod
+
+
+def test_daemon_feature_gates_are_the_full_sorted_map_with_trailing_comma() -> None:
+    """FEATURE_GATES in the daemon env is every gate, sorted, each followed by a comma."""
+    env = {e.name: e.value for e in render.daemon_env(make_config(gates="MPSSupport=true"))}
+    gates = env["FEATURE_GATES"]
+    assert gates is not None and gates.endswith(",")
+    pairs = gates.rstrip(",").split(",")
+    assert pairs == sorted(pairs)
+    assert "MPSSupport=true" in pairs and "ComputeDomainCliques=true" in pairs

@@ -1,0 +1,197 @@
+"""The controller's lean HTTP transport against a scripted local HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import pytest
+from lightkube.config.kubeconfig import SingleConfig
+from lightkube.config.models import Cluster, Context, User
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.common.errors import ConfigError
+from imexdra.common.kube import PermanentApiError, RetryableApiError
+from imexdra.controller.transport import Transport, resource_path
+
+Reply = Callable[[bytes], bytes]
+
+
+@dataclass
+class Server:
+    """Answers each request with the next scripted reply; records requests and connections."""
+
+    replies: list[Reply]
+    requests: list[bytes] = field(default_factory=list)
+    connections: int = 0
+    port: int = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        while self.replies:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                ),
+                0,
+            )
+            request = head + await reader.readexactly(length)
+            self.requests.append(request)
+            answer = self.replies.pop(0)(request)
+            if not answer:
+                break  # close without answering
+            writer.write(answer)
+            await writer.drain()
+            if b"Connection: close" in answer:
+                break
+        writer.close()
+
+
+def reply(status: int, body: bytes = b"{}", *extra: str) -> Reply:
+    def answer(_: bytes) -> bytes:
+        headers = [f"HTTP/1.1 {status} X", f"Content-Length: {len(body)}", *extra]
+        return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
+
+    return answer
+
+
+def chunked(*parts: bytes) -> Reply:
+    def answer(_: bytes) -> bytes:
+        body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+        return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+
+    return answer
+
+
+def close_without_answer(_: bytes) -> bytes:
+    return b""
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Server]:
+    scripted = Server(replies=[])
+    listener = await asyncio.start_server(scripted.handle, "127.0.0.1", 0)
+    scripted.port = listener.sockets[0].getsockname()[1]
+    yield scripted
+    listener.close()
+
+
+def transport(server: Server, user: User | None = None) -> Transport:
+    config = SingleConfig(
+        context_name="t",
+        context=Context(cluster="c"),
+        cluster=Cluster(server=f"http://127.0.0.1:{server.port}"),
+        user=user,
+    )
+    return Transport(config)
+
+
+async def test_keeps_connections_alive_and_sends_json(server: Server) -> None:
+    """Two requests share one connection; body, content type, query and bearer token are sent."""
+    server.replies = [reply(201, b'{"a":1}'), reply(200)]
+    client = transport(server, User(token="s3cr3t"))
+    response = await client.request("POST", "/api/v1/x", query={"fieldManager": "m"}, body={"k": "v"})
+    assert (response.status, response.body) == (201, b'{"a":1}')
+    await client.request("PATCH", "/api/v1/x", body=[1], content_type="application/json-patch+json")
+    assert server.connections == 1
+    first = server.requests[0]
+    assert first.startswith(b"POST /api/v1/x?fieldManager=m HTTP/1.1\r\n")
+    assert b"Authorization: Bearer s3cr3t\r\n" in first and first.endswith(b'\r\n\r\n{"k":"v"}')
+    assert b"Content-Type: application/json-patch+json" in server.requests[1]
+    client.close()
+
+
+async def test_reads_chunked_bodies(server: Server) -> None:
+    """A chunked response is reassembled."""
+    server.replies = [chunked(b'{"kind":', b'"Status"}')]
+    response = await transport(server).request("GET", "/x")
+    assert response.body == b'{"kind":"Status"}'
+
+
+async def test_connection_closed_by_server_is_not_reused(server: Server) -> None:
+    """After ``Connection: close`` the next request opens a new connection."""
+    server.replies = [reply(200, b"{}", "Connection: close"), reply(200)]
+    client = transport(server)
+    await client.request("GET", "/x")
+    await client.request("GET", "/x")
+    assert server.connections == 2
+
+
+async def test_a_pooled_connection_closed_while_idle_is_replaced(server: Server) -> None:
+    """A request on a connection the server dropped silently goes out again on a fresh one."""
+    server.replies = [reply(200), close_without_answer, reply(200, b'{"ok":1}')]
+    client = transport(server)
+    await client.request("GET", "/x")
+    response = await client.request("GET", "/y")
+    assert response.body == b'{"ok":1}'
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type", "retry_after"),
+    [(409, RetryableApiError, None), (429, RetryableApiError, 3.0), (422, PermanentApiError, None)],
+    ids=["conflict", "throttled", "invalid"],
+)
+async def test_errors_carry_status_reason_and_retry_after(
+    server: Server, status: int, error_type: type[Exception], retry_after: float | None
+) -> None:
+    """Non-2xx answers become the common API errors with code, reason, message and Retry-After."""
+    body = b'{"kind":"Status","reason":"Why","message":"because"}'
+    server.replies = [reply(status, body, "Retry-After: 3")]
+    with pytest.raises(error_type) as raised:
+        await transport(server).request("PATCH", "/x", body={})
+    error = raised.value
+    assert getattr(error, "code", None) == status
+    assert getattr(error, "reason", None) == "Why"
+    assert "because" in str(error)
+    if isinstance(error, RetryableApiError) and status == 429:
+        assert error.retry_after == retry_after
+
+
+async def test_unreachable_server_is_a_retryable_error() -> None:
+    """A refused connection is a retryable error without a status code."""
+    config = SingleConfig(
+        context_name="t", context=Context(cluster="c"), cluster=Cluster(server="http://127.0.0.1:9")
+    )
+    with pytest.raises(RetryableApiError) as raised:
+        await Transport(config, timeout=2).request("GET", "/x")
+    assert raised.value.code is None
+
+
+def test_exec_credentials_are_refused() -> None:
+    """Credential plugins are not supported and say so at start."""
+    user = User(auth_provider={"name": "oidc"})
+    config = SingleConfig(
+        context_name="t", context=Context(cluster="c"), cluster=Cluster(server="http://h:1"), user=user
+    )
+    with pytest.raises(ConfigError, match="not supported"):
+        Transport(config)
+
+
+@pytest.mark.parametrize(
+    ("res", "name", "namespace", "path"),
+    [
+        (Node, "n1", None, "/api/v1/nodes/n1"),
+        (DaemonSet, None, "drv", "/apis/apps/v1/namespaces/drv/daemonsets"),
+        (ComputeDomain, "cd", "ns", "/apis/resource.nvidia.com/v1beta1/namespaces/ns/computedomains/cd"),
+        (
+            ComputeDomain.Status,
+            "cd",
+            "ns",
+            "/apis/resource.nvidia.com/v1beta1/namespaces/ns/computedomains/cd/status",
+        ),
+    ],
+    ids=["core-cluster", "group-collection", "custom-object", "status-subresource"],
+)
+def test_resource_paths(res: type, name: str | None, namespace: str | None, path: str) -> None:
+    """Paths follow the API conventions for core/group, cluster/namespaced and subresources."""
+    assert resource_path(res, name, namespace=namespace) == path

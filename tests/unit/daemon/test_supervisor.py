@@ -1,0 +1,164 @@
+"""ImexSupervisor against FakeImex: restart backoff, reload pacing and coalescing, restarts, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from imexdra.common.ratelimit import Backoff
+from imexdra.daemon.supervisor import ImexSupervisor
+from imexdra.devices.imex_fake import FakeImex
+
+BASE = 0.1
+INTERVAL = 0.3
+
+
+async def until(what: str, check: Callable[[], bool], within: float = 5.0) -> None:
+    """Wait for a condition on the event loop."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture
+async def supervised() -> AsyncIterator[tuple[FakeImex, ImexSupervisor]]:
+    """A supervisor with short timings running on a FakeImex; cancelled afterwards."""
+    imex = FakeImex()
+    supervisor = ImexSupervisor(
+        imex,
+        restart_backoff=Backoff(base=BASE, cap=BASE * 8, jitter=0.0),
+        stable_after=1.0,
+        reload_interval=INTERVAL,
+        stop_grace=1.0,
+    )
+    task = asyncio.create_task(supervisor.run())
+    yield imex, supervisor
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def usr1(imex: FakeImex) -> list[float]:
+    return [r.at for r in imex.signals if r.signum == signal.SIGUSR1]
+
+
+async def test_nothing_runs_before_start(supervised: tuple[FakeImex, ImexSupervisor]) -> None:
+    """IMEX is not started until the first start() (the daemon waits for its own entry)."""
+    imex, supervisor = supervised
+    await asyncio.sleep(0.05)
+    assert imex.starts == []
+    supervisor.reload()
+    supervisor.restart()
+    assert imex.signals == []
+    supervisor.start()
+    supervisor.start()
+    await until("started", lambda: imex.pid is not None)
+    await asyncio.sleep(0.05)
+    assert len(imex.starts) == 1
+
+
+async def test_crash_restarts_with_growing_backoff(supervised: tuple[FakeImex, ImexSupervisor]) -> None:
+    """Each crash of a short-lived IMEX waits twice as long as the previous one before the restart."""
+    imex, supervisor = supervised
+    supervisor.start()
+    for crashes in range(1, 4):
+        await until(f"start {crashes}", lambda n=crashes: len(imex.starts) == n and imex.pid is not None)
+        imex.exit(1)
+    await until("fourth start", lambda: len(imex.starts) == 4)
+    gaps = [b.at - a.at for a, b in zip(imex.starts, imex.starts[1:], strict=False)]
+    for gap, expected in zip(gaps, (BASE, 2 * BASE, 4 * BASE), strict=True):
+        assert expected <= gap < expected + 0.15
+    assert supervisor.exits == 3
+
+
+async def test_backoff_resets_after_a_stable_run(supervised: tuple[FakeImex, ImexSupervisor]) -> None:
+    """A process that ran longer than ``stable_after`` restarts after the base delay again."""
+    imex, supervisor = supervised
+    supervisor.start()
+    for n in (1, 2, 3):
+        await until(f"start {n}", lambda n=n: len(imex.starts) == n and imex.pid is not None)
+        if n < 3:
+            imex.exit(1)
+    await asyncio.sleep(1.05)  # stable_after
+    exited_at = asyncio.get_running_loop().time()
+    imex.exit(1)
+    await until("restart after stable run", lambda: len(imex.starts) == 4)
+    assert imex.starts[3].at - exited_at < 3 * BASE, "without the reset this would wait 4 x BASE"
+
+
+async def test_failed_starts_are_retried(supervised: tuple[FakeImex, ImexSupervisor]) -> None:
+    """A start that fails (binary missing, port busy) is retried with backoff."""
+    imex, supervisor = supervised
+    imex.fail_next_starts = 2
+    supervisor.start()
+    await until("started after two failures", lambda: imex.pid is not None)
+    assert len(imex.starts) == 1 and imex.fail_next_starts == 0
+
+
+async def test_reload_waits_after_start_then_goes_at_once(
+    supervised: tuple[FakeImex, ImexSupervisor],
+) -> None:
+    """No SIGUSR1 within the interval after a start; once it has passed a reload is immediate."""
+    imex, supervisor = supervised
+    supervisor.start()
+    await until("started", lambda: imex.pid is not None)
+    supervisor.reload()
+    assert usr1(imex) == []
+    await until("deferred reload", lambda: len(usr1(imex)) == 1, within=2)
+    assert usr1(imex)[0] - imex.starts[0].at >= INTERVAL
+    await asyncio.sleep(INTERVAL)
+    supervisor.reload()
+    assert len(usr1(imex)) == 2, "a reload after the interval is sent synchronously"
+
+
+async def test_reloads_inside_the_window_coalesce(supervised: tuple[FakeImex, ImexSupervisor]) -> None:
+    """Many reload requests within the window become one signal, never closer than the interval."""
+    imex, supervisor = supervised
+    supervisor.start()
+    await until("started", lambda: imex.pid is not None)
+    await asyncio.sleep(INTERVAL)
+    supervisor.reload()
+    for _ in range(5):
+        supervisor.reload()
+        await asyncio.sleep(INTERVAL / 10)
+    await until("second signal", lambda: len(usr1(imex)) == 2, within=2)
+    await asyncio.sleep(INTERVAL)
+    times = usr1(imex)
+    assert len(times) == 2 and supervisor.reloads == 2
+    assert times[1] - times[0] >= INTERVAL
+
+
+async def test_restart_is_immediate_and_drops_pending_reload(
+    supervised: tuple[FakeImex, ImexSupervisor],
+) -> None:
+    """A requested restart stops and starts at once (no backoff) and a pending SIGUSR1 is dropped."""
+    imex, supervisor = supervised
+    supervisor.start()
+    await until("started", lambda: imex.pid is not None)
+    supervisor.reload()  # deferred: inside the window after start
+    supervisor.restart()
+    await until("restarted", lambda: len(imex.starts) == 2 and imex.pid is not None)
+    assert imex.starts[1].at - imex.starts[0].at < BASE
+    assert [r.pid for r in imex.stops] == [imex.starts[0].pid]
+    await asyncio.sleep(INTERVAL * 1.5)
+    assert usr1(imex) == [] and supervisor.exits == 0
+
+
+async def test_cancel_forwards_termination() -> None:
+    """Cancelling the supervisor stops IMEX before run() returns."""
+    imex = FakeImex()
+    supervisor = ImexSupervisor(imex, stop_grace=1.0)
+    task = asyncio.create_task(supervisor.run())
+    supervisor.start()
+    await until("started", lambda: imex.pid is not None)
+    pid = imex.pid
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert imex.pid is None
+    assert [r.pid for r in imex.stops] == [pid]

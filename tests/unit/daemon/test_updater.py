@@ -1,0 +1,104 @@
+"""The update loop end to end on files and a FakeImex: DNS mode reloads, IP mode restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from imexdra.common.ratelimit import Backoff
+from imexdra.daemon.hostsfile import managed_mappings
+from imexdra.daemon.imexconfig import ImexdPaths
+from imexdra.daemon.membership import Membership, Peer
+from imexdra.daemon.peers import Latest
+from imexdra.daemon.planning import Action
+from imexdra.daemon.supervisor import ImexSupervisor
+from imexdra.daemon.updater import Updater
+from imexdra.devices.imex_fake import FakeImex
+
+A, B, C = Peer("node-a", "10.0.0.1", 0), Peer("node-b", "10.0.0.2", 1), Peer("node-c", "10.0.0.3", 2)
+
+
+@pytest.fixture
+async def imex() -> AsyncIterator[tuple[FakeImex, ImexSupervisor]]:
+    """A running supervisor (reload interval 0.2 s) over a FakeImex."""
+    fake = FakeImex()
+    supervisor = ImexSupervisor(fake, restart_backoff=Backoff(base=0.01, cap=0.1), reload_interval=0.2)
+    task = asyncio.create_task(supervisor.run())
+    yield fake, supervisor
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def updater(tmp_path: Path, supervisor: ImexSupervisor, *, dns_names: bool) -> Updater:
+    return Updater(
+        paths=ImexdPaths(tmp_path / "imexd"),
+        hosts_file=tmp_path / "hosts",
+        supervisor=supervisor,
+        dns_names=dns_names,
+        max_nodes=18,
+    )
+
+
+async def settle() -> None:
+    await asyncio.sleep(0.05)
+
+
+async def test_dns_mode_start_then_reload(tmp_path: Path, imex: tuple[FakeImex, ImexSupervisor]) -> None:
+    """IMEX starts once the own entry exists; a joining peer rewrites hosts and sends SIGUSR1, same PID."""
+    fake, supervisor = imex
+    (tmp_path / "hosts").write_text("127.0.0.1 localhost\n")
+    loop = updater(tmp_path, supervisor, dns_names=True)
+    assert (await loop.apply(Membership(peers=(A,), own=None))).action is Action.NONE
+    assert fake.starts == [] and "compute-domain-daemon" not in (tmp_path / "hosts").read_text()
+    assert (await loop.apply(Membership(peers=(A, B), own=B))).action is Action.START
+    await settle()
+    pid = fake.pid
+    assert pid is not None
+    assert managed_mappings((tmp_path / "hosts").read_text()) == {
+        "compute-domain-daemon-0000": "10.0.0.1",
+        "compute-domain-daemon-0001": "10.0.0.2",
+    }
+    assert (await loop.apply(Membership(peers=(A, B, C), own=B))).action is Action.RELOAD
+    await asyncio.sleep(0.3)
+    assert [(r.pid, r.signum) for r in fake.signals] == [(pid, signal.SIGUSR1)]
+    assert len(fake.starts) == 1
+    assert "compute-domain-daemon-0002" in (tmp_path / "hosts").read_text()
+
+
+async def test_ip_mode_writes_nodes_and_restarts(
+    tmp_path: Path, imex: tuple[FakeImex, ImexSupervisor]
+) -> None:
+    """IP mode writes nodes.cfg in index order and restarts IMEX when it changes."""
+    fake, supervisor = imex
+    (tmp_path / "imexd").mkdir()
+    loop = updater(tmp_path, supervisor, dns_names=False)
+    await loop.apply(Membership(peers=(A, B), own=B, expected=2))
+    await settle()
+    nodes = tmp_path / "imexd" / "nodes.cfg"
+    assert nodes.read_text() == "10.0.0.1\n10.0.0.2\n"
+    await loop.apply(Membership(peers=(A, B, C), own=B, expected=0))
+    await settle()
+    assert nodes.read_text() == "10.0.0.1\n10.0.0.2\n10.0.0.3\n"
+    assert len(fake.starts) == 2 and len(fake.stops) == 1 and fake.signals == []
+    assert not (tmp_path / "hosts").exists()
+
+
+async def test_run_follows_the_newest_membership(
+    tmp_path: Path, imex: tuple[FakeImex, ImexSupervisor]
+) -> None:
+    """run() applies what the watcher publishes; a burst is applied as its last value."""
+    fake, supervisor = imex
+    loop = updater(tmp_path, supervisor, dns_names=True)
+    box: Latest[Membership] = Latest()
+    task = asyncio.create_task(loop.run(box))
+    for peers in ((B,), (A, B), (A, B, C)):
+        box.publish(Membership(peers=peers, own=B))
+    await settle()
+    task.cancel()
+    assert loop.applied.hosts is not None and len(loop.applied.hosts) == 3
+    assert len(fake.starts) == 1

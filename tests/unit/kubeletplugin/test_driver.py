@@ -1,0 +1,174 @@
+"""The driver: pu.lock per attempt, permanent vs retryable outcomes, error texts, metrics (§6.1, §6.9)."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from imexdra.common import flock
+from imexdra.common.errors import ConfigError, PermanentError, RetryableError
+from imexdra.kubeletplugin.driver import ImexDriver, first_driver_error_is_permanent
+from imexdra.kubeletplugin.driverapi import ClaimRef, Device, ResourceClaim
+from imexdra.kubeletplugin.retries import RetryPolicy
+from tests.unit.kubeletplugin.support import Node, channel_claim
+
+FAST = RetryPolicy(budget=1.0, retry_base=0.01, retry_cap=0.02, bucket_rate=1000.0, bucket_burst=100)
+DEVICE = Device(("channel",), "node-a", "channel-0", ())
+
+
+class Scripted:
+    """A ``ClaimPreparer`` answering from a per-UID list of outcomes (exception or devices)."""
+
+    def __init__(self, script: dict[str, list[object]]) -> None:
+        self.script = script
+        self.calls: list[str] = []
+
+    async def prepare(self, claim: ResourceClaim) -> tuple[Device, ...]:
+        self.calls.append(claim.ref.uid)
+        outcome = self.script[claim.ref.uid].pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return (DEVICE,)
+
+    async def unprepare(self, ref: ClaimRef) -> None:
+        self.calls.append(ref.uid)
+        outcome = self.script[ref.uid].pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def claim(uid: str) -> ResourceClaim:
+    return ResourceClaim(ClaimRef("ns", f"{uid}-name", uid), {"allocation": {}})
+
+
+async def test_permanent_error_ends_the_claim_with_upstreams_text(tmp_path: Path) -> None:
+    """A permanent error is returned once, as 'error preparing devices for claim '<ns>/<name>:<uid>': ...'."""
+    state = Scripted({"u1": [PermanentError("no clique")]})
+    results = await ImexDriver(state, tmp_path / "pu.lock", policy=FAST).prepare([claim("u1")])
+    assert str(results["u1"].error) == "error preparing devices for claim 'ns/u1-name:u1': no clique"
+    assert state.calls == ["u1"]
+
+
+async def test_retryable_error_is_retried_until_success(tmp_path: Path) -> None:
+    """Retryable errors are retried inside the call; the kubelet only sees the success."""
+    state = Scripted({"u1": [RetryableError("not ready"), RetryableError("not ready"), "ok"]})
+    results = await ImexDriver(state, tmp_path / "pu.lock", policy=FAST).prepare([claim("u1")])
+    assert results["u1"].error is None
+    assert results["u1"].devices == (DEVICE,)
+    assert state.calls == ["u1", "u1", "u1"]
+
+
+async def test_unknown_exceptions_are_retried(tmp_path: Path) -> None:
+    """A bug-shaped exception is not a reason to fail the pod for good: it is retried."""
+    state = Scripted({"u1": [KeyError("x"), "ok"]})
+    results = await ImexDriver(state, tmp_path / "pu.lock", policy=FAST).prepare([claim("u1")])
+    assert results["u1"].error is None
+
+
+async def test_claim_still_failing_at_the_budget_is_left_out(tmp_path: Path) -> None:
+    """The budget ends with the claim absent, which the kubelet reports as 'left out'."""
+    state = Scripted({"u1": [RetryableError("never")] * 1000, "u2": ["ok"]})
+    driver = ImexDriver(
+        state, tmp_path / "pu.lock", policy=RetryPolicy(budget=0.2, retry_base=0.01, retry_cap=0.01)
+    )
+    results = await driver.prepare([claim("u1"), claim("u2")])
+    assert set(results) == {"u2"}
+
+
+async def test_lock_held_elsewhere_is_retried_and_counted(tmp_path: Path) -> None:
+    """pu.lock held by another process: the attempt times out, is counted, and retried after release."""
+    lock = tmp_path / "pu.lock"
+    state = Scripted({"u1": ["ok"]})
+    driver = ImexDriver(
+        state, lock, policy=RetryPolicy(budget=5.0, retry_base=0.01, retry_cap=0.01), lock_timeout=0.05
+    )
+    before = sample(
+        "nvidia_dra_node_prepare_errors_total", driver="compute-domain.nvidia.com", error_type="lock_acquire"
+    )
+
+    async def holder() -> None:
+        async with flock.hold(lock):
+            await asyncio.sleep(0.3)
+
+    held = asyncio.create_task(holder())
+    await asyncio.sleep(0.02)
+    results = await driver.prepare([claim("u1")])
+    await held
+    assert results["u1"].error is None
+    after = sample(
+        "nvidia_dra_node_prepare_errors_total", driver="compute-domain.nvidia.com", error_type="lock_acquire"
+    )
+    assert after > before
+
+
+async def test_unprepare_outcomes(tmp_path: Path) -> None:
+    """Unprepare: success is an empty error, permanent errors use upstream's 'error unpreparing' text."""
+    state = Scripted({"ok": [None], "bad": [ConfigError("broken", field="domainID")]})
+    results = await ImexDriver(state, tmp_path / "pu.lock", policy=FAST).unprepare(
+        [ClaimRef("ns", "ok-name", "ok"), ClaimRef("ns", "bad-name", "bad")]
+    )
+    assert results["ok"].error is None
+    assert (
+        str(results["bad"].error) == "error unpreparing devices for claim 'ns/bad-name:bad': domainID: broken"
+    )
+
+
+async def test_request_metrics(tmp_path: Path) -> None:
+    """A fully successful call counts as a request; in-flight returns to zero."""
+    labels = {"driver": "compute-domain.nvidia.com", "operation": "prepare"}
+    before = sample("nvidia_dra_requests_total", **labels)
+    await ImexDriver(Scripted({"u1": ["ok"]}), tmp_path / "pu.lock", policy=FAST).prepare([claim("u1")])
+    assert sample("nvidia_dra_requests_total", **labels) == before + 1
+    assert sample("nvidia_dra_requests_inflight", **labels) == 0
+    assert sample("nvidia_dra_request_duration_seconds_count", **labels) >= 1
+
+
+@pytest.mark.parametrize(
+    ("error", "permanent"),
+    [
+        (PermanentError("p"), True),
+        (RetryableError("r"), False),
+        (ValueError("v"), False),
+    ],
+    ids=["permanent", "retryable", "foreign"],
+)
+def test_classification_of_plain_errors(error: Exception, permanent: bool) -> None:
+    """Permanent only when a PermanentError decides."""
+    assert first_driver_error_is_permanent(error) == permanent
+
+
+def test_classification_follows_the_outermost_driver_error() -> None:
+    """A retryable error wrapping a permanent one is retryable; a foreign wrapper defers to its cause."""
+    try:
+        try:
+            raise PermanentError("403 forbidden")
+        except PermanentError as inner:
+            raise RetryableError("error adding node label") from inner
+    except RetryableError as outer:
+        assert not first_driver_error_is_permanent(outer)
+    try:
+        try:
+            raise PermanentError("bad")
+        except PermanentError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as outer:
+        assert first_driver_error_is_permanent(outer)
+
+
+async def test_driver_over_real_state_prepares_once_and_reports_twice(tmp_path: Path) -> None:
+    """End to end over real files: two calls for one claim give the same devices (idempotent)."""
+    node = Node(tmp_path)
+    await node.initialize()
+    driver = ImexDriver(node.state, node.paths.prepare_lock, policy=FAST)
+    first = await driver.prepare([channel_claim()])
+    second = await driver.prepare([channel_claim()])
+    assert first["claim-1"].devices == second["claim-1"].devices
+    assert first["claim-1"].devices[0].cdi_device_ids == (
+        "k8s.compute-domain.nvidia.com/claim=claim-1-channel-0",
+    )
+    assert node.paths.prepare_lock.exists()

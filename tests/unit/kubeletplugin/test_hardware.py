@@ -1,0 +1,121 @@
+"""Hardware selection for real and simulated nodes, driver-version gate, clique tracking, base CDI spec."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imexdra.api.featuregates import resolve_feature_gates
+from imexdra.common.errors import PermanentError
+from imexdra.devices.nvml_fake import FakeNvml
+from imexdra.devices.procfs import DeviceDiscoveryError
+from imexdra.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
+from imexdra.kubeletplugin.hardware import (
+    CliqueTracker,
+    HardwareSettings,
+    build_base_spec,
+    check_driver_version,
+    open_imex_devices,
+    open_nvml,
+)
+
+UUID = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60"
+
+
+def nvml_file(path: Path, *, clique: int | None = 5, version: str = "570.170.01") -> Path:
+    fabric = {"clusterUUID": UUID, "cliqueID": clique} if clique is not None else None
+    path.write_text(json.dumps({"driverVersion": version, "fabric": fabric}))
+    return path
+
+
+def simulated(tmp_path: Path) -> HardwareSettings:
+    root = tmp_path / "driver-root"
+    write_fabric_mgmt_capability(root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt", minor=7)
+    return HardwareSettings(
+        container_driver_root=root,
+        host_driver_root=Path("/"),
+        fake_nvml_config=nvml_file(tmp_path / "nvml.json"),
+        alt_proc_devices=write_proc_devices(tmp_path / "proc-devices", imex_channels_major=240),
+    )
+
+
+def test_mock_mode_reads_procfs_stand_ins(tmp_path: Path) -> None:
+    """ALT_PROC_DEVICES_PATH replaces /proc/devices; the capability is read under the driver root."""
+    devices = open_imex_devices(simulated(tmp_path))
+    assert devices.channel(3).major == 240
+    assert devices.channel(3).path == "/dev/nvidia-caps-imex-channels/channel3"
+    assert devices.fabric_mgmt().path == "/dev/nvidia-caps/nvidia-cap7"
+
+
+def test_missing_channel_major_is_fatal(tmp_path: Path) -> None:
+    """Without nvidia-caps-imex-channels in /proc/devices the plugin cannot start."""
+    settings = simulated(tmp_path)
+    write_proc_devices(tmp_path / "proc-devices", imex_channels_major=None)
+    with pytest.raises(DeviceDiscoveryError, match="nvidia-caps-imex-channels"):
+        open_imex_devices(settings)
+
+
+def test_fake_nvml_selected_by_its_file(tmp_path: Path) -> None:
+    """A fake NVML file selects FakeNvml; without one the library is looked up under the driver root."""
+    assert isinstance(open_nvml(simulated(tmp_path)), FakeNvml)
+    real = HardwareSettings(container_driver_root=tmp_path / "empty", host_driver_root=Path("/"))
+    with pytest.raises(DeviceDiscoveryError, match=r"libnvidia-ml\.so\.1 not found"):
+        open_nvml(real)
+
+
+@pytest.mark.parametrize(
+    ("version", "ok"), [("570.158.01", True), ("575.51.03", True), ("570.124.06", False)]
+)
+def test_driver_version_gate(tmp_path: Path, version: str, ok: bool) -> None:
+    """IMEX daemons with DNS names need driver >= 570.158.01."""
+    nvml = FakeNvml(nvml_file(tmp_path / "nvml.json", version=version))
+    if ok:
+        assert check_driver_version(nvml) == version
+    else:
+        with pytest.raises(PermanentError, match="minimum version not satisfied"):
+            check_driver_version(nvml)
+
+
+async def test_clique_refresh_never_clears(tmp_path: Path) -> None:
+    """Discovery sets the clique; a refresh adopts a new one and ignores a transition to none."""
+    path = nvml_file(tmp_path / "nvml.json", clique=5)
+    tracker = CliqueTracker(FakeNvml(path), resolve_feature_gates(""))
+    assert tracker.discover() == f"{UUID}.5"
+    nvml_file(path, clique=None)
+    await tracker.refresh()
+    assert tracker.current == f"{UUID}.5"
+    nvml_file(path, clique=6)
+    await tracker.refresh()
+    assert tracker.current == f"{UUID}.6"
+    path.write_text("initError: DRIVER_NOT_LOADED\n")
+    await tracker.refresh()  # logged, not raised
+    assert tracker.current == f"{UUID}.6"
+
+
+async def test_clique_change_reaches_the_label_hook(tmp_path: Path) -> None:
+    """With the gpu.clique label enabled, every refresh re-applies the current clique."""
+    seen: list[str] = []
+
+    async def relabel(clique: str) -> None:
+        seen.append(clique)
+
+    tracker = CliqueTracker(
+        FakeNvml(nvml_file(tmp_path / "n.json")), resolve_feature_gates(""), on_change=relabel
+    )
+    tracker.discover()
+    await tracker.refresh()
+    assert seen == [f"{UUID}.5"]
+
+
+def test_base_spec_of_a_simulated_node(tmp_path: Path) -> None:
+    """Regular files stand in for device nodes on a simulated node; the spec lists them with hostPaths."""
+    settings = simulated(tmp_path)
+    for dev in ("nvidia0", "nvidiactl", "nvidia-caps-imex-channels/channel0", "nvidia-nvswitch0"):
+        (settings.container_driver_root / "dev" / dev).parent.mkdir(parents=True, exist_ok=True)
+        (settings.container_driver_root / "dev" / dev).touch()
+    spec = build_base_spec(settings)
+    [device] = spec.devices
+    assert device.name == "all"
+    paths = [node.path for node in device.container_edits.device_nodes]
+    assert paths == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-caps-imex-channels/channel0"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in spec.container_edits.env

@@ -1,0 +1,233 @@
+"""HostManagedIMEX in the kubelet plugin: every seed 004 §14.1 kubelet case and a fault at each §7.2 step.
+
+Seed 004 §7.2 prepare steps, in order: (1) decode and validate the opaque config, (2) exactly one
+allocation result, (3) allocationMode empty or Single, (4) config state, (5) channel-0 checkpoint
+conflict check, (6) ComputeDomain in the claim's namespace, (7) non-empty local clique ID, (8) CDI
+edits for channel 0, (9) PrepareCompleted. Faults are injected at each step that can fail; the test
+checks the error class, what was left in the checkpoint and on disk, and that nothing was labelled.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from imexdra.common.errors import DriverError, PermanentError, RetryableError
+from imexdra.kubeletplugin.applyconfig import NO_CLIQUE_MESSAGE, DomainInfo
+from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
+from imexdra.kubeletplugin.checkpointstore import CheckpointStore
+from imexdra.kubeletplugin.driver import first_driver_error_is_permanent
+from imexdra.kubeletplugin.driverapi import ClaimRef, ResourceClaim
+from imexdra.kubeletplugin.slices import slice_devices
+from tests.unit.kubeletplugin.support import (
+    DOMAIN_UID,
+    NAMESPACE,
+    Node,
+    channel_claim,
+    channel_params,
+    config,
+    daemon_claim,
+    result,
+    status,
+)
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> Node:
+    n = Node(tmp_path, host_managed=True)
+    await n.initialize()
+    return n
+
+
+def test_resource_slice_omits_daemon_device() -> None:
+    """§14.1: the kubelet ResourceSlice has no daemon device under the gate."""
+    assert [d["name"] for d in slice_devices(host_managed=True)] == ["channel-0"]
+
+
+@pytest.mark.parametrize("mode", [None, "", "Single"], ids=["absent", "empty", "Single"])
+async def test_channel_prepare_skips_label_and_readiness(node: Node, mode: str | None) -> None:
+    """§14.1: channel prepare injects channel 0 without AddNodeLabel or AssertComputeDomainReady."""
+    node.readiness.ready = False  # would block a driver-managed prepare
+    devices = await node.state.prepare(channel_claim(params=channel_params(mode=mode)))
+    assert [d.cdi_device_ids for d in devices] == [("k8s.compute-domain.nvidia.com/claim=claim-1-channel-0",)]
+    assert node.labels.calls == []
+    assert node.readiness.calls == []
+    [device] = yaml.safe_load(node.cdi_file("claim-1").read_text())["devices"]
+    assert [n["path"] for n in device["containerEdits"]["deviceNodes"]] == [
+        "/dev/nvidia-caps-imex-channels/channel0"
+    ]
+    assert "mounts" not in device["containerEdits"]
+    assert await node.entries() == {"claim-1": ClaimState.PREPARE_COMPLETED}
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("All", 'allocationMode "All" is not supported under HostManagedIMEX'),
+        ("foo", 'allocationMode: unsupported value "foo"'),
+    ],
+    ids=["All", "unknown-foo"],
+)
+async def test_allocation_mode_allowlist(node: Node, mode: str, message: str) -> None:
+    """§14.1: All and unknown non-empty modes are rejected permanently by the allowlist."""
+    with pytest.raises(PermanentError, match=message):
+        await node.state.prepare(channel_claim(params=channel_params(mode=mode)))
+    assert not node.cdi_file("claim-1").exists()
+    assert node.labels.calls == []
+
+
+async def test_empty_clique_is_a_permanent_error_naming_the_clique(node: Node) -> None:
+    """§14.1: no NVLink clique on the node is a permanent error, not upstream's silent skip."""
+    node.clique = ""
+    with pytest.raises(PermanentError) as caught:
+        await node.state.prepare(channel_claim())
+    assert str(caught.value) == NO_CLIQUE_MESSAGE
+    assert "NVLink clique" in str(caught.value)
+    assert not node.cdi_file("claim-1").exists()
+
+
+async def test_daemon_prepare_is_permanently_refused(node: Node) -> None:
+    """§14.1: a daemon claim reaching Prepare fails permanently, saying daemon claims are disabled."""
+    with pytest.raises(PermanentError, match="daemon claims are disabled under HostManagedIMEX"):
+        await node.state.prepare(daemon_claim())
+    assert not node.paths.domain_dir(DOMAIN_UID).exists()
+
+
+async def test_unprepare_skips_label_but_removes_cdi_and_checkpoint(node: Node) -> None:
+    """§14.1: unprepare never calls RemoveNodeLabel and still removes CDI and checkpoint state."""
+    claim = channel_claim()
+    await node.state.prepare(claim)
+    assert node.cdi_file("claim-1").exists()
+    await node.state.unprepare(claim.ref)
+    assert node.labels.calls == []
+    assert not node.cdi_file("claim-1").exists()
+    assert await node.entries() == {}
+
+
+async def test_second_channel_claim_refused_by_checkpoint_conflict(node: Node) -> None:
+    """§14.1/§13: a second channel claim on the node is refused while the first is prepared."""
+    await node.state.prepare(channel_claim("claim-1"))
+    second = ResourceClaim(
+        ClaimRef(NAMESPACE, "claim-2-name", "claim-2"),
+        status([result("channel", "channel-5")], [config(channel_params(), requests=["channel"])]),
+    )
+    with pytest.raises(RetryableError, match="channel 0 already allocated by claim claim-1"):
+        await node.state.prepare(second)
+    await node.state.unprepare(channel_claim("claim-1").ref)
+    await node.state.prepare(second)
+    assert await node.entries() == {"claim-2": ClaimState.PREPARE_COMPLETED}
+
+
+# --- fault injection at each seed 004 §7.2 step ----------------------------------------------------
+
+
+class FailingStore(CheckpointStore):
+    """A checkpoint whose ``fail_on``-th write raises (disk full)."""
+
+    def __init__(self, directory: Path, fail_on: int) -> None:
+        super().__init__(directory)
+        self.writes = 0
+        self.fail_on = fail_on
+
+    async def _write(self, checkpoint: Checkpoint) -> None:
+        self.writes += 1
+        if self.writes == self.fail_on:
+            raise OSError(28, "No space left on device")
+        await super()._write(checkpoint)
+
+
+def on_channel_5() -> ResourceClaim:
+    return ResourceClaim(
+        ClaimRef(NAMESPACE, "claim-1-name", "claim-1"),
+        status([result("channel", "channel-5")], [config(channel_params(), requests=["channel"])]),
+    )
+
+
+def two_results() -> ResourceClaim:
+    return ResourceClaim(
+        ClaimRef(NAMESPACE, "claim-1-name", "claim-1"),
+        status(
+            [result("a", "channel-0"), result("b", "channel-1")],
+            [config(channel_params(), requests=["a", "b"])],
+        ),
+    )
+
+
+async def prepared_elsewhere(node: Node) -> None:
+    await node.state.prepare(channel_claim("claim-0"))
+
+
+def other_namespace(node: Node) -> None:
+    node.domains.known[DOMAIN_UID] = DomainInfo(DOMAIN_UID, "train-a", "elsewhere")
+
+
+STEPS: list[tuple[str, Any, type[DriverError], str | None]] = [
+    ("1-decode", {"claim": channel_claim(params=channel_params(bogus=1))}, PermanentError, None),
+    ("1-validate", {"claim": channel_claim(params=channel_params(domain=""))}, PermanentError, None),
+    ("2-result-count", {"claim": two_results()}, RetryableError, ClaimState.PREPARE_STARTED),
+    (
+        "3-mode",
+        {"claim": channel_claim(params=channel_params(mode="All"))},
+        PermanentError,
+        ClaimState.PREPARE_STARTED,
+    ),
+    (
+        "5-conflict",
+        {"before": prepared_elsewhere, "claim": on_channel_5()},
+        RetryableError,
+        ClaimState.PREPARE_STARTED,
+    ),
+    ("6-domain-missing", {"domains": {}}, PermanentError, ClaimState.PREPARE_STARTED),
+    ("6-other-namespace", {"tweak": other_namespace}, PermanentError, ClaimState.PREPARE_STARTED),
+    ("7-no-clique", {"clique": ""}, PermanentError, ClaimState.PREPARE_STARTED),
+    ("8-cdi-write", {"cdi_root_is_file": True}, RetryableError, ClaimState.PREPARE_STARTED),
+    ("9-completed-write", {"fail_write": 2}, RetryableError, ClaimState.PREPARE_STARTED),
+    ("4-started-write", {"fail_write": 1}, RetryableError, None),
+]
+
+
+@pytest.mark.parametrize(("fault", "expected", "left"), [s[1:] for s in STEPS], ids=[s[0] for s in STEPS])
+async def test_fault_at_each_prepare_step(
+    tmp_path: Path, fault: dict[str, Any], expected: type[DriverError], left: str | None
+) -> None:
+    """A fault at one step fails the claim with the right class, leaves the right entry and no CDI spec."""
+    node = Node(tmp_path, host_managed=True)
+    await node.initialize()
+    if "before" in fault:
+        await fault["before"](node)
+    if "domains" in fault:
+        node.domains.known = fault["domains"]
+    if "tweak" in fault:
+        fault["tweak"](node)
+    if "clique" in fault:
+        node.clique = fault["clique"]
+    if fault.get("cdi_root_is_file"):
+        node.cdi_root.rmdir()
+        node.cdi_root.write_text("not a directory")
+        cdi_root_restore = True
+    else:
+        cdi_root_restore = False
+    state = (
+        node.new_state(FailingStore(node.paths.plugin_data_dir, fault["fail_write"]))
+        if "fail_write" in fault
+        else node.state
+    )
+    claim = fault.get("claim", channel_claim())
+    with pytest.raises(DriverError) as caught:
+        await state.prepare(claim)
+    assert isinstance(caught.value, expected), caught.value
+    assert first_driver_error_is_permanent(caught.value) == (expected is PermanentError)
+    entries = await node.entries()
+    assert entries.get(claim.ref.uid) == left
+    # Only a failure after step 8 can leave the claim's spec; unprepare (or the retry) takes care of it.
+    assert node.cdi_file(claim.ref.uid).exists() == ("fail_write" in fault and fault["fail_write"] == 2)
+    assert node.labels.calls == []
+    assert node.readiness.calls == []
+    if cdi_root_restore:
+        node.cdi_root.unlink()
+        node.cdi_root.mkdir()
+    if left is not None:
+        await node.state.unprepare(claim.ref)
+        assert not node.cdi_file(claim.ref.uid).exists()
+        assert (await node.entries()).get(claim.ref.uid) == ClaimState.PREPARE_ABORTED

@@ -1,0 +1,93 @@
+"""The ``compute-domain-kubelet-plugin`` command line: flags, env, validation, startup failures."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from imexdra.devices.procfs_fake import write_proc_devices
+from imexdra.kubeletplugin.main import main
+from tests.unit.api.cli import ALL_GROUPS, env_vars
+
+ISOLATED: dict[str, str | None] = {
+    **dict.fromkeys(env_vars(ALL_GROUPS)),
+    "FAKE_NVML_CONFIG": None,
+    "ALT_PROC_DEVICES_PATH": None,
+}
+
+
+def run(args: list[str], env: dict[str, str]) -> Result:
+    return CliRunner().invoke(main, args, env={**ISOLATED, **env})
+
+
+def test_help_lists_upstream_flags_and_the_simulation_switches() -> None:
+    """Upstream's flag and env names are there, plus the two that select a simulated node's hardware."""
+    result = run(["--help"], {})
+    assert result.exit_code == 0
+    for text in (
+        "--node-name",
+        "NODE_NAME",
+        "--kubelet-registrar-directory-path",
+        "--kubelet-plugins-directory-path",
+        "--cdi-root",
+        "--healthcheck-port",
+        "--feature-gates",
+        "--imex-mode",
+        "--fake-nvml-config",
+        "FAKE_NVML_CONFIG",
+        "ALT_PROC_DEVICES_PATH",
+    ):
+        assert text in result.output
+
+
+def test_node_name_is_required() -> None:
+    """Without NODE_NAME the command refuses to run."""
+    result = run([], {})
+    assert result.exit_code == 2
+    assert "--node-name" in result.output
+
+
+def test_positional_arguments_are_rejected() -> None:
+    """Like upstream: no positional arguments."""
+    result = run(["extra"], {"NODE_NAME": "node-a"})
+    assert result.exit_code == 2
+
+
+def test_host_managed_mode_needs_the_gate() -> None:
+    """--imex-mode=hostManaged without HostManagedIMEX is a usage error."""
+    result = run([], {"NODE_NAME": "node-a", "IMEX_MODE": "hostManaged"})
+    assert result.exit_code == 2
+    assert "HostManagedIMEX" in result.output
+
+
+@pytest.mark.parametrize(
+    ("gates", "forced"),
+    [("HostManagedIMEX=true,", True), ("", False)],
+    ids=["host-managed", "driver-managed"],
+)
+def test_startup_logs_gates_then_fails_without_channel_major(
+    tmp_path: Path, gates: str, forced: bool
+) -> None:
+    """Resolved gates are logged first; a node without the IMEX channel major exits 1 before any API call."""
+    nvml = tmp_path / "nvml.yaml"
+    nvml.write_text("fabric: null\n")
+    env = {
+        "NODE_NAME": "node-a",
+        "FEATURE_GATES": gates,
+        "FAKE_NVML_CONFIG": str(nvml),
+        "ALT_PROC_DEVICES_PATH": str(write_proc_devices(tmp_path / "proc-devices", imex_channels_major=None)),
+        "KUBELET_PLUGINS_DIRECTORY_PATH": str(tmp_path / "plugins"),
+        "KUBELET_REGISTRAR_DIRECTORY_PATH": str(tmp_path / "registry"),
+        "CDI_ROOT": str(tmp_path / "cdi"),
+        "LOGGING_FORMAT": "json",
+    }
+    result = run([], env)
+    assert result.exit_code == 1, result.output
+    lines = {entry["event"]: entry for entry in map(json.loads, result.output.splitlines())}
+    assert lines["feature gates"]["HostManagedIMEX"] is forced
+    assert ("feature gate forced" in lines) == forced
+    assert lines["Flags"]["nodeName"] == "node-a"
+    assert "nvidia-caps-imex-channels" in lines["kubelet plugin failed"]["error"]
+    assert (tmp_path / "cdi").is_dir()
+    assert (tmp_path / "plugins" / "compute-domain.nvidia.com").is_dir()

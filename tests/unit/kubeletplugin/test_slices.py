@@ -1,0 +1,95 @@
+"""ResourceSlice devices (reference §4, seed 004 §7), allocatable devices, device-name parsing, paths."""
+
+from pathlib import Path
+
+import pytest
+
+from imexdra.kubeletplugin.checkpoint import DeviceType
+from imexdra.kubeletplugin.paths import PluginPaths
+from imexdra.kubeletplugin.slices import (
+    AllocatableDevice,
+    allocatable_devices,
+    parse_device_name,
+    published_devices,
+    resource_slice_spec,
+    slice_devices,
+)
+
+CHANNEL_0 = {"name": "channel-0", "attributes": {"type": {"string": "channel"}, "id": {"int": 0}}}
+DAEMON_0 = {"name": "daemon-0", "attributes": {"type": {"string": "daemon"}, "id": {"int": 0}}}
+
+
+@pytest.mark.parametrize(
+    ("host_managed", "expected"),
+    [(False, [CHANNEL_0, DAEMON_0]), (True, [CHANNEL_0])],
+    ids=["driver-managed", "host-managed-no-daemon"],
+)
+def test_slice_devices(host_managed: bool, expected: list[dict[str, object]]) -> None:
+    """Driver-managed publishes channel-0 and daemon-0; host-managed only channel-0, each with type and id."""
+    assert slice_devices(host_managed=host_managed) == expected
+
+
+@pytest.mark.parametrize(
+    ("host_managed", "names"),
+    [(False, ["channel-0", "daemon-0"]), (True, ["channel-0"])],
+    ids=["driver-managed", "host-managed"],
+)
+def test_published_subset_of_allocatable(host_managed: bool, names: list[str]) -> None:
+    """Of {channel-0, channel-1, daemon-0} only channel 0 and (unless host-managed) the daemon go out."""
+    allocatable = {
+        d.name: d
+        for d in (
+            AllocatableDevice(DeviceType.DAEMON, 0),
+            AllocatableDevice(DeviceType.CHANNEL, 1),
+            AllocatableDevice(DeviceType.CHANNEL, 0),
+        )
+    }
+    assert [d.name for d in published_devices(allocatable, host_managed=host_managed)] == names
+
+
+def test_allocatable_devices() -> None:
+    """The node can prepare channel-0..channel-2047 and daemon-0."""
+    devices = allocatable_devices()
+    assert len(devices) == 2049
+    assert devices["channel-2047"] == AllocatableDevice(DeviceType.CHANNEL, 2047)
+    assert devices["daemon-0"] == AllocatableDevice(DeviceType.DAEMON, 0)
+    assert "channel-2048" not in devices
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("channel-0", AllocatableDevice(DeviceType.CHANNEL, 0)),
+        ("channel-2047", AllocatableDevice(DeviceType.CHANNEL, 2047)),
+        ("daemon-0", AllocatableDevice(DeviceType.DAEMON, 0)),
+        ("channel-01", None),
+        ("gpu-0", None),
+        ("channel-", None),
+        ("channel-0x", None),
+    ],
+    ids=["channel-0", "channel-2047", "daemon", "leading-zero", "other-kind", "no-id", "trailing"],
+)
+def test_parse_device_name(name: str, expected: AllocatableDevice | None) -> None:
+    """Device names parse back to their type and ID; anything else is None."""
+    assert parse_device_name(name) == expected
+
+
+def test_resource_slice_spec() -> None:
+    """The spec names the driver, a one-slice pool named after the node, the node, and the devices."""
+    assert resource_slice_spec("node-a", host_managed=False) == {
+        "driver": "compute-domain.nvidia.com",
+        "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
+        "nodeName": "node-a",
+        "devices": [CHANNEL_0, DAEMON_0],
+    }
+
+
+def test_plugin_paths_defaults() -> None:
+    """Default socket and file locations match upstream's."""
+    paths = PluginPaths()
+    assert paths.dra_socket == Path("/var/lib/kubelet/plugins/compute-domain.nvidia.com/dra.sock")
+    assert paths.registration_socket == Path(
+        "/var/lib/kubelet/plugins_registry/compute-domain.nvidia.com-reg.sock"
+    )
+    assert paths.prepare_lock == Path("/var/lib/kubelet/plugins/compute-domain.nvidia.com/pu.lock")
+    assert paths.domain_dir("uid") == Path("/var/lib/kubelet/plugins/compute-domain.nvidia.com/domains/uid")
