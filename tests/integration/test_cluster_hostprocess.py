@@ -96,3 +96,54 @@ async def test_container_runs_as_host_process_with_mounts(cluster: LocalCluster)
 
     await eventually("container restarted after its process was killed", restarted, within=90)
     cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+async def test_removing_a_container_removes_its_log_and_nothing_else(cluster: LocalCluster) -> None:
+    """The kubelet deletes "<log path>*" on container removal: only that log may go, not its neighbours.
+
+    Regression: with an empty CRI log path that glob was "*" in the kubelet's working directory, which
+    deleted every file at the test host's root (``/bin`` among them).
+    """
+    namespace = "logcleanup"
+    cluster.create_namespace(namespace)
+    node = cluster.node("node-0")
+    bystander = node.directory / "bystander"
+    bystander.write_text("must survive")
+    apply(
+        cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "chatty", "namespace": namespace},
+            "spec": {
+                "nodeName": "node-0",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": HOST_IMAGE,
+                        "command": ["/bin/sh", "-c", "echo hi; exec sleep 3600"],
+                    }
+                ],
+            },
+        },
+    )
+
+    def created() -> dict[str, object] | None:
+        records = [r for r in node.cri_records("CreateContainer") if r.get("pod_namespace") == namespace]
+        return records[-1] if records else None
+
+    record = await eventually("container created", created)
+    log = Path(str(record["log_path"]))
+    assert log.is_absolute() and log.is_relative_to(node.directory / "pod-logs")
+    await eventually("container log written", lambda: log.exists() and log.read_text().strip() != "")
+    cluster.kubectl("delete", "pod", "chatty", "-n", namespace, "--wait=false")
+
+    def removed() -> bool:
+        return any(r["container_id"] == record["container_id"] for r in node.cri_records("RemoveContainer"))
+
+    await eventually("kubelet removed the container", removed, within=90)
+    await eventually("its log removed with it", lambda: not log.exists())
+    assert bystander.read_text() == "must survive"
+    assert Path("/bin").exists()
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")

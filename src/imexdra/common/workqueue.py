@@ -24,9 +24,10 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+import httpx2
 import structlog
 
-from imexdra.common.errors import is_permanent
+from imexdra.common.errors import DriverError, is_permanent
 from imexdra.common.kube import retry_after
 from imexdra.common.logging import log_context
 from imexdra.common.metrics import (
@@ -220,11 +221,20 @@ async def _work(queue: WorkQueue[K], reconcile: Reconcile[K]) -> None:
                 WORKQUEUE_WORK_DURATION.labels(name=queue.name).observe(loop.time() - started)
 
 
+# Failures the outside world causes (API errors, network, timeouts); anything else is a bug.
+_EXPECTED_FAILURES = (DriverError, OSError, TimeoutError, httpx2.HTTPError)
+
+
 def _handle_failure(queue: WorkQueue[K], item: K, error: Exception) -> None:
     if is_permanent(error):
         _log.warning("reconcile_failed_permanently", error=str(error))
         queue.forget(item)
         return
     attempt = queue.num_requeues(item) + 1
-    _log.info("reconcile_failed", error=str(error), error_type=type(error).__name__, attempt=attempt)
+    if isinstance(error, _EXPECTED_FAILURES):
+        _log.info("reconcile_failed", error=str(error), error_type=type(error).__name__, attempt=attempt)
+    else:
+        # Not the world misbehaving but a bug in us: loud, with the traceback. Still retried, since a
+        # level-triggered reconcile must not drop the item for good.
+        _log.error("reconcile_crashed", error_type=type(error).__name__, attempt=attempt, exc_info=error)
     queue.add_rate_limited(item, at_least=retry_after(error) or 0.0)

@@ -122,12 +122,11 @@ class Reconciler:
     async def _ensure_workload_template(self, cd: ComputeDomain) -> float | None:
         uid = render.domain_uid(cd)
         existing = self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
-        host_managed = self._config.host_managed
         try:
             return await self._ensure_one(
                 self._caches.template_view,
                 existing,
-                lambda: render.workload_claim_template(cd, host_managed=host_managed),
+                lambda: render.workload_claim_template(cd),
             )
         except ApiStatusError as error:
             if not is_conflict(error):

@@ -79,9 +79,13 @@ def domain_uid(cd: ComputeDomain) -> str:
     return cd.metadata.uid
 
 
-def channel_allocation_mode(cd: ComputeDomain, *, host_managed: bool) -> AllocationMode:
-    """The allocation mode written into the workload claim: the spec's, or ``Single`` if host-managed."""
-    if host_managed or cd.spec is None:
+def channel_allocation_mode(cd: ComputeDomain) -> AllocationMode:
+    """The allocation mode written into the workload claim: the spec's, in both IMEX modes.
+
+    Under HostManagedIMEX the template stays the same (seed 004 §6); the kubelet plugin rejects ``All``
+    at prepare time with a permanent error (§14.3), so the user sees why instead of a silent downgrade.
+    """
+    if cd.spec is None:
         return AllocationMode.SINGLE
     return cd.spec.channel.allocation_mode
 
@@ -122,11 +126,11 @@ def _claim_template(
     )
 
 
-def workload_claim_template(cd: ComputeDomain, *, host_managed: bool) -> ResourceClaimTemplate:
+def workload_claim_template(cd: ComputeDomain) -> ResourceClaimTemplate:
     """The claim template workloads reference to get the domain's IMEX channel."""
     uid = domain_uid(cd)
     assert cd.metadata is not None  # checked by domain_uid
-    mode = channel_allocation_mode(cd, host_managed=host_managed)
+    mode = channel_allocation_mode(cd)
     return _claim_template(
         name=workload_template_name(cd),
         namespace=cd.metadata.namespace or "default",

@@ -188,6 +188,9 @@ def start_node(
         # The kubelet joins fakecri's mount namespace, where /var/lib/kubelet is this node's root.
         "nsenter",
         f"--mount=/proc/{fakecri.popen.pid}/ns/mnt",
+        # Entering a mount namespace resets the working directory to "/"; keep the kubelet's relative
+        # file operations (if any) inside its node directory, never on the test host's root.
+        f"--wd={node.directory}",
         "--",
         str(binaries.path("kubelet")),
         f"--config={config_path}",

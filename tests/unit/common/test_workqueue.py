@@ -7,6 +7,7 @@ from collections.abc import Hashable
 
 import pytest
 from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
 
 from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.common.kube import RetryableApiError
@@ -184,6 +185,33 @@ async def test_workers_retry_retryable_errors_until_success() -> None:
     await run_until_idle(queue, reconcile)
     assert attempts == ["a", "a", "a"]
     assert queue.num_requeues("a") == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "level", "event"),
+    [
+        (RetryableError("conflict"), "info", "reconcile_failed"),
+        (NameError("name 'spec' is not defined"), "error", "reconcile_crashed"),
+    ],
+    ids=["world", "bug"],
+)
+async def test_workers_log_bugs_loudly_and_still_retry(error: Exception, level: str, event: str) -> None:
+    """A bug (not an API or I/O failure) is logged at error with its traceback; both kinds are retried."""
+    queue = new_queue()
+    attempts: list[str] = []
+
+    async def reconcile(key: str) -> None:
+        attempts.append(key)
+        if len(attempts) == 1:
+            raise error
+
+    queue.add("a")
+    with capture_logs() as logs:
+        await run_until_idle(queue, reconcile)
+    assert attempts == ["a", "a"]
+    failures = [entry for entry in logs if entry["event"].startswith("reconcile_")]
+    assert [(entry["log_level"], entry["event"]) for entry in failures] == [(level, event)]
+    assert ("exc_info" in failures[0]) == (level == "error")
 
 
 async def test_workers_give_up_on_permanent_errors() -> None:

@@ -31,19 +31,13 @@ def claim_spec(request: str, device_class: str, parameters: dict[str, Any]) -> d
 
 
 @pytest.mark.parametrize(
-    ("mode", "host_managed", "written"),
-    [
-        (AllocationMode.SINGLE, False, "Single"),
-        (AllocationMode.ALL, False, "All"),
-        (AllocationMode.ALL, True, "Single"),
-    ],
-    ids=["single", "all", "host-managed-forces-single"],
+    ("mode", "written"),
+    [(AllocationMode.SINGLE, "Single"), (AllocationMode.ALL, "All")],
+    ids=["single", "all"],
 )
-def test_workload_claim_template_matches_upstream(
-    mode: AllocationMode, host_managed: bool, written: str
-) -> None:
+def test_workload_claim_template_matches_upstream(mode: AllocationMode, written: str) -> None:
     """Name and namespace from the domain, CD and Workload labels, finalizer, ChannelConfig with the UID."""
-    rct = render.workload_claim_template(make_domain(mode=mode), host_managed=host_managed)
+    rct = render.workload_claim_template(make_domain(mode=mode))
     assert rct.to_dict() == {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",

@@ -87,7 +87,6 @@ func main() {
 		pathMap:       pathMap,
 		recorder:      recorder,
 		procs:         map[string]*hostProcess{},
-		sandboxes:     map[string]*kubeapi.PodSandboxConfig{},
 		podIPs:        pods,
 	}
 	for _, d := range strings.Split(*cdiDirs, ",") {

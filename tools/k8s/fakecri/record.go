@@ -92,7 +92,8 @@ func (r *recorder) createContainer(containerID string, req *kubeapi.CreateContai
 		"event": "CreateContainer", "container_id": containerID, "sandbox_id": req.GetPodSandboxId(),
 		"container_name": cfg.GetMetadata().GetName(), "image": cfg.GetImage().GetImage(),
 		"host_process": hostProcess, "cdi_devices": cdi, "envs": envs, "mounts": mounts,
-		"command": cfg.GetCommand(), "args": cfg.GetArgs(), "request": json.RawMessage(raw),
+		"command": cfg.GetCommand(), "args": cfg.GetArgs(), "log_path": containerLogPath(req),
+		"request": json.RawMessage(raw),
 	}
 	podFields(fields, req.GetSandboxConfig())
 	r.write(fields)

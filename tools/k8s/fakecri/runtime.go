@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,11 +23,10 @@ type runtime struct {
 	pathMap  []pathRewrite
 	recorder *recorder
 
-	mu        sync.Mutex
-	procs     map[string]*hostProcess              // by container ID
-	sandboxes map[string]*kubeapi.PodSandboxConfig // by sandbox ID, for log paths
-	podIPs    *podIPs
-	cdiDirs   []string // node-local CDI spec dirs; empty disables CDI resolution
+	mu      sync.Mutex
+	procs   map[string]*hostProcess // by container ID
+	podIPs  *podIPs
+	cdiDirs []string // node-local CDI spec dirs; empty disables CDI resolution
 }
 
 func (r *runtime) rewrite(hostPath string) string {
@@ -43,9 +43,6 @@ func (r *runtime) RunPodSandbox(ctx context.Context, req *kubeapi.RunPodSandboxR
 		return r.RemoteRuntime.RunPodSandbox(ctx, req)
 	})
 	if err == nil {
-		r.mu.Lock()
-		r.sandboxes[resp.PodSandboxId] = req.Config
-		r.mu.Unlock()
 		r.recorder.sandbox("RunPodSandbox", resp.PodSandboxId, req.Config)
 	}
 	return resp, err
@@ -67,13 +64,6 @@ func (r *runtime) StopPodSandbox(ctx context.Context, req *kubeapi.StopPodSandbo
 	return r.RemoteRuntime.StopPodSandbox(ctx, req)
 }
 
-func (r *runtime) RemovePodSandbox(ctx context.Context, req *kubeapi.RemovePodSandboxRequest) (*kubeapi.RemovePodSandboxResponse, error) {
-	r.mu.Lock()
-	delete(r.sandboxes, req.PodSandboxId)
-	r.mu.Unlock()
-	return r.RemoteRuntime.RemovePodSandbox(ctx, req)
-}
-
 func (r *runtime) CreateContainer(ctx context.Context, req *kubeapi.CreateContainerRequest) (*kubeapi.CreateContainerResponse, error) {
 	if len(r.cdiDirs) > 0 {
 		if _, err := resolveCDI(r.cdiDirs, cdiNames(req.Config)); err != nil {
@@ -87,6 +77,17 @@ func (r *runtime) CreateContainer(ctx context.Context, req *kubeapi.CreateContai
 	if err != nil {
 		return nil, err
 	}
+	// Report the log path as real runtimes do. The kubelet removes "<status.logPath>*" when it removes a
+	// container: with the fake's empty path that glob is "*" in the kubelet's working directory.
+	rs := r.RemoteRuntime.RuntimeService
+	rs.Lock()
+	if c, ok := rs.Containers[resp.ContainerId]; ok {
+		c.LogPath = containerLogPath(req)
+		if c.LogPath == "" {
+			c.LogPath = filepath.Join(os.DevNull, "no-log") // never exists, so globs to nothing
+		}
+	}
+	rs.Unlock()
 	_, hostProc := r.images[req.Config.GetImage().GetImage()]
 	r.recorder.createContainer(resp.ContainerId, req, hostProc)
 	return resp, nil
@@ -145,13 +146,17 @@ func (r *runtime) containerSpec(containerID string) (*containerSpec, error) {
 		}
 		// Device nodes of simulated hardware do not exist on this host; they are recorded, not created.
 	}
-	r.mu.Lock()
-	sandbox := r.sandboxes[create.PodSandboxId]
-	r.mu.Unlock()
-	if sandbox != nil && sandbox.LogDirectory != "" && create.Config.LogPath != "" {
-		spec.logPath = filepath.Join(sandbox.LogDirectory, create.Config.LogPath)
-	}
+	spec.logPath = containerLogPath(create)
 	return spec, nil
+}
+
+// containerLogPath is where the kubelet expects the container's CRI log, or "" if it asked for none.
+func containerLogPath(req *kubeapi.CreateContainerRequest) string {
+	dir, name := req.GetSandboxConfig().GetLogDirectory(), req.GetConfig().GetLogPath()
+	if !filepath.IsAbs(dir) || name == "" {
+		return ""
+	}
+	return filepath.Join(dir, name)
 }
 
 // onExit marks a host-process container exited in the fake, so the kubelet sees it die and restarts it.
@@ -192,6 +197,7 @@ func (r *runtime) RemoveContainer(ctx context.Context, req *kubeapi.RemoveContai
 		proc.stop(0)
 	}
 	r.recorder.forget(req.ContainerId)
+	r.recorder.event("RemoveContainer", map[string]any{"container_id": req.ContainerId})
 	return r.RemoteRuntime.RemoveContainer(ctx, req)
 }
 
