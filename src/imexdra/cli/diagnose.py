@@ -1,0 +1,387 @@
+"""``imexdra diagnose``: why a ComputeDomain, or the pods using its channel, are not ready.
+
+:func:`fetch_view` reads what one domain's health depends on; :func:`diagnose` turns that into
+findings (severity, message, hint) without I/O. The checks follow how a domain comes up:
+the domain object itself (missing, being deleted), its global status, the workload claim template,
+in driver-managed mode the per-domain daemon DaemonSet and its pods, then each workload pod: where it
+is stuck, the node it landed on (clique label, another domain's node label) and the newest scheduler
+and kubelet events quoting the reason (permanent Prepare errors end up there, DEVELOPERS.md rule 4).
+
+Host-managed IMEX (seed 004) has no daemons, no node labels and an always-Ready status, so the daemon,
+node-label and readiness checks are skipped there.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from lightkube import ALL_NS, AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Event, Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.constants import (
+    COMPUTE_DOMAIN_LABEL_KEY,
+    GPU_CLIQUE_NODE_LABEL_KEY,
+    NODE_LABEL_KEY,
+    ComputeDomainStatusValue,
+    daemon_object_name,
+)
+from imexdra.cli.clusterview import (
+    ImexMode,
+    claim_domain_uid,
+    detect_imex_mode,
+    event_time,
+    key_of,
+    labels_of,
+    list_all,
+    meta,
+    name_of,
+    pod_claim_names,
+    pod_node,
+    pod_ready,
+    pod_state,
+    pod_template_names,
+)
+from imexdra.common.kube import is_not_found, kube_errors
+
+#: Event reasons whose newest message is quoted for a stuck pod.
+QUOTED_EVENT_REASONS = ("FailedScheduling", "FailedPrepareDynamicResources")
+
+#: Known fragments of permanent Prepare/scheduling errors and what to do about them.
+_EVENT_HINTS = (
+    ("HostManagedIMEX", "host-managed IMEX supports allocationMode Single only; recreate the domain with it"),
+    ("strict decoding error", "the claim's opaque config has a field this driver does not know; fix it"),
+    ("NVLink clique", "schedule the pod onto nodes with an NVLink clique (nvidia.com/gpu.clique label)"),
+    ("device class", "install the driver's DeviceClasses (the Helm chart creates them)"),
+    ("cannot allocate all claims", "no node offers a free IMEX channel: check ResourceSlices and nodes"),
+)
+
+
+class Severity(StrEnum):
+    """How much a finding matters; errors and warnings make ``diagnose`` exit 1."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One observation about the domain, with what to do about it."""
+
+    severity: Severity
+    message: str
+    hint: str = ""
+
+    @property
+    def is_problem(self) -> bool:
+        """Errors and warnings are problems; info is context."""
+        return self.severity is not Severity.INFO
+
+    def to_json(self) -> dict[str, str]:
+        """Stable JSON form."""
+        return {"severity": str(self.severity), "message": self.message, "hint": self.hint}
+
+
+@dataclass(frozen=True, slots=True)
+class DomainView:
+    """What one domain's health depends on, as fetched."""
+
+    domain: ComputeDomain
+    imex_mode: ImexMode
+    driver_namespace: str
+    #: Every ComputeDomain in the cluster, to name the owner of a conflicting node label.
+    all_domains: Sequence[ComputeDomain] = ()
+    template_exists: bool = True
+    daemonsets: Sequence[DaemonSet] = ()
+    daemon_pods: Sequence[Pod] = ()
+    #: Pods and claims of the domain's namespace (workload pods are picked out of them).
+    pods: Sequence[Pod] = ()
+    claims: Sequence[ResourceClaim] = ()
+    nodes: Mapping[str, Node] | None = None
+    events: Sequence[Event] = ()
+
+
+async def fetch_view(
+    client: AsyncClient, *, namespace: str, name: str, driver_namespace: str, imex_mode: ImexMode | None
+) -> DomainView | None:
+    """Read one domain and what it depends on; None if the domain does not exist."""
+    domain = await _get_or_none(client, ComputeDomain, name, namespace)
+    if domain is None:
+        return None
+    uid = meta(domain).uid or ""
+    template = domain.spec.channel.resource_claim_template.name if domain.spec is not None else ""
+    daemon_selector = {"labels": {COMPUTE_DOMAIN_LABEL_KEY: uid}, "namespace": driver_namespace}
+    return DomainView(
+        domain=domain,
+        imex_mode=imex_mode or await detect_imex_mode(client),
+        driver_namespace=driver_namespace,
+        all_domains=await list_all(client, ComputeDomain, namespace=ALL_NS),
+        template_exists=await _get_or_none(client, ResourceClaimTemplate, template, namespace) is not None,
+        daemonsets=await list_all(client, DaemonSet, **daemon_selector),
+        daemon_pods=await list_all(client, Pod, **daemon_selector),
+        pods=await list_all(client, Pod, namespace=namespace),
+        claims=await list_all(client, ResourceClaim, namespace=namespace),
+        nodes={name_of(n): n for n in await list_all(client, Node)},
+        events=await list_all(client, Event, namespace=namespace, fields={"involvedObject.kind": "Pod"}),
+    )
+
+
+async def _get_or_none(client: AsyncClient, resource: Any, name: str, namespace: str) -> Any:
+    try:
+        with kube_errors(f"get {resource.__name__} {namespace}/{name}"):
+            return await client.get(resource, name, namespace=namespace)
+    except Exception as error:
+        if is_not_found(error):
+            return None
+        raise
+
+
+def diagnose(view: DomainView) -> list[Finding]:
+    """All findings for the domain, most fundamental first."""
+    workload = workload_pods(view.domain, view.pods, view.claims)
+    return [
+        *deletion_findings(view.domain),
+        *status_findings(view.domain, view.imex_mode),
+        *template_findings(view),
+        *daemon_findings(view),
+        *pod_findings(view, workload),
+    ]
+
+
+def missing_domain_finding(namespace: str, name: str) -> Finding:
+    """The finding reported when the domain does not exist (``diagnose`` exits 2)."""
+    return Finding(
+        Severity.ERROR,
+        f"ComputeDomain {namespace}/{name} does not exist",
+        "check the name and namespace: kubectl get computedomains -A",
+    )
+
+
+def deletion_findings(domain: ComputeDomain) -> list[Finding]:
+    """A domain with a deletionTimestamp is waiting on finalizers; say which."""
+    metadata = meta(domain)
+    if metadata.deletionTimestamp is None:
+        return []
+    finalizers = ", ".join(metadata.finalizers or []) or "none"
+    return [
+        Finding(
+            Severity.ERROR,
+            f"ComputeDomain is being deleted (since {_when(metadata.deletionTimestamp)}; "
+            f"finalizers: {finalizers})",
+            "the controller removes its finalizer once the daemon objects and claim templates are gone; "
+            "if it is not running, the deletion hangs: check the compute-domain-controller pod",
+        )
+    ]
+
+
+def status_findings(domain: ComputeDomain, mode: ImexMode) -> list[Finding]:
+    """Global status: missing, or NotReady because too few nodes joined or some daemons are NotReady."""
+    status, spec = domain.status, domain.spec
+    if status is None:
+        return [
+            Finding(
+                Severity.WARNING,
+                "ComputeDomain has no status yet",
+                "the controller writes status on its first reconcile: is compute-domain-controller running?",
+            )
+        ]
+    if mode is ImexMode.HOST_MANAGED:
+        if status.status is ComputeDomainStatusValue.READY:
+            return [
+                Finding(
+                    Severity.INFO,
+                    "status Ready (host-managed IMEX: means admitted, not that host nvidia-imex is healthy)",
+                    "check host IMEX with systemctl status nvidia-imex and nvidia-imex-ctl -N",
+                )
+            ]
+        return [
+            Finding(
+                Severity.WARNING,
+                "status NotReady, though host-managed IMEX domains are Ready once admitted",
+                "the controller has not reconciled this domain: check compute-domain-controller",
+            )
+        ]
+    if status.status is not ComputeDomainStatusValue.NOT_READY:
+        return []
+    findings = []
+    wanted = spec.num_nodes if spec is not None else 0
+    if len(status.nodes) < wanted:
+        joined = ", ".join(n.name for n in status.nodes) or "none"
+        findings.append(
+            Finding(
+                Severity.ERROR,
+                f"status NotReady: {len(status.nodes)} of numNodes={wanted} nodes have joined ({joined})",
+                "a node joins when a workload pod of this domain is prepared there and its IMEX daemon "
+                "starts; see the pod findings below",
+            )
+        )
+    not_ready = sorted(n.name for n in status.nodes if n.status is ComputeDomainStatusValue.NOT_READY)
+    if not_ready:
+        findings.append(
+            Finding(
+                Severity.ERROR,
+                f"IMEX daemons NotReady on: {', '.join(not_ready)}",
+                "inspect the daemon pods in the driver namespace (kubectl logs) for nvidia-imex errors",
+            )
+        )
+    return findings
+
+
+def template_findings(view: DomainView) -> list[Finding]:
+    """The workload ResourceClaimTemplate must exist for pods to get their channel claim."""
+    spec = view.domain.spec
+    if view.template_exists or spec is None or meta(view.domain).deletionTimestamp is not None:
+        return []
+    name = f"{meta(view.domain).namespace}/{spec.channel.resource_claim_template.name}"
+    return [
+        Finding(
+            Severity.ERROR,
+            f"workload ResourceClaimTemplate {name} does not exist",
+            "the controller creates it from spec.channel; pods naming it cannot get a claim until then",
+        )
+    ]
+
+
+def daemon_findings(view: DomainView) -> list[Finding]:
+    """Driver-managed mode: the domain's daemon DaemonSet must exist and its pods must be Ready."""
+    if view.imex_mode is ImexMode.HOST_MANAGED:
+        return []
+    findings = []
+    if view.imex_mode is ImexMode.UNKNOWN:
+        findings.append(
+            Finding(
+                Severity.WARNING,
+                "cannot tell the IMEX mode: DeviceClass compute-domain-default-channel.nvidia.com is missing",
+                "is the driver installed? pass --imex-mode to skip detection",
+            )
+        )
+    name = f"{view.driver_namespace}/{daemon_object_name(meta(view.domain).uid or '')}"
+    if not view.daemonsets and meta(view.domain).deletionTimestamp is None:
+        findings.append(
+            Finding(
+                Severity.ERROR,
+                f"daemon DaemonSet {name} does not exist",
+                "the controller creates it for every driver-managed domain: check compute-domain-controller "
+                "and that --driver-namespace names the driver's namespace",
+            )
+        )
+    for pod in sorted(view.daemon_pods, key=name_of):
+        if not pod_ready(pod):
+            findings.append(
+                Finding(
+                    Severity.ERROR,
+                    f"daemon pod {key_of(pod)} is not Ready ({pod_state(pod)})",
+                    "kubectl logs it: the IMEX daemon waits for its peers and for nvidia-imex to connect",
+                )
+            )
+    return findings
+
+
+def workload_pods(domain: ComputeDomain, pods: Iterable[Pod], claims: Iterable[ResourceClaim]) -> list[Pod]:
+    """Pods of the domain: claims from its channel template, or claims configured with its UID."""
+    template = domain.spec.channel.resource_claim_template.name if domain.spec is not None else None
+    uid = meta(domain).uid
+    own_claims = {name_of(c) for c in claims if uid and claim_domain_uid(c) == uid}
+    return sorted(
+        (p for p in pods if template in pod_template_names(p) or pod_claim_names(p) & own_claims),
+        key=name_of,
+    )
+
+
+def pod_findings(view: DomainView, workload: Sequence[Pod]) -> list[Finding]:
+    """Stuck workload pods, the nodes they landed on, and the events explaining them."""
+    if not workload:
+        template = view.domain.spec.channel.resource_claim_template.name if view.domain.spec else "?"
+        return [Finding(Severity.INFO, f"no pods use the domain's channel template {template}")]
+    findings: list[Finding] = []
+    nodes = view.nodes or {}
+    owners = {meta(d).uid: key_of(d) for d in view.all_domains}
+    own_uid = meta(view.domain).uid
+    flagged: set[str] = set()
+    for pod in workload:
+        pending = pod.status is None or pod.status.phase in (None, "Pending")
+        node_name = pod_node(pod)
+        node = nodes.get(node_name) if node_name else None
+        if node is not None and node_name not in flagged and GPU_CLIQUE_NODE_LABEL_KEY not in labels_of(node):
+            flagged.add(node_name or "")
+            findings.append(
+                Finding(
+                    Severity.WARNING,
+                    f"node {node_name} (pod {name_of(pod)}) has no {GPU_CLIQUE_NODE_LABEL_KEY} label",
+                    "nodes without an NVLink clique cannot join an IMEX domain; check GPU Feature "
+                    "Discovery and the node's NVLink fabric",
+                )
+            )
+        label = labels_of(node).get(NODE_LABEL_KEY) if node is not None else None
+        if pending and label and label != own_uid and view.imex_mode is not ImexMode.HOST_MANAGED:
+            findings.append(
+                Finding(
+                    Severity.ERROR,
+                    f"node {node_name} is labelled {NODE_LABEL_KEY}={label} "
+                    f"({owners.get(label, 'unknown or deleted domain')}) while pod {name_of(pod)} "
+                    "of this domain is pending there",
+                    "a node serves one ComputeDomain at a time: wait for the other domain's pods to end, "
+                    "or remove a stale label whose domain is gone",
+                )
+            )
+        if pending:
+            findings.append(_stuck_pod_finding(pod, view.events))
+    return findings
+
+
+def _stuck_pod_finding(pod: Pod, events: Iterable[Event]) -> Finding:
+    quoted = newest_events(pod, events)
+    lines = [f"pod {name_of(pod)} is stuck: {pod_state(pod)}"]
+    lines += [f'  {event.reason}: "{(event.message or "").strip()}"' for event in quoted]
+    hints = [hint for fragment, hint in _EVENT_HINTS if any(fragment in (e.message or "") for e in quoted)]
+    hint = "; ".join(hints) or "kubectl describe pod shows the full event history"
+    return Finding(Severity.ERROR, "\n".join(lines), hint)
+
+
+def newest_events(pod: Pod, events: Iterable[Event]) -> list[Event]:
+    """The newest event of each quoted reason about this pod (by UID when the event carries one)."""
+    metadata = meta(pod)
+    newest: dict[str, Event] = {}
+    for event in events:
+        target = event.involvedObject
+        if target.kind != "Pod" or target.name != metadata.name:
+            continue
+        if target.uid and metadata.uid and target.uid != metadata.uid:
+            continue  # about an earlier pod of the same name
+        reason = event.reason or ""
+        if reason in QUOTED_EVENT_REASONS and (
+            reason not in newest or event_time(event) >= event_time(newest[reason])
+        ):
+            newest[reason] = event
+    return [newest[reason] for reason in QUOTED_EVENT_REASONS if reason in newest]
+
+
+def has_problems(findings: Iterable[Finding]) -> bool:
+    """Whether any finding is a warning or an error."""
+    return any(f.is_problem for f in findings)
+
+
+def render_text(domain: str, findings: Sequence[Finding]) -> str:
+    """One block per finding: ``[SEVERITY] message`` and an indented hint."""
+    if not has_problems(findings):
+        head = f"ComputeDomain {domain}: no problem found"
+    else:
+        head = f"ComputeDomain {domain}: {sum(f.is_problem for f in findings)} problem(s) found"
+    blocks = [head]
+    for finding in findings:
+        block = f"[{finding.severity.upper()}] {finding.message}"
+        if finding.hint:
+            block += f"\n    hint: {finding.hint}"
+        blocks.append(block)
+    return "\n".join(blocks)
+
+
+def _when(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

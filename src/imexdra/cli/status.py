@@ -1,0 +1,258 @@
+"""``imexdra status``: one read-only picture of ComputeDomains, cliques, GPU nodes and prepared channels.
+
+:func:`fetch_snapshot` is the only part that talks to the API server; :func:`build_report` turns the
+fetched objects into a JSON-ready document with stable keys (what ``-o json`` prints and tests assert
+on) and :func:`render_text` lays the same document out as aligned tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightkube import ALL_NS, AsyncClient
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.computedomainclique import ComputeDomainClique
+from imexdra.api.constants import (
+    CLIQUE_LABEL_KEY,
+    GPU_CLIQUE_NODE_LABEL_KEY,
+    NODE_LABEL_KEY,
+    ComputeDomainStatusValue,
+)
+from imexdra.cli.clusterview import (
+    ImexMode,
+    claim_domain_uid,
+    claim_node,
+    detect_imex_mode,
+    domain_uid_label,
+    driver_devices,
+    format_table,
+    key_of,
+    labels_of,
+    list_all,
+    meta,
+    name_of,
+    reserved_pods,
+)
+from imexdra.common.kube import is_not_found, kube_errors
+
+#: GPU Feature Discovery's marker of a GPU node.
+GPU_PRESENT_LABEL_KEY = "nvidia.com/gpu.present"
+
+Report = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything ``status`` shows, as fetched."""
+
+    driver_namespace: str
+    imex_mode: ImexMode
+    domains: Sequence[ComputeDomain] = ()
+    cliques: Sequence[ComputeDomainClique] = ()
+    nodes: Sequence[Node] = ()
+    claims: Sequence[ResourceClaim] = ()
+    #: Pods named in claims' ``reservedFor``, by UID (to find the node of a claim without a selector).
+    pods: Mapping[str, Pod] = field(default_factory=dict)
+
+
+async def fetch_snapshot(client: AsyncClient, *, namespace: str | None, driver_namespace: str) -> Snapshot:
+    """Read the objects ``status`` reports; ``namespace=None`` means all namespaces."""
+    scope = namespace if namespace is not None else ALL_NS
+    claims = [c for c in await list_all(client, ResourceClaim, namespace=scope) if driver_devices(c)]
+    pods: dict[str, Pod] = {}
+    for claim in claims:
+        if claim_node(claim, {}) is not None:
+            continue
+        for consumer in reserved_pods(claim):
+            pod = await _get_pod(client, consumer.name, meta(claim).namespace or "")
+            if pod is not None and meta(pod).uid == consumer.uid:
+                pods[consumer.uid] = pod
+    return Snapshot(
+        driver_namespace=driver_namespace,
+        imex_mode=await detect_imex_mode(client),
+        domains=await list_all(client, ComputeDomain, namespace=scope),
+        cliques=await list_all(client, ComputeDomainClique, namespace=driver_namespace),
+        nodes=await list_all(client, Node),
+        claims=claims,
+        pods=pods,
+    )
+
+
+async def _get_pod(client: AsyncClient, name: str, namespace: str) -> Pod | None:
+    try:
+        with kube_errors(f"get pod {namespace}/{name}"):
+            return await client.get(Pod, name, namespace=namespace)
+    except Exception as error:
+        if is_not_found(error):
+            return None
+        raise
+
+
+def build_report(snapshot: Snapshot) -> Report:
+    """The JSON document of ``status -o json``."""
+    domain_keys = {uid: key_of(d) for d in snapshot.domains if (uid := meta(d).uid)}
+    return {
+        "driverNamespace": snapshot.driver_namespace,
+        "imexMode": str(snapshot.imex_mode),
+        "computeDomains": [domain_row(d, snapshot.cliques) for d in _sorted(snapshot.domains)],
+        "nodes": node_rows(snapshot.nodes, domain_keys),
+        "channels": channel_rows(snapshot.claims, snapshot.pods, domain_keys),
+    }
+
+
+def _sorted(objects: Iterable[Any]) -> list[Any]:
+    return sorted(objects, key=key_of)
+
+
+def domain_row(domain: ComputeDomain, cliques: Iterable[ComputeDomainClique]) -> Report:
+    """One ComputeDomain with its cliques (matched by label, else by the ``<uid>.`` name prefix)."""
+    metadata, spec, status = meta(domain), domain.spec, domain.status
+    uid = metadata.uid or ""
+    own = [c for c in cliques if uid and (domain_uid_label(c) or name_of(c).split(".", 1)[0]) == uid]
+    return {
+        "namespace": metadata.namespace,
+        "name": metadata.name,
+        "uid": uid,
+        "status": str(status.status) if status is not None else None,
+        "numNodes": spec.num_nodes if spec is not None else 0,
+        "allocationMode": str(spec.channel.allocation_mode) if spec is not None else None,
+        "resourceClaimTemplate": spec.channel.resource_claim_template.name if spec is not None else None,
+        "nodeCount": len(status.nodes) if status is not None else 0,
+        "deleting": metadata.deletionTimestamp is not None,
+        "cliques": [clique_row(c) for c in _sorted(own)],
+    }
+
+
+def clique_row(clique: ComputeDomainClique) -> Report:
+    """One clique and its daemons, ordered by index then node."""
+    daemons = sorted(clique.daemons, key=lambda d: (d.index, d.node_name))
+    return {
+        "name": name_of(clique),
+        "cliqueID": labels_of(clique).get(CLIQUE_LABEL_KEY) or (daemons[0].clique_id if daemons else ""),
+        "daemons": [
+            {
+                "nodeName": d.node_name,
+                "ipAddress": d.ip_address,
+                "cliqueID": d.clique_id,
+                "index": d.index,
+                "status": str(d.status),
+            }
+            for d in daemons
+        ],
+    }
+
+
+def is_gpu_node(node: Node) -> bool:
+    """GPU Feature Discovery marked it, or it carries a GPU clique or ComputeDomain label."""
+    labels = labels_of(node)
+    return labels.get(GPU_PRESENT_LABEL_KEY) == "true" or any(
+        key in labels for key in (GPU_CLIQUE_NODE_LABEL_KEY, NODE_LABEL_KEY)
+    )
+
+
+def node_rows(nodes: Iterable[Node], domain_keys: Mapping[str, str]) -> list[Report]:
+    """GPU nodes with their clique label and the ComputeDomain (UID and, if known, name) using them."""
+    rows = []
+    for node in sorted((n for n in nodes if is_gpu_node(n)), key=name_of):
+        labels = labels_of(node)
+        uid = labels.get(NODE_LABEL_KEY)
+        rows.append(
+            {
+                "name": name_of(node),
+                "gpuClique": labels.get(GPU_CLIQUE_NODE_LABEL_KEY),
+                "computeDomainUID": uid,
+                "computeDomain": domain_keys.get(uid) if uid else None,
+            }
+        )
+    return rows
+
+
+def channel_rows(
+    claims: Iterable[ResourceClaim], pods: Mapping[str, Pod], domain_keys: Mapping[str, str]
+) -> list[Report]:
+    """ResourceClaims holding devices of our driver: devices, node, consumers and owning domain."""
+    rows = []
+    for claim in _sorted(claims):
+        devices = driver_devices(claim)
+        if not devices:
+            continue
+        uid = claim_domain_uid(claim)
+        rows.append(
+            {
+                "namespace": meta(claim).namespace,
+                "name": name_of(claim),
+                "devices": devices,
+                "node": claim_node(claim, pods),
+                "reservedFor": sorted(c.name for c in reserved_pods(claim)),
+                "computeDomainUID": uid,
+                "computeDomain": domain_keys.get(uid) if uid else None,
+            }
+        )
+    return rows
+
+
+def render_text(report: Report) -> str:
+    """Aligned tables of the report, one section per kind."""
+    domains = report["computeDomains"]
+    domain_table = format_table(
+        ["NAMESPACE/NAME", "STATUS", "NUMNODES", "NODES", "MODE", "CHANNEL TEMPLATE"],
+        (
+            [
+                _key(d),
+                _status_text(d),
+                d["numNodes"],
+                d["nodeCount"],
+                d["allocationMode"],
+                d["resourceClaimTemplate"],
+            ]
+            for d in domains
+        ),
+    )
+    clique_table = format_table(
+        ["DOMAIN", "CLIQUE", "INDEX", "NODE", "IP", "STATUS"],
+        (
+            [_key(d), m["cliqueID"], m["index"], m["nodeName"], m["ipAddress"], m["status"]]
+            for d in domains
+            for clique in d["cliques"]
+            for m in clique["daemons"]
+        ),
+    )
+    node_table = format_table(
+        ["NODE", "GPU CLIQUE", "COMPUTE DOMAIN"],
+        ([n["name"], n["gpuClique"], _domain_text(n)] for n in report["nodes"]),
+    )
+    channel_table = format_table(
+        ["NAMESPACE/CLAIM", "DEVICES", "NODE", "RESERVED FOR", "COMPUTE DOMAIN"],
+        (
+            [_key(c), ",".join(c["devices"]), c["node"], ",".join(c["reservedFor"]), _domain_text(c)]
+            for c in report["channels"]
+        ),
+    )
+    return "\n\n".join(
+        [
+            f"IMEX mode: {report['imexMode']} (driver namespace {report['driverNamespace']})",
+            f"COMPUTE DOMAINS\n{domain_table}",
+            f"CLIQUES\n{clique_table}",
+            f"GPU NODES\n{node_table}",
+            f"PREPARED CHANNELS\n{channel_table}",
+        ]
+    )
+
+
+def _key(row: Report) -> str:
+    return f"{row['namespace']}/{row['name']}"
+
+
+def _domain_text(row: Report) -> str | None:
+    name: str | None = row["computeDomain"] or row["computeDomainUID"]
+    return name
+
+
+def _status_text(row: Report) -> str:
+    status = row["status"] or f"{ComputeDomainStatusValue.NOT_READY} (no status yet)"
+    return f"{status} (deleting)" if row["deleting"] else status
