@@ -31,11 +31,14 @@ test-e2e: venv k8s
 test: lint k8s
 	$(BIN)/pytest tests $(PYTEST_ARGS)
 
-# Until the rack demo exists, the main job brings the local cluster up and keeps it running.
+# The main job: the seed MPIJob with a ComputeDomain on a simulated NVL72 rack (DEMO_ARGS e.g. --host-managed).
+DEMO_ARGS ?=
+demo: venv k8s
+	$(BIN)/imexdra demo $(DEMO_ARGS)
+
+# A bare local cluster (no driver), kept running until Ctrl-C; for poking around.
 cluster-up: venv k8s
 	$(BIN)/python -m imexdra.localcluster --nodes 2
-
-demo: cluster-up
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -45,9 +45,12 @@ def test_seed_mpijob_with_imex_daemons(driver_managed_rack: LocalCluster) -> Non
 
     cluster.kubectl("delete", "mpijob", demo.JOB, "-n", demo.WORKLOAD_NAMESPACE, timeout=120)
     cluster.kubectl("delete", "computedomain", demo.DOMAIN, "-n", demo.WORKLOAD_NAMESPACE, timeout=180)
+    # The kubelet plugin's own DaemonSet shares the namespace: look only at the domain's objects.
+    domain_label = f"resource.nvidia.com/computeDomain={domain['metadata']['uid']}"
     wait_until(
-        "daemon DaemonSet and cliques removed",
+        "daemon DaemonSet, its pods and the cliques removed",
         lambda: (
-            not get_json(cluster, "daemonsets,computedomaincliques", "-n", rack.DRIVER_NAMESPACE)["items"]
+            not get_json(cluster, "daemonsets,pods", "-n", rack.DRIVER_NAMESPACE, "-l", domain_label)["items"]
+            and not get_json(cluster, "computedomaincliques", "-n", rack.DRIVER_NAMESPACE)["items"]
         ),
     )

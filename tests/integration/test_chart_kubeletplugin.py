@@ -146,7 +146,8 @@ async def test_plugin_runs_with_the_charts_env_and_rbac(
 
         await eventually("node-0's ResourceSlice published as the chart's account", published)
         assert plugin.process.poll() is None
-        assert not plugin.logged(r"\b403\b|[Ff]orbidden"), "the plugin was refused something"
+        # A 403 always says "forbidden"; a bare "403" also matches resourceVersions.
+        assert not plugin.logged(r"[Ff]orbidden"), "the plugin was refused something"
     finally:
         code = plugin.stop()
     assert code == 0

@@ -81,7 +81,8 @@ def test_resolved_gate_overrides_are_logged(controller: ControllerProcess) -> No
 async def test_create_makes_only_the_workload_template_and_is_ready(
     cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
 ) -> None:
-    """Finalizer, workload template with a Single ChannelConfig, Ready despite numNodes; nothing else."""
+    """Finalizer, workload template with the spec's ChannelConfig (All stays All: the plugin rejects it
+    at prepare, seed 004 §14.3), Ready despite numNodes; nothing else."""
     cd = await ready_domain(kube, "train-a", num_nodes=4, mode=AllocationMode.ALL)
     assert cd.metadata is not None and cd.status is not None
     uid = cd.metadata.uid
@@ -102,7 +103,7 @@ async def test_create_makes_only_the_workload_template_and_is_ready(
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomainChannelConfig",
         "domainID": uid,
-        "allocationMode": "Single",
+        "allocationMode": "All",
     }
     assert leftovers(cluster, uid) == {
         "resourceclaimtemplates": ["train-a-channel"],

@@ -155,7 +155,13 @@ async def test_sigkill_during_create_and_delete_converges_without_leaks(
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     names = [f"kill-{i}" for i in range(DOMAINS)]
-    process = ControllerProcess(cluster, identity, DRIVER_NS, name=f"controller-kill-{SUFFIX}")
+    # Throttled like a default client (upstream: QPS 5; 25 here): the ~50 writes take seconds, so a kill
+    # in the first half second after the caches sync lands mid-work on any machine. Unthrottled, a fast
+    # machine finished every step before the first kill, and later kills had nothing left to cut.
+    throttle = ("--kube-api-qps=25", "--kube-api-burst=5")
+    process = ControllerProcess(
+        cluster, identity, DRIVER_NS, name=f"controller-kill-{SUFFIX}", extra_args=throttle
+    )
     try:
         created = await asyncio.gather(*(kube.create(compute_domain(n, USER_NS)) for n in names))
         uids = {n: str(cd.metadata.uid) for n, cd in zip(names, created, strict=True) if cd.metadata}

@@ -87,11 +87,16 @@ async def plugin_answers(paths: PluginPaths, *, rpc_timeout: float = CHECK_TIMEO
 
 
 class HealthServer:
-    """The health endpoint on ``port`` (all interfaces); ``port`` holds the bound port once started."""
+    """The health endpoint on ``host:port``; ``port`` holds the bound port once started.
 
-    def __init__(self, paths: PluginPaths, port: int) -> None:
+    ``host`` is the pod's IP when known (the kubelet probes ``podIP:port``; pods on the host network
+    would otherwise fight over one port), else every interface.
+    """
+
+    def __init__(self, paths: PluginPaths, port: int, host: str | None = None) -> None:
         self._paths = paths
         self.port = port
+        self._host = (f"[{host}]" if ":" in host else host) if host else "[::]"
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
@@ -101,10 +106,10 @@ class HealthServer:
             self._check, request_deserializer=decode_check_request, response_serializer=encode_check_response
         )
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Check": handler}),))
-        self.port = server.add_insecure_port(f"[::]:{self.port}")
+        self.port = server.add_insecure_port(f"{self._host}:{self.port}")
         await server.start()
         self._server = server
-        _log.info("health server listening", port=self.port)
+        _log.info("health server listening", address=self._host, port=self.port)
 
     async def stop(self) -> None:
         """Stop gracefully (1 s grace)."""

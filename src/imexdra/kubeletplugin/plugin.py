@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import faulthandler
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -199,7 +200,7 @@ async def _start_endpoints(
     config: PluginConfig, stack: contextlib.AsyncExitStack, domains: ComputeDomainCache
 ) -> None:
     if config.kubelet.healthcheck_port >= 0:
-        health = HealthServer(config.paths, config.kubelet.healthcheck_port)
+        health = HealthServer(config.paths, config.kubelet.healthcheck_port, os.environ.get("POD_IP"))
         await health.start()
         stack.push_async_callback(health.stop)
     address = config.metrics.listen_address

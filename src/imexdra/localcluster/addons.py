@@ -7,15 +7,50 @@ its RBAC is the upstream one, not cluster admin.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import time
 from pathlib import Path
 
+import structlog
 import yaml
 
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.credentials import service_account_kubeconfig
-from imexdra.localcluster.processes import ManagedProcess, free_port, wait_until
+from imexdra.localcluster.processes import ClusterStartError, ManagedProcess, free_port, wait_until
 
 MPI_OPERATOR_NAMESPACE = "mpi-operator"
+HEALTH_PORT_LOCK = "/tmp/imexdra-mpi-operator-8080.lock"
+HEALTH_PORT_WAIT = 900.0
+
+log = structlog.get_logger(__name__)
+
+
+def hold_health_port_lock(path: str, *, timeout: float) -> int:
+    """Take the host-wide lock on the operator's health port and return its file descriptor.
+
+    The operator binds ``:8080`` for its health check, hard-coded, on the host network like every
+    process here; a second local cluster's operator (another test session, ``imexdra demo``) would die
+    on "address already in use". Waiting for the first one is better than a confusing failure.
+    """
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    deadline = time.monotonic() + timeout
+    announced = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise ClusterStartError(
+                    f"another local cluster's MPI operator still holds :8080 (lock {path}) "
+                    f"after {timeout:.0f}s; stop that cluster (or its test session) first"
+                ) from None
+            if not announced:
+                log.warning("waiting for another local cluster's MPI operator to release :8080")
+                announced = True
+            time.sleep(1.0)
 
 
 def _manifests(cluster: LocalCluster) -> Path:
@@ -42,16 +77,21 @@ def start_mpi_operator(cluster: LocalCluster, *, timeout: float = 60) -> Managed
         cluster, MPI_OPERATOR_NAMESPACE, "mpi-operator", duration_seconds=48 * 3600
     )
     monitoring_port = free_port()
-    process = cluster.start_process(
-        "mpi-operator",
-        [
-            str(cluster.binaries.path("mpi-operator")),
-            f"-kubeConfig={kubeconfig}",
-            f"-lock-namespace={MPI_OPERATOR_NAMESPACE}",
-            f"-monitoring-port={monitoring_port}",
-            "-alsologtostderr",
-        ],
-    )
+    lock = hold_health_port_lock(HEALTH_PORT_LOCK, timeout=HEALTH_PORT_WAIT)
+    try:
+        process = cluster.start_process(
+            "mpi-operator",
+            [
+                str(cluster.binaries.path("mpi-operator")),
+                f"-kubeConfig={kubeconfig}",
+                f"-lock-namespace={MPI_OPERATOR_NAMESPACE}",
+                f"-monitoring-port={monitoring_port}",
+                "-alsologtostderr",
+            ],
+            pass_fds=(lock,),  # the operator holds the lock until it exits
+        )
+    finally:
+        os.close(lock)
     # The operator takes its leader Lease before it starts reconciling MPIJobs.
     wait_until(
         "mpi-operator leader election",

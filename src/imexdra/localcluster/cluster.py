@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -242,9 +242,9 @@ class LocalCluster:
     def _apiserver_ready(self) -> bool:
         return _http_get(f"{self.apiserver_url}/readyz", self._admin_context()) == b"ok"
 
-    def start_process(self, name: str, argv: list[str]) -> ManagedProcess:
+    def start_process(self, name: str, argv: list[str], *, pass_fds: Sequence[int] = ()) -> ManagedProcess:
         """Run an extra cluster process (an add-on such as an operator) under the cluster's supervision."""
-        return self._supervisor.start(name, argv)
+        return self._supervisor.start(name, argv, pass_fds=pass_fds)
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -275,15 +275,28 @@ class LocalCluster:
             started.append(node)
             self.nodes.append(node)
         for node in started:
-            wait_until(
-                f"node {node.name} Ready",
-                functools.partial(self._node_ready, node.name),
-                timeout=timeout,
-                process=node.processes[-1],
-            )
+            self._wait_node_ready(node, timeout)
         if started:
             self.startup_seconds["nodes"] = time.monotonic() - t0
         return started
+
+    def _wait_node_ready(self, node: Node, timeout: float) -> None:
+        """Wait for the node to be Ready; a kubelet that dies while starting is restarted once.
+
+        Real kubelets run under a service manager that restarts them; a rare start-up failure (seen once:
+        EXDEV renaming its pod-resources socket) must not fail a whole test session. A second death fails.
+        """
+        kubelet = node.processes[-1]
+        ready = functools.partial(self._node_ready, node.name)
+        try:
+            wait_until(f"node {node.name} Ready", ready, timeout=timeout, process=kubelet)
+            return
+        except ClusterStartError as error:
+            if kubelet.alive():
+                raise
+            log.warning("kubelet exited while starting; restarting it once", node=node.name, error=str(error))
+        node.processes[-1] = self._supervisor.start(f"{kubelet.name}-restart", kubelet.argv)
+        wait_until(f"node {node.name} Ready", ready, timeout=timeout, process=node.processes[-1])
 
     def node(self, name: str) -> Node:
         """Return the running node called ``name``."""

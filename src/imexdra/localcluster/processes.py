@@ -81,8 +81,18 @@ class Supervisor:
     log_dir: Path
     processes: list[ManagedProcess] = field(default_factory=list)
 
-    def start(self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None) -> ManagedProcess:
-        """Start ``argv`` in a new session with stdout and stderr going to ``<log_dir>/<name>.log``."""
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
+    ) -> ManagedProcess:
+        """Start ``argv`` in a new session with stdout and stderr going to ``<log_dir>/<name>.log``.
+
+        ``pass_fds`` stay open in the child (e.g. a lock it should hold for as long as it lives).
+        """
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         with log_path.open("ab") as log:
@@ -93,6 +103,7 @@ class Supervisor:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env={**os.environ, **(env or {})},
+                pass_fds=tuple(pass_fds),
             )
         process = ManagedProcess(name, list(argv), log_path, popen)
         self.processes.append(process)

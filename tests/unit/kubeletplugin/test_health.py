@@ -103,3 +103,20 @@ async def test_unknown_service_is_not_found(served: tuple[KubeletPluginServer, H
         await check(health.port, "readiness")
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
     assert caught.value.details() == "unknown service"
+
+
+async def test_binds_the_pod_ip_so_host_network_pods_share_a_port(tmp_path: Path) -> None:
+    """Two plugins on one host network, each on its own pod IP, both serve the same port."""
+    paths = PluginPaths(plugins_dir=tmp_path / "plugins", registrar_dir=tmp_path / "registry")
+    first = HealthServer(paths, 0, "127.0.0.2")
+    await first.start()
+    second = HealthServer(paths, first.port, "127.0.0.3")
+    try:
+        await second.start()
+        assert second.port == first.port
+        with pytest.raises(grpc.aio.AioRpcError):
+            async with grpc.aio.insecure_channel(f"127.0.0.4:{first.port}") as channel:
+                await channel.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=2)
+    finally:
+        await second.stop()
+        await first.stop()
