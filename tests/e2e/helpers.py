@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from imexdra.api.constants import DRIVER_NAME
 from imexdra.cli import demo, rack
 from imexdra.localcluster.cluster import LocalCluster
 
@@ -93,3 +96,72 @@ def run_seed_job(cluster: LocalCluster, workers: int) -> list[dict[str, Any]]:
 
     result: list[dict[str, Any]] = wait_until(f"{workers} MPI workers Running", running_workers, timeout=240)
     return result
+
+
+# -- upstream test_cd_* scenarios (tests/e2e/test_cd_*.py) ---------------------------------------
+
+CHANNEL_DEVICE_DIR = "/dev/nvidia-caps-imex-channels"
+COMPUTE_DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
+"""Label key on daemon pods, daemon objects and the nodes a domain's claims are prepared on."""
+
+
+def ready_pod(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    """The pod if it exists and its Ready condition is True, else None."""
+    found = cluster.kubectl("get", "pod", name, "-n", namespace, "--ignore-not-found", "-o", "json").stdout
+    if not found.strip():
+        return None
+    pod: dict[str, Any] = json.loads(found)
+    conditions = pod["status"].get("conditions", [])
+    return pod if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) else None
+
+
+def pod_exists(cluster: LocalCluster, namespace: str, name: str) -> bool:
+    """Whether the API still has the pod (terminating ones included)."""
+    return bool(
+        cluster.kubectl("get", "pod", name, "-n", namespace, "--ignore-not-found", "-o", "name").stdout
+    )
+
+
+def prepare_failure(cluster: LocalCluster, namespace: str, pod: str) -> dict[str, Any] | None:
+    """The pod's first ``FailedPrepareDynamicResources`` event, if any."""
+    for event in pod_events(cluster, namespace, pod):
+        if event["reason"] == "FailedPrepareDynamicResources":
+            return event
+    return None
+
+
+def domain_status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
+    """A ComputeDomain's ``.status`` as the API returns it (``{}`` before the controller wrote one)."""
+    status: dict[str, Any] = get_json(cluster, "computedomain", name, "-n", namespace).get("status", {})
+    return status
+
+
+def remove_workloads(cluster: LocalCluster, namespace: str, timeout: float = 180) -> None:
+    """Delete a namespace's pods, claims and ComputeDomains; wait until no node is labelled for a domain.
+
+    Each node offers only IMEX channel 0 and carries one domain's label at a time, so a test on a shared
+    rack leaves it as it found it.
+    """
+    for kind in ("pods", "resourceclaims", "computedomains"):
+        cluster.kubectl("delete", kind, "--all", "-n", namespace, "--wait=true", timeout=timeout)
+    wait_until(
+        "no node labelled for a ComputeDomain",
+        lambda: not cluster.kubectl("get", "nodes", "-l", COMPUTE_DOMAIN_LABEL, "-o", "name").stdout.strip(),
+        timeout=timeout,
+    )
+
+
+def imex_domain_view(cluster: LocalCluster, node: str, domain_uid: str) -> dict[str, Any] | None:
+    """``nvidia-imex-ctl -N -j`` against a node's IMEX daemon of a domain (the fake IMEX), or None.
+
+    None while the daemon's config is missing or its IMEX does not answer (e.g. during a restart).
+    """
+    config = cluster.node(node).plugins_dir / DRIVER_NAME / "domains" / domain_uid / "imexd.cfg"
+    if not config.is_file():
+        return None
+    ctl = [sys.executable, "-m", "imexdra.devices.fakeimex.ctl", "-c", str(config), "-N", "-j"]
+    result = subprocess.run(ctl, capture_output=True, text=True, timeout=30, check=False)
+    if result.returncode != 0:
+        return None
+    view: dict[str, Any] = json.loads(result.stdout)
+    return view
