@@ -9,6 +9,7 @@ template) and shows what a user would look at.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -179,6 +180,7 @@ def device_paths(cdi_dir: Path, devices: list[str]) -> list[str]:
 def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
     """Run the whole demo; return its step timings."""
     progress = Progress()
+    succeeded = False
     cluster = rack.new_rack_cluster(config)
     mode = "HostManagedIMEX" if config.host_managed else "driver-managed IMEX"
     click.secho(f"imexdra demo: {config.nodes}-node simulated GB200 rack, {mode}", fg="green", bold=True)
@@ -217,6 +219,7 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
             cluster.kubectl(
                 "delete", "computedomain", DOMAIN, "-n", WORKLOAD_NAMESPACE, "--wait=true", timeout=180
             )
+        succeeded = True
     except (TimeoutError, subprocess.CalledProcessError):
         _explain_failure(cluster)
         raise
@@ -225,11 +228,14 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
         click.secho(
             f"\ntimings: {json.dumps({k: round(v, 1) for k, v in progress.timings.items()})}", fg="cyan"
         )
-        click.secho(f"total {total:.1f}s; logs in {cluster.run_dir}/logs", fg="cyan")
+        kept = keep or not succeeded  # a failed run keeps its logs for diagnosis
+        click.secho(f"total {total:.1f}s" + (f"; logs in {cluster.run_dir}/logs" if kept else ""), fg="cyan")
         if keep:
             click.echo(f"cluster kept running: export KUBECONFIG={cluster.kubeconfig}  (Ctrl-C to stop)")
             _wait_for_interrupt()
         cluster.stop()
+        if not kept and cluster.run_dir is not None:
+            shutil.rmtree(cluster.run_dir, ignore_errors=True)
     return progress.timings
 
 

@@ -138,7 +138,6 @@ def chart_values(config: RackConfig) -> dict[str, object]:
             "metrics": {"computeDomainHttpEndpoint": "$(POD_IP):8081"},
             "containers": {
                 "computeDomains": {
-                    "healthcheckPort": 0,
                     "env": sim_env,
                     "extraVolumeMounts": [{"name": "imexdra-sim", "mountPath": SIM_DIR, "readOnly": True}],
                 }
