@@ -36,7 +36,7 @@ from imexdra.api.constants import (
 )
 from imexdra.api.opaque import ComputeDomainChannelConfig, decode_opaque_config
 from imexdra.common.errors import ConfigError, DriverError
-from imexdra.common.kube import kube_errors, make_client
+from imexdra.common.kube import is_not_found, kube_errors, make_client
 
 T = TypeVar("T")
 
@@ -94,6 +94,17 @@ async def list_all(client: AsyncClient, resource: Any, **selectors: Any) -> list
     """Every object of ``resource`` matching ``selectors`` (namespace, labels, fields), as one list."""
     with kube_errors(f"list {resource.__name__}"):
         return [item async for item in client.list(resource, **selectors)]
+
+
+async def get_or_none(client: AsyncClient, resource: Any, name: str, namespace: str) -> Any:
+    """The named object, or ``None`` if it does not exist; other API errors are raised."""
+    try:
+        with kube_errors(f"get {resource.__name__} {namespace}/{name}"):
+            return await client.get(resource, name, namespace=namespace)
+    except Exception as error:
+        if is_not_found(error):
+            return None
+        raise
 
 
 async def detect_imex_mode(client: AsyncClient) -> ImexMode:

@@ -17,7 +17,6 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from lightkube import ALL_NS, AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
@@ -37,6 +36,7 @@ from imexdra.cli.clusterview import (
     claim_domain_uid,
     detect_imex_mode,
     event_time,
+    get_or_none,
     key_of,
     labels_of,
     list_all,
@@ -48,7 +48,6 @@ from imexdra.cli.clusterview import (
     pod_state,
     pod_template_names,
 )
-from imexdra.common.kube import is_not_found, kube_errors
 
 #: Event reasons whose newest message is quoted for a stuck pod.
 QUOTED_EVENT_REASONS = ("FailedScheduling", "FailedPrepareDynamicResources")
@@ -112,7 +111,7 @@ async def fetch_view(
     client: AsyncClient, *, namespace: str, name: str, driver_namespace: str, imex_mode: ImexMode | None
 ) -> DomainView | None:
     """Read one domain and what it depends on; None if the domain does not exist."""
-    domain = await _get_or_none(client, ComputeDomain, name, namespace)
+    domain = await get_or_none(client, ComputeDomain, name, namespace)
     if domain is None:
         return None
     uid = meta(domain).uid or ""
@@ -123,7 +122,7 @@ async def fetch_view(
         imex_mode=imex_mode or await detect_imex_mode(client),
         driver_namespace=driver_namespace,
         all_domains=await list_all(client, ComputeDomain, namespace=ALL_NS),
-        template_exists=await _get_or_none(client, ResourceClaimTemplate, template, namespace) is not None,
+        template_exists=await get_or_none(client, ResourceClaimTemplate, template, namespace) is not None,
         daemonsets=await list_all(client, DaemonSet, **daemon_selector),
         daemon_pods=await list_all(client, Pod, **daemon_selector),
         pods=await list_all(client, Pod, namespace=namespace),
@@ -131,16 +130,6 @@ async def fetch_view(
         nodes={name_of(n): n for n in await list_all(client, Node)},
         events=await list_all(client, Event, namespace=namespace, fields={"involvedObject.kind": "Pod"}),
     )
-
-
-async def _get_or_none(client: AsyncClient, resource: Any, name: str, namespace: str) -> Any:
-    try:
-        with kube_errors(f"get {resource.__name__} {namespace}/{name}"):
-            return await client.get(resource, name, namespace=namespace)
-    except Exception as error:
-        if is_not_found(error):
-            return None
-        raise
 
 
 def diagnose(view: DomainView) -> list[Finding]:

@@ -31,6 +31,7 @@ from imexdra.cli.clusterview import (
     domain_uid_label,
     driver_devices,
     format_table,
+    get_or_none,
     key_of,
     labels_of,
     list_all,
@@ -38,7 +39,6 @@ from imexdra.cli.clusterview import (
     name_of,
     reserved_pods,
 )
-from imexdra.common.kube import is_not_found, kube_errors
 
 #: GPU Feature Discovery's marker of a GPU node.
 GPU_PRESENT_LABEL_KEY = "nvidia.com/gpu.present"
@@ -69,7 +69,7 @@ async def fetch_snapshot(client: AsyncClient, *, namespace: str | None, driver_n
         if claim_node(claim, {}) is not None:
             continue
         for consumer in reserved_pods(claim):
-            pod = await _get_pod(client, consumer.name, meta(claim).namespace or "")
+            pod = await get_or_none(client, Pod, consumer.name, meta(claim).namespace or "")
             if pod is not None and meta(pod).uid == consumer.uid:
                 pods[consumer.uid] = pod
     return Snapshot(
@@ -81,16 +81,6 @@ async def fetch_snapshot(client: AsyncClient, *, namespace: str | None, driver_n
         claims=claims,
         pods=pods,
     )
-
-
-async def _get_pod(client: AsyncClient, name: str, namespace: str) -> Pod | None:
-    try:
-        with kube_errors(f"get pod {namespace}/{name}"):
-            return await client.get(Pod, name, namespace=namespace)
-    except Exception as error:
-        if is_not_found(error):
-            return None
-        raise
 
 
 def build_report(snapshot: Snapshot) -> Report:
