@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
-
 from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.kubeconfig import write_kubeconfig
 
 DEFAULT_TOKEN_SECONDS = 3600
 """Token lifetime; the API server's minimum is 10 minutes."""
@@ -94,21 +93,14 @@ def service_account_kubeconfig(
             raise ValueError("the cluster has no run directory; pass path=")
         suffix = f"-{bound_to.kind.lower()}-{bound_to.name}" if bound_to else ""
         path = cluster.run_dir / f"sa-{namespace}-{name}{suffix}.kubeconfig"
-    user = f"system:serviceaccount:{namespace}:{name}"
-    server = {"server": cluster.apiserver_url, "certificate-authority": str(cluster.pki.ca.cert)}
-    context = {"cluster": "local", "user": user, "namespace": namespace}
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "local", "cluster": server}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "local", "context": context}],
-        "current-context": "local",
-    }
-    path.touch(mode=0o600, exist_ok=True)
-    path.chmod(0o600)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+    return write_kubeconfig(
+        path,
+        server=cluster.apiserver_url,
+        ca=cluster.pki.ca.cert,
+        user=f"system:serviceaccount:{namespace}:{name}",
+        token=token,
+        namespace=namespace,
+    )
 
 
 def whoami(cluster: LocalCluster, kubeconfig: Path) -> Identity:
