@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv k8s lint test test-unit test-integration test-e2e demo cluster-up protos clean
+.PHONY: venv k8s lint test test-unit test-integration test-e2e demo cluster-up bench protos clean
 
 venv:
 	@hack/venv.sh
@@ -35,6 +35,11 @@ test: lint k8s
 DEMO_ARGS ?=
 demo: venv k8s
 	$(BIN)/imexdra demo $(DEMO_ARGS)
+
+# Benchmarks (not part of CI): JSON and plots under bench/results/.
+bench: venv k8s
+	$(BIN)/python bench/prepare_bench.py
+	$(BIN)/python bench/controller_bench.py
 
 # A bare local cluster (no driver), kept running until Ctrl-C; for poking around.
 cluster-up: venv k8s

@@ -6,10 +6,17 @@ with ``featureGates.HostManagedIMEX=true``; the host's own nvidia-imex is out of
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from imexdra.cli import demo, rack
 from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.processes import ManagedProcess, free_port
 from tests.e2e.helpers import (
     apply,
     channel_pod,
@@ -17,6 +24,7 @@ from tests.e2e.helpers import (
     get_json,
     injected_channel_devices,
     pod_events,
+    prepare_failure,
     run_seed_job,
     wait_until,
 )
@@ -80,7 +88,7 @@ def test_allocation_mode_all_is_a_permanent_prepare_error(
     cluster = host_managed_rack
     apply(cluster, compute_domain("cd", namespace, "ch", allocationMode="All"))
     apply(cluster, channel_pod("all", namespace, "ch", node="gb200-01"))
-    event = wait_until("FailedPrepareDynamicResources", lambda: _prepare_failure(cluster, namespace, "all"))
+    event = wait_until("FailedPrepareDynamicResources", lambda: prepare_failure(cluster, namespace, "all"))
     assert "allocationMode" in event["message"] and "All" in event["message"]
     assert _phase(cluster, namespace, "all") == "Pending"
 
@@ -93,7 +101,7 @@ def test_node_without_clique_is_a_permanent_prepare_error(
     apply(cluster, compute_domain("cd", namespace, "ch"))
     apply(cluster, channel_pod("noclique", namespace, "ch", node="gb200-02"))
     event = wait_until(
-        "FailedPrepareDynamicResources", lambda: _prepare_failure(cluster, namespace, "noclique")
+        "FailedPrepareDynamicResources", lambda: prepare_failure(cluster, namespace, "noclique")
     )
     assert "clique" in event["message"].lower()
     assert _phase(cluster, namespace, "noclique") == "Pending"
@@ -103,8 +111,87 @@ def _phase(cluster: LocalCluster, namespace: str, pod: str) -> str:
     return str(get_json(cluster, "pod", pod, "-n", namespace)["status"].get("phase", ""))
 
 
-def _prepare_failure(cluster: LocalCluster, namespace: str, pod: str) -> dict[str, str] | None:
-    for event in pod_events(cluster, namespace, pod):
-        if event["reason"] == "FailedPrepareDynamicResources":
-            return event
-    return None
+def _plugin_pod(cluster: LocalCluster, node: str) -> dict[str, Any]:
+    pods = get_json(cluster, "pods", "-n", rack.DRIVER_NAMESPACE, "--field-selector", f"spec.nodeName={node}")
+    return next(
+        p for p in pods["items"] if p["metadata"]["name"].startswith(f"{rack.RELEASE}-kubelet-plugin")
+    )
+
+
+def _restarts(pod: dict[str, Any]) -> int:
+    return sum(int(s.get("restartCount", 0)) for s in pod["status"].get("containerStatuses", []))
+
+
+def _imex_processes_for(config: Path) -> list[int]:
+    """PIDs of fake nvidia-imex processes started with ``config`` (what ``systemctl status`` would show)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"imexdra.devices.fakeimex.daemon" in argv and str(config).encode() in argv:
+            pids.append(int(cmdline.parent.name))
+    return pids
+
+
+def _start_host_imex(cluster: LocalCluster, node: str) -> tuple[ManagedProcess, Path]:
+    """The node's own nvidia-imex service (fake), as the host, not the driver, runs it."""
+    assert cluster.run_dir is not None
+    directory = cluster.run_dir / f"{node}-host-imex"
+    directory.mkdir()
+    address = "127.100.1.254"  # in gb200-00's pod range, above any pod IP a test allocates
+    (directory / "nodes.cfg").write_text(f"{address}\n")
+    config = directory / "nvidia-imex.cfg"
+    config.write_text(
+        f"SERVER_PORT={free_port()}\nIMEX_NODE_CONFIG_FILE={directory / 'nodes.cfg'}\nIMEX_CMD_ENABLED=1\n"
+        f"IMEX_CMD_PORT={free_port()}\nIMEX_CMD_BIND_INTERFACE_IP={address}\nLOG_FILE_NAME=\n"
+    )
+    argv = [sys.executable, "-m", "imexdra.devices.fakeimex.daemon", "-c", str(config)]
+    process = cluster.start_process(f"{node}-host-nvidia-imex", argv)
+    ctl = [sys.executable, "-m", "imexdra.devices.fakeimex.ctl", "-c", str(config), "-q"]
+    wait_until(
+        "host nvidia-imex READY",
+        lambda: subprocess.run(ctl, capture_output=True, text=True, check=False).stdout == "READY\n",
+        timeout=30,
+    )
+    return process, config
+
+
+def test_stopping_host_imex_is_not_acted_on(host_managed_rack: LocalCluster, namespace: str) -> None:
+    """Seed 004 §14.3: host nvidia-imex stops under a running workload; the driver does nothing about it.
+
+    Checked: the host service stays stopped (nothing restarts it), no pod restarts, the workload keeps
+    running, and the kubelet plugin logs nothing about nvidia-imex. The seed's other half (the workload's
+    next CUDA shareable-handle call fails) needs CUDA, which the simulated workload does not have.
+    """
+    cluster = host_managed_rack
+    host_imex, config = _start_host_imex(cluster, "gb200-00")
+    apply(cluster, compute_domain("cd", namespace, "ch"))
+    apply(cluster, channel_pod("worker", namespace, "ch", node="gb200-00"))
+    wait_until("worker Running", lambda: _phase(cluster, namespace, "worker") == "Running")
+    plugin = _plugin_pod(cluster, "gb200-00")
+    plugin_restarts = _restarts(plugin)
+    # The plugin container's CRI log, as the kubelet would serve it.
+    plugin_log = Path(
+        next(
+            r["log_path"]
+            for r in cluster.node("gb200-00").cri_records("CreateContainer")
+            if r.get("pod_name") == plugin["metadata"]["name"]
+        )
+    )
+    logged_before = len(plugin_log.read_text().splitlines())
+    assert logged_before > 0
+
+    host_imex.stop()  # systemctl stop nvidia-imex
+    assert _imex_processes_for(config) == []
+    # Nothing is expected to happen, so watch for longer than the plugin's periodic work and probes.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        worker = get_json(cluster, "pod", "worker", "-n", namespace)
+        assert worker["status"]["phase"] == "Running" and _restarts(worker) == 0
+        assert _imex_processes_for(config) == [], "something restarted the host's nvidia-imex"
+        time.sleep(1)
+    assert _restarts(_plugin_pod(cluster, "gb200-00")) == plugin_restarts
+    logged = plugin_log.read_text().splitlines()
+    assert [line for line in logged[logged_before:] if "nvidia-imex" in line.lower()] == []

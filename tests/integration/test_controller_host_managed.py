@@ -111,8 +111,9 @@ async def test_create_makes_only_the_workload_template_and_is_ready(
         "computedomaincliques": [],
         "nodes": [],
     }
+    # Other tests share the cluster (and may run a driver-managed controller): look for this domain's.
     daemon_sets = kubectl_json(cluster, "daemonsets", "-A")["items"]
-    assert not [d for d in daemon_sets if d["metadata"]["name"].startswith("computedomain-daemon-")]
+    assert not [d for d in daemon_sets if d["metadata"]["name"] == f"computedomain-daemon-{uid}"]
 
 
 async def test_delete_removes_template_then_domain_and_forgets_metrics(
