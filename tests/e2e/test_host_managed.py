@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from tests.e2e.helpers import (
     injected_channel_devices,
     pod_events,
     prepare_failure,
+    remove_workloads,
     run_seed_job,
     wait_until,
 )
@@ -60,11 +62,12 @@ def test_seed_mpijob_gets_channel0_and_no_daemons(host_managed_rack: LocalCluste
 
 
 @pytest.fixture
-def namespace(host_managed_rack: LocalCluster, request: pytest.FixtureRequest) -> str:
-    """A fresh namespace per test."""
+def namespace(host_managed_rack: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test; afterwards its pods and claims are gone, so every channel is free."""
     name = request.node.name.replace("_", "-")[:50].strip("-")
     host_managed_rack.create_namespace(name)
-    return name
+    yield name
+    remove_workloads(host_managed_rack, name)
 
 
 def test_second_channel_claim_on_a_node_is_prevented(host_managed_rack: LocalCluster, namespace: str) -> None:

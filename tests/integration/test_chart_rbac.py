@@ -235,11 +235,28 @@ def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
     return labels
 
 
+async def foreign_node_write_refused(client: AsyncClient) -> bool:
+    """Whether a (dry-run) label write to node-1 by the node-0 plugin is refused yet."""
+    node = await client.get(Node, "node-1")
+    assert node.metadata is not None
+    node.metadata.labels = {**(node.metadata.labels or {}), NODE_LABEL_KEY: "probe"}
+    try:
+        await client.replace(node, dry_run=True)
+    except ApiError:
+        return True
+    return False
+
+
 async def test_plugin_labels_only_its_own_node(
     cluster: LocalCluster, default_rbac: ChartRBAC, plugin_client: AsyncClient
 ) -> None:
     """The plugin's NodeLabeler works on node-0 under the chart's RBAC; other labels and nodes are refused."""
     domain = "00000000-chart-rbac-test"
+    # The apiserver loads a new ValidatingAdmissionPolicy asynchronously: wait until it is enforced
+    # (a freshly installed chart has the same short window on a real cluster).
+    await eventually(
+        "the chart's node policy is enforced", lambda: foreign_node_write_refused(plugin_client), within=30
+    )
     own = NodeLabeler(plugin_client, "node-0")
     try:
         await own.add(domain)
