@@ -137,6 +137,8 @@ async def test_removing_a_container_removes_its_log_and_nothing_else(cluster: Lo
     log = Path(str(record["log_path"]))
     assert log.is_absolute() and log.is_relative_to(node.directory / "pod-logs")
     await eventually("container log written", lambda: log.exists() and log.read_text().strip() != "")
+    # The apiserver reaches the kubelet at its node IP and the kubelet serves the CRI log.
+    assert cluster.kubectl("logs", "chatty", "-n", namespace).stdout == "hi\n"
     cluster.kubectl("delete", "pod", "chatty", "-n", namespace, "--wait=false")
 
     def removed() -> bool:

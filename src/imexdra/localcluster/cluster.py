@@ -168,6 +168,8 @@ class LocalCluster:
                 f"--client-ca-file={pki.ca.cert}",
                 f"--kubelet-client-certificate={kubelet_client.cert}",
                 f"--kubelet-client-key={kubelet_client.key}",
+                # Node names do not resolve here; reach kubelets (logs, exec) at their --node-ip.
+                "--kubelet-preferred-address-types=InternalIP",
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
                 "--service-account-issuer=https://kubernetes.default.svc",
