@@ -65,3 +65,19 @@ def host_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
 def driver_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """Two nodes in one clique under driver-managed IMEX."""
     yield from _rack(DRIVER_MANAGED, pytestconfig)
+
+
+LEADER_ELECTION = rack.RackConfig(nodes=2, extra_values={"controller": {"replicas": 2}})
+QUIET = rack.RackConfig(nodes=1, extra_values={"logVerbosity": "0"})
+
+
+@pytest.fixture(scope="module")
+def leader_election_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Two nodes; two controller replicas under leader election (the rack's chart values turn it on)."""
+    yield from _rack(LEADER_ELECTION, pytestconfig)
+
+
+@pytest.fixture(scope="module")
+def quiet_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """One node; the controller and the kubelet plugin at logVerbosity 0 (the chart's default is 4)."""
+    yield from _rack(QUIET, pytestconfig)

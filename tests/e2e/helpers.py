@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -165,3 +166,64 @@ def imex_domain_view(cluster: LocalCluster, node: str, domain_uid: str) -> dict[
         return None
     view: dict[str, Any] = json.loads(result.stdout)
     return view
+
+
+# -- the chart's own pods (upstream test_cd_leader_election / test_cd_logging) --------------------
+
+CONTROLLER_SELECTOR = "imexdra-component=controller"
+PLUGIN_SELECTOR = "imexdra-component=kubelet-plugin"
+
+
+def driver_pods(cluster: LocalCluster, selector: str) -> list[dict[str, Any]]:
+    """The driver namespace's pods matching ``selector``, terminating ones excluded."""
+    pods = get_json(cluster, "pods", "-n", rack.DRIVER_NAMESPACE, "-l", selector)["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    """Whether the pod is Running with its Ready condition True."""
+    conditions = pod["status"].get("conditions", [])
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return ready and pod["status"].get("phase") == "Running"
+
+
+def container_log(cluster: LocalCluster, pod: dict[str, Any]) -> list[str]:
+    """The pod's newest container's log lines, read from its CRI log file (``kubectl logs`` needs a
+    kubelet server the harness does not run); the CRI prefix (time, stream, tag) is stripped."""
+    node = cluster.node(pod["spec"]["nodeName"])
+    creates = [r for r in node.cri_records("CreateContainer") if r.get("pod_uid") == pod["metadata"]["uid"]]
+    assert creates, f"no container of {pod['metadata']['name']} was created"
+    text = Path(str(creates[-1]["log_path"])).read_text(errors="replace")
+    return [line.split(" ", 3)[-1] for line in text.splitlines() if line]
+
+
+def log_events(lines: list[str]) -> list[dict[str, Any]]:
+    """The JSON log lines among ``lines``, decoded (the chart's pods log JSON: no TTY)."""
+    events = []
+    for line in lines:
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events
+
+
+def upgrade_chart(cluster: LocalCluster, values: dict[str, Any]) -> None:
+    """``helm upgrade --reuse-values`` the rack's release with ``values`` on top, and wait for it."""
+    assert cluster.binaries is not None and cluster.run_dir is not None
+    path = cluster.run_dir / "imexdra-upgrade-values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    cluster.run(
+        str(cluster.binaries.path("helm")),
+        "upgrade",
+        rack.RELEASE,
+        str(rack.CHART),
+        f"--kubeconfig={cluster.kubeconfig}",
+        f"--namespace={rack.DRIVER_NAMESPACE}",
+        "--reuse-values",
+        f"--values={path}",
+        "--wait",
+        "--timeout=180s",
+        timeout=240,
+    )

@@ -13,10 +13,11 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -49,6 +50,8 @@ class RackConfig:
     clique: int = 32766
     no_fabric_nodes: tuple[int, ...] = ()
     """Indexes of nodes whose NVML reports no NVLink fabric (empty clique ID)."""
+    extra_values: Mapping[str, Any] = field(default_factory=dict)
+    """Helm values deep-merged over the rack's own (e.g. ``{"controller": {"replicas": 2}}``)."""
 
     @property
     def clique_id(self) -> str:
@@ -120,12 +123,12 @@ def advertise_gpus(cluster: LocalCluster, node: Node) -> None:
     )
 
 
-def chart_values(config: RackConfig) -> dict[str, object]:
-    """Helm values for the simulated rack (a ComputeDomain-only install)."""
+def chart_values(config: RackConfig) -> dict[str, Any]:
+    """Helm values for the simulated rack (a ComputeDomain-only install), with ``extra_values`` merged in."""
     sim_env = [
         {"name": "FAKE_NVML_CONFIG", "value": f"{SIM_DIR}/nvml.yaml"},
     ]
-    return {
+    values: dict[str, Any] = {
         "image": {"repository": IMAGE_REPOSITORY, "tag": IMAGE_TAG, "pullPolicy": "IfNotPresent"},
         "resources": {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}},
         "featureGates": {"HostManagedIMEX": config.host_managed},
@@ -145,6 +148,18 @@ def chart_values(config: RackConfig) -> dict[str, object]:
             "extraVolumes": [{"name": "imexdra-sim", "hostPath": {"path": SIM_DIR, "type": "Directory"}}],
         },
     }
+    return _deep_merge(values, config.extra_values)
+
+
+def _deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged in: mappings merge key by key, anything else replaces (as Helm)."""
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def install_chart(cluster: LocalCluster, config: RackConfig) -> None:

@@ -83,6 +83,7 @@ def main(
         raise click.UsageError(str(error)) from error
     _log.info(
         "controller manager config",
+        klogVerbosity=logging.verbosity,
         namespace=config.driver_namespace,
         additionalNamespaces=list(config.managed_namespaces[1:]),
         imageName=config.image_name,
