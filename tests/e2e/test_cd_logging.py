@@ -152,11 +152,6 @@ def test_level_6_adds_informer_finalizer_and_request_detail(level6: Logs) -> Non
     assert level6.daemon_env["LOG_VERBOSITY"] == "6"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the controller's API writes go through controller/transport.py, which logs no request at any "
-    "verbosity; common/logging.py promises every API request from verbosity 6 (upstream: round_trippers)",
-)
 def test_level_6_logs_the_controllers_api_writes(level6: Logs) -> None:
     """At level 6 the controller logs its writes too, e.g. creating the domain's ResourceClaimTemplate."""
     path = f"/namespaces/{NAMESPACE}/resourceclaimtemplates"

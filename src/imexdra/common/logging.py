@@ -29,7 +29,10 @@ from imexdra.common.errors import ConfigError
 DEBUG_VERBOSITY = 4
 REQUEST_VERBOSITY = 6
 
-_LIBRARY_REQUEST_LOGGERS = ("httpx2", "httpcore2")
+#: Stdlib loggers that log one line per API request: the HTTP library's, and ours for the controller's
+#: own write transport (which does not go through the library).
+REQUEST_LOGGER = "imexdra.requests"
+_REQUEST_LOGGERS = ("httpx2", "httpcore2", REQUEST_LOGGER)
 
 
 def level_for(verbosity: int) -> int:
@@ -92,7 +95,7 @@ def configure_logging(
     root.handlers = [handler]
     root.setLevel(level)
     request_level = logging.DEBUG if verbosity >= REQUEST_VERBOSITY else logging.WARNING
-    for name in _LIBRARY_REQUEST_LOGGERS:
+    for name in _REQUEST_LOGGERS:
         logging.getLogger(name).setLevel(request_level)
 
 

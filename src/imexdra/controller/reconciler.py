@@ -82,8 +82,11 @@ class Reconciler:
         cd = self._caches.domain_view.get(key)
         if cd is None or cd.metadata is None:
             return None
+        deleting = cd.metadata.deletionTimestamp is not None
+        # Upstream's "Processing added or updated ComputeDomain"; the work queue binds the key.
+        _log.debug("reconcile_domain", deleting=deleting, generation=cd.metadata.generation)
         try:
-            if cd.metadata.deletionTimestamp is not None:
+            if deleting:
                 return await self._finalize(cd)
             return await self._ensure(cd)
         except DriverError as error:

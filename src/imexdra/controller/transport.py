@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -34,8 +35,11 @@ from lightkube.core import resource as lkr
 
 from imexdra.common.errors import ConfigError
 from imexdra.common.kube import PermanentApiError, RetryableApiError, is_retryable_status
+from imexdra.common.logging import REQUEST_LOGGER
 from imexdra.common.metrics import API_REQUESTS
 from imexdra.common.ratelimit import TokenBucket
+
+_requests_log = logging.getLogger(REQUEST_LOGGER)
 
 _TOKEN_FILE_REFRESH_SECONDS = 60.0
 _MAX_IDLE_CONNECTIONS = 32
@@ -141,6 +145,7 @@ class Transport:
             API_REQUESTS.labels(verb=method, code="<error>").inc()
             raise RetryableApiError(f"{action}: {type(error).__name__}: {error}", code=None) from error
         API_REQUESTS.labels(verb=method, code=str(status)).inc()
+        _requests_log.info('HTTP Request: %s %s "%d"', method, target, status)  # shown from verbosity 6
         if 200 <= status < 300:
             return Response(status, answer)
         raise _status_error(action, status, headers, answer)

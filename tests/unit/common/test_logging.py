@@ -9,7 +9,7 @@ import pytest
 import structlog
 
 from imexdra.common.errors import ConfigError
-from imexdra.common.logging import configure_logging, level_for, log_context
+from imexdra.common.logging import REQUEST_LOGGER, configure_logging, level_for, log_context
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +20,7 @@ def restore_logging() -> Iterator[None]:
     yield
     structlog.reset_defaults()
     root.handlers, root.level = handlers, level
-    for name in ("httpx2", "httpcore2"):
+    for name in ("httpx2", "httpcore2", REQUEST_LOGGER):
         logging.getLogger(name).setLevel(logging.NOTSET)
 
 
@@ -85,9 +85,10 @@ def test_library_logs_rendered_like_ours() -> None:
 
 @pytest.mark.parametrize(("verbosity", "level"), [(5, logging.WARNING), (6, logging.DEBUG)], ids=["v5", "v6"])
 def test_api_request_logs_from_v6(verbosity: int, level: int) -> None:
-    """The HTTP client's per-request logs are enabled from -v=6, as klog does."""
+    """The HTTP client's and the controller transport's per-request logs are enabled from -v=6, as klog's."""
     configure_logging(verbosity, log_format="json", stream=io.StringIO())
     assert logging.getLogger("httpx2").level == level
+    assert logging.getLogger(REQUEST_LOGGER).isEnabledFor(logging.INFO) == (verbosity >= 6)
 
 
 def test_text_format_is_human_readable() -> None:
