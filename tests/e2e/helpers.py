@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +227,11 @@ def upgrade_chart(cluster: LocalCluster, values: dict[str, Any]) -> None:
         "--timeout=180s",
         timeout=240,
     )
+
+
+def fresh_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace named after the test; afterwards emptied, so the next test finds every channel free."""
+    name = request.node.name.replace("_", "-")[:50].strip("-")
+    cluster.create_namespace(name)
+    yield name
+    remove_workloads(cluster, name)

@@ -27,12 +27,12 @@ from tests.e2e.helpers import (
     channel_pod,
     compute_domain,
     domain_status,
+    fresh_namespace,
     get_json,
     injected_channel_devices,
     pod_exists,
     prepare_failure,
     ready_pod,
-    remove_workloads,
     wait_until,
 )
 
@@ -41,11 +41,8 @@ CHANNEL_COUNT = 2048
 
 @pytest.fixture
 def namespace(driver_managed_rack: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace per test, emptied afterwards so the next test finds every node's channel free."""
-    name = request.node.name.replace("_", "-")[:50].strip("-")
-    driver_managed_rack.create_namespace(name)
-    yield name
-    remove_workloads(driver_managed_rack, name)
+    """A fresh namespace per test, emptied afterwards."""
+    yield from fresh_namespace(driver_managed_rack, request)
 
 
 def test_channel_injection_single(driver_managed_rack: LocalCluster, namespace: str) -> None:

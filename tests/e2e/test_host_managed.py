@@ -22,11 +22,11 @@ from tests.e2e.helpers import (
     apply,
     channel_pod,
     compute_domain,
+    fresh_namespace,
     get_json,
     injected_channel_devices,
     pod_events,
     prepare_failure,
-    remove_workloads,
     run_seed_job,
     wait_until,
 )
@@ -63,11 +63,8 @@ def test_seed_mpijob_gets_channel0_and_no_daemons(host_managed_rack: LocalCluste
 
 @pytest.fixture
 def namespace(host_managed_rack: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace per test; afterwards its pods and claims are gone, so every channel is free."""
-    name = request.node.name.replace("_", "-")[:50].strip("-")
-    host_managed_rack.create_namespace(name)
-    yield name
-    remove_workloads(host_managed_rack, name)
+    """A fresh namespace per test, emptied afterwards."""
+    yield from fresh_namespace(host_managed_rack, request)
 
 
 def test_second_channel_claim_on_a_node_is_prevented(host_managed_rack: LocalCluster, namespace: str) -> None:
