@@ -36,8 +36,9 @@ DEMO_ARGS ?=
 demo: venv k8s
 	$(BIN)/imexdra demo $(DEMO_ARGS)
 
-# Benchmarks (not part of CI): JSON and plots under bench/results/.
+# Benchmarks (not part of CI): JSON and PNG plots under bench/results/; the bench extra adds matplotlib.
 bench: venv k8s
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python bench/prepare_bench.py
 	$(BIN)/python bench/controller_bench.py
 

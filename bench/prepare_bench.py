@@ -12,11 +12,12 @@ unprepares it. A prepare costs two API requests (GET claim, label the node) and 
 (unlabel), so cycles are paced to stay within the client rate limit; otherwise the numbers would
 measure the throttle rather than the plugin. Reported: prepare (and unprepare) latency percentiles
 against the targets p50 <= 5 ms and p99 <= 50 ms, the plugin's peak RSS, as JSON on stdout and in
-``bench/results/prepare_bench.json``, with a plot in ``bench/results/prepare_bench.svg``.
+``bench/results/prepare_bench.json``, with a plot in ``bench/results/prepare_bench.png``.
 
 Run: ``.venv/bin/python bench/prepare_bench.py [--claims 1000] [--state-dir /dev/shm]`` after
-``make k8s``; ``--state-dir`` moves the node's plugin directory and CDI root off the disk, which shows
-how much of the latency is the disk's (the checkpoint and CDI files are replaced by rename).
+``make bench`` (or ``make k8s`` and ``.venv/bin/pip install -e '.[bench]'``); ``--state-dir`` moves
+the node's plugin directory and CDI root off the disk, which shows how much of the latency is the
+disk's (the checkpoint and CDI files are replaced by rename).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import signal
 import statistics
@@ -32,13 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from html import escape
 from pathlib import Path
 from typing import Any
 
 import grpc
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
+from plotting import write_prepare_plot
 
 from imexdra.common.kube import http_client
 from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
@@ -315,104 +315,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     samples = {**result, "prepare_samples_ms": prepare_ms}
     (RESULTS / "prepare_bench.json").write_text(json.dumps(samples, indent=1))
-    percentiles = result["prepare_ms"]
-    write_plot(
-        RESULTS / "prepare_bench.svg",
-        prepare_ms,
-        p50=percentiles["p50"],
-        p99=percentiles["p99"],
-        target_p50=TARGET_P50_MS,
-        target_p99=TARGET_P99_MS,
-    )
+    write_prepare_plot(samples, RESULTS / "prepare_bench.png")
     return result
-
-
-# --- plot (matplotlib is not a dependency: plain SVG) ----------------------------------------------
-
-_W, _H, _PAD = 460, 360, 55
-
-
-def _log_position(value: float, low: float, high: float, start: float, end: float) -> float:
-    span = math.log10(high) - math.log10(low)
-    return start + (math.log10(max(value, low)) - math.log10(low)) / span * (end - start)
-
-
-def _panel(x0: float, title: str, x_label: str, y_label: str) -> list[str]:
-    left, top, right, bottom = x0 + _PAD, _PAD / 2 + 10, x0 + _W - 15, _H - _PAD
-    return [
-        f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" '
-        'fill="none" stroke="#444"/>',
-        f'<text x="{(left + right) / 2}" y="{top - 8}" text-anchor="middle" '
-        f'font-weight="bold">{escape(title)}</text>',
-        f'<text x="{(left + right) / 2}" y="{_H - 12}" text-anchor="middle">{escape(x_label)}</text>',
-        f'<text x="{x0 + 14}" y="{(top + bottom) / 2}" text-anchor="middle" '
-        f'transform="rotate(-90 {x0 + 14} {(top + bottom) / 2})">{escape(y_label)}</text>',
-    ]
-
-
-def _decades(low: float, high: float) -> list[float]:
-    return [10.0**k for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)]
-
-
-def write_plot(
-    path: Path, samples: list[float], *, p50: float, p99: float, target_p50: float, target_p99: float
-) -> None:
-    """Latency per claim (log scale) and its cumulative distribution with percentiles and targets."""
-    low = min(min(samples), target_p50) / 1.5
-    high = max(max(samples), target_p99) * 1.5
-    top, bottom = _PAD / 2 + 10, _H - _PAD
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * _W}" height="{_H}" '
-        'font-family="sans-serif" font-size="12">'
-    ]
-    parts.append(f'<rect width="{2 * _W}" height="{_H}" fill="white"/>')
-    parts += _panel(0, "NodePrepareResources latency per claim", "claim #", "ms (log)")
-    left, right = _PAD, _W - 15
-    for decade in _decades(low, high):
-        if low <= decade <= high:
-            y = _log_position(decade, low, high, bottom, top)
-            parts.append(f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
-            parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{decade:g}</text>')
-    for index, value in enumerate(samples):
-        x = left + index / max(1, len(samples) - 1) * (right - left)
-        y = _log_position(value, low, high, bottom, top)
-        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="1.3" fill="#1f77b4"/>')
-    for value, colour, label in (
-        (target_p50, "#2ca02c", "target p50"),
-        (target_p99, "#d62728", "target p99"),
-    ):
-        y = _log_position(value, low, high, bottom, top)
-        parts.append(
-            f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" '
-            f'stroke="{colour}" stroke-dasharray="5,4"/>'
-        )
-        parts.append(
-            f'<text x="{right - 4}" y="{y - 4:.1f}" text-anchor="end" '
-            f'fill="{colour}">{label} {value:g} ms</text>'
-        )
-    parts += _panel(_W, "cumulative distribution", "ms (log)", "fraction of claims")
-    left, right = _W + _PAD, 2 * _W - 15
-    ordered = sorted(samples)
-    points = " ".join(
-        f"{_log_position(v, low, high, left, right):.1f},{bottom - rank / len(ordered) * (bottom - top):.1f}"
-        for rank, v in enumerate(ordered, start=1)
-    )
-    parts.append(f'<polyline points="{points}" fill="none" stroke="#1f77b4" stroke-width="1.5"/>')
-    for decade in _decades(low, high):
-        if low <= decade <= high:
-            x = _log_position(decade, low, high, left, right)
-            parts.append(f'<text x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">{decade:g}</text>')
-    marks = ((p50, "#1f77b4", f"p50 {p50:.2f}"), (p99, "#9467bd", f"p99 {p99:.2f}"))
-    marks += ((target_p50, "#2ca02c", "target p50"), (target_p99, "#d62728", "target p99"))
-    for row, (value, colour, label) in enumerate(marks):
-        x = _log_position(value, low, high, left, right)
-        dash = ' stroke-dasharray="5,4"' if label.startswith("target") else ""
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{bottom}" stroke="{colour}"{dash}/>')
-        parts.append(
-            f'<text x="{x + 3:.1f}" y="{top + 14 + 14 * row}" fill="{colour}">{escape(label)}</text>'
-        )
-    parts.append("</svg>")
-    path.write_text("\n".join(parts) + "\n")
 
 
 def main() -> None:

@@ -1,0 +1,148 @@
+"""The PNG plots of the benchmarks, drawn with matplotlib (the ``bench`` extra; ``make bench`` installs it).
+
+Each plot function takes the results as the benchmark writes them to its JSON file, so a plot always
+shows the numbers that were reported. Figures are rendered straight to PNG by the Agg canvas: no pyplot,
+no global backend state and no display. Targets are dashed lines labelled with their value; measured
+values are solid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+P50_COLOUR = "tab:green"
+P99_COLOUR = "tab:red"
+MODE_COLOURS = {"driver_managed": "tab:blue", "host_managed": "tab:orange"}
+
+
+def _figure(title: str, panels: int) -> tuple[Figure, list[Axes]]:
+    figure = Figure(figsize=(6.0 * panels, 4.8), layout="constrained")
+    FigureCanvasAgg(figure)
+    figure.suptitle(title)
+    return figure, list(figure.subplots(1, panels, squeeze=False)[0])
+
+
+def _vertical(axes: Axes, x: float, label: str, colour: str, *, target: bool) -> None:
+    """A vertical line at ``x``, labelled along its left side."""
+    axes.axvline(x, color=colour, linestyle="--" if target else "-", linewidth=1.3)
+    axes.text(
+        x,
+        0.98,
+        f"{label} ",
+        transform=axes.get_xaxis_transform(),
+        rotation=90,
+        color=colour,
+        fontsize=9,
+        va="top",
+        ha="right",
+        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1},
+    )
+
+
+def _horizontal_target(axes: Axes, y: float, label: str, colour: str) -> None:
+    axes.axhline(y, color=colour, linestyle="--", linewidth=1.3)
+    axes.text(
+        0.99,
+        y,
+        label,
+        transform=axes.get_yaxis_transform(),
+        color=colour,
+        fontsize=9,
+        va="bottom",
+        ha="right",
+    )
+
+
+def _cdf(axes: Axes, samples: list[float], of: str, **style: Any) -> None:
+    ordered = sorted(samples)
+    fractions = [(rank + 1) / len(ordered) for rank in range(len(ordered))]
+    axes.step(ordered, fractions, where="post", linewidth=1.8, **style)
+    axes.set_ylim(0, 1.02)
+    axes.set_ylabel(f"cumulative fraction of {of}")
+
+
+def write_prepare_plot(results: dict[str, Any], path: Path) -> None:
+    """Prepare latency per claim and its distribution, against the p50 and p99 targets."""
+    samples = results["prepare_samples_ms"]
+    measured, targets = results["prepare_ms"], results["targets_ms"]
+    figure, (series, distribution) = _figure(
+        f"NodePrepareResources over the gRPC socket: {len(samples)} claims "
+        f"(p50 {measured['p50']:g} ms, p99 {measured['p99']:g} ms)",
+        panels=2,
+    )
+    series.scatter(range(1, len(samples) + 1), samples, s=4, color="tab:blue", label="one prepare")
+    # Limits by hand: both targets inside the axes with room for their labels, shared by both panels.
+    low = min(*samples, targets["p50"]) / 1.5
+    high = max(*samples, targets["p99"]) * 2
+    series.set_yscale("log")
+    series.set_ylim(low, high)
+    series.set_title("Latency per claim")
+    series.set_xlabel("claim # (in prepare order)")
+    series.set_ylabel("latency (ms, log scale)")
+    _horizontal_target(series, targets["p50"], f"target p50 ≤ {targets['p50']:g} ms", P50_COLOUR)
+    _horizontal_target(series, targets["p99"], f"target p99 ≤ {targets['p99']:g} ms", P99_COLOUR)
+    series.legend(loc="upper left")
+
+    _cdf(distribution, samples, "claims", color="tab:blue")
+    distribution.set_xscale("log")
+    distribution.set_xlim(low, high)
+    distribution.set_title("Latency distribution (CDF)")
+    distribution.set_xlabel("latency (ms, log scale)")
+    marks = [
+        (measured["p50"], "p50", P50_COLOUR, False),
+        (measured["p99"], "p99", P99_COLOUR, False),
+        (targets["p50"], "target p50", P50_COLOUR, True),
+        (targets["p99"], "target p99", P99_COLOUR, True),
+    ]
+    for value, label, colour, target in marks:
+        _vertical(distribution, value, f"{label} {value:g} ms", colour, target=target)
+    figure.savefig(path, dpi=110)
+
+
+def write_controller_plot(
+    results: dict[str, Any], path: Path, *, target_p50_ms: float, target_burst_s: float
+) -> None:
+    """Single-domain latency per mode, the burst's Ready curve and API writes per domain lifecycle."""
+    modes = {mode: results[f"single_{mode}"] for mode in MODE_COLOURS}
+    curve = results["burst_host_managed"]["ready_curve_s"]
+    all_ready = results["burst_host_managed"]["all_ready_s"]
+    figure, (single, burst, writes) = _figure("ComputeDomain controller", panels=3)
+
+    for mode, single_results in modes.items():
+        p50 = single_results["create_to_ready_ms"]["p50"]
+        label = f"{mode.replace('_', '-')} (p50 {p50:g} ms)"
+        _cdf(single, single_results["samples_ms"], "domains", color=MODE_COLOURS[mode], label=label)
+    slowest = max(max(single_results["samples_ms"]) for single_results in modes.values())
+    single.set_xlim(0, max(slowest, target_p50_ms) * 1.1)
+    single.set_title("Single domain: create → Ready (CDF)")
+    single.set_xlabel("create → Ready (ms)")
+    _vertical(single, target_p50_ms, f"target p50 ≤ {target_p50_ms:g} ms", P50_COLOUR, target=True)
+    # Below the axes: inside, a legend can hide a curve or the target's label.
+    single.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=2, frameon=False)
+
+    burst.step(curve, range(1, len(curve) + 1), where="post", linewidth=1.8, color="tab:orange")
+    burst.set_xlim(0, max(all_ready, target_burst_s) * 1.1)
+    burst.set_ylim(0, len(curve) * 1.05)
+    burst.set_title(f"Burst of {len(curve)} host-managed domains")
+    burst.set_xlabel("time since the first create (s)")
+    burst.set_ylabel("domains Ready")
+    _vertical(burst, all_ready, f"all Ready {all_ready:g} s", "tab:orange", target=False)
+    _vertical(burst, target_burst_s, f"target all Ready ≤ {target_burst_s:g} s", P99_COLOUR, target=True)
+
+    bars = writes.bar(
+        [mode.replace("_", "-") for mode in modes],
+        [single_results["api_writes_per_lifecycle"] for single_results in modes.values()],
+        color=[MODE_COLOURS[mode] for mode in modes],
+        width=0.5,
+    )
+    writes.bar_label(bars, fmt="%g")
+    writes.margins(y=0.15)
+    writes.set_title("Controller API writes per domain lifecycle")
+    writes.set_xlabel("mode (one lifecycle: create → Ready → delete → gone)")
+    writes.set_ylabel("API writes per domain")
+    figure.savefig(path, dpi=110)
