@@ -28,18 +28,21 @@ def _figure(title: str, panels: int) -> tuple[Figure, list[Axes]]:
 
 
 def _vertical(axes: Axes, x: float, label: str, colour: str, *, target: bool) -> None:
-    """A vertical line at ``x``, labelled along its left side."""
+    """A vertical line at ``x``: a target labelled top-left of it, a measurement bottom-right.
+
+    The data curves rise to the left of a measured value, so its label sits where they are not.
+    """
     axes.axvline(x, color=colour, linestyle="--" if target else "-", linewidth=1.3)
     axes.text(
         x,
-        0.98,
-        f"{label} ",
+        0.98 if target else 0.02,
+        f"{label} " if target else f" {label}",
         transform=axes.get_xaxis_transform(),
         rotation=90,
         color=colour,
         fontsize=9,
-        va="top",
-        ha="right",
+        va="top" if target else "bottom",
+        ha="right" if target else "left",
         bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1},
     )
 
