@@ -116,6 +116,14 @@ func buildLaunch(spec *containerSpec, image imageCommand) helperSpec {
 	return helperSpec{Mounts: spec.mounts, Argv: argv, Env: envList, Dir: dir}
 }
 
+// openContainerLog opens (creating it and its directory) a container's CRI log for appending.
+func openContainerLog(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+}
+
 func startHostProcess(spec *containerSpec, image imageCommand, onExit func(string, int)) (*hostProcess, error) {
 	launch := buildLaunch(spec, image)
 	if len(launch.Argv) == 0 {
@@ -127,10 +135,7 @@ func startHostProcess(spec *containerSpec, image imageCommand, onExit func(strin
 	}
 	var logFile io.WriteCloser = nopCloser{io.Discard}
 	if spec.logPath != "" {
-		if err := os.MkdirAll(filepath.Dir(spec.logPath), 0o755); err != nil {
-			return nil, err
-		}
-		f, err := os.OpenFile(spec.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		f, err := openContainerLog(spec.logPath)
 		if err != nil {
 			return nil, err
 		}

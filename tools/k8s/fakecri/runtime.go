@@ -102,10 +102,8 @@ func (r *runtime) StartContainer(ctx context.Context, req *kubeapi.StartContaine
 	if !ok {
 		// An in-memory container writes nothing, but has a log like any container: `kubectl logs` works.
 		if path := status.Status.GetLogPath(); filepath.IsAbs(path) {
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-				if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o640); err == nil {
-					f.Close()
-				}
+			if f, err := openContainerLog(path); err == nil {
+				f.Close()
 			}
 		}
 		return r.RemoteRuntime.StartContainer(ctx, req)
