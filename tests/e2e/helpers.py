@@ -42,12 +42,6 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float = 180, interv
         time.sleep(interval)
 
 
-def pod_events(cluster: LocalCluster, namespace: str, pod: str) -> list[dict[str, Any]]:
-    """Events about one pod, oldest first."""
-    events = get_json(cluster, "events", "-n", namespace, f"--field-selector=involvedObject.name={pod}")
-    return sorted(events["items"], key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
-
-
 def channel_pod(name: str, namespace: str, template: str, *, node: str | None = None) -> dict[str, Any]:
     """A pod that takes an IMEX channel from a ComputeDomain's claim template."""
     spec: dict[str, Any] = {
@@ -121,14 +115,6 @@ def pod_exists(cluster: LocalCluster, namespace: str, name: str) -> bool:
     return bool(
         cluster.kubectl("get", "pod", name, "-n", namespace, "--ignore-not-found", "-o", "name").stdout
     )
-
-
-def prepare_failure(cluster: LocalCluster, namespace: str, pod: str) -> dict[str, Any] | None:
-    """The pod's first ``FailedPrepareDynamicResources`` event, if any."""
-    for event in pod_events(cluster, namespace, pod):
-        if event["reason"] == "FailedPrepareDynamicResources":
-            return event
-    return None
 
 
 def domain_status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:

@@ -31,10 +31,10 @@ from tests.e2e.helpers import (
     get_json,
     injected_channel_devices,
     pod_exists,
-    prepare_failure,
     ready_pod,
     wait_until,
 )
+from tests.events import driver_prepare_failure
 
 CHANNEL_COUNT = 2048
 
@@ -127,7 +127,7 @@ def test_unknown_field_in_opaque_channel_config_fails_prepare(
     apply(cluster, pod)
     event = wait_until(
         "FailedPrepareDynamicResources event",
-        lambda: prepare_failure(cluster, namespace, "imex-channel-bad-config"),
+        lambda: driver_prepare_failure(cluster, namespace, "imex-channel-bad-config"),
         timeout=30,
     )
     assert "error preparing devices" in event["message"], event["message"]

@@ -25,11 +25,10 @@ from tests.e2e.helpers import (
     fresh_namespace,
     get_json,
     injected_channel_devices,
-    pod_events,
-    prepare_failure,
     run_seed_job,
     wait_until,
 )
+from tests.events import driver_prepare_failure, pod_events
 
 CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
 
@@ -88,7 +87,9 @@ def test_allocation_mode_all_is_a_permanent_prepare_error(
     cluster = host_managed_rack
     apply(cluster, compute_domain("cd", namespace, "ch", allocationMode="All"))
     apply(cluster, channel_pod("all", namespace, "ch", node="gb200-01"))
-    event = wait_until("FailedPrepareDynamicResources", lambda: prepare_failure(cluster, namespace, "all"))
+    event = wait_until(
+        "FailedPrepareDynamicResources", lambda: driver_prepare_failure(cluster, namespace, "all")
+    )
     assert "allocationMode" in event["message"] and "All" in event["message"]
     assert _phase(cluster, namespace, "all") == "Pending"
 
@@ -101,7 +102,7 @@ def test_node_without_clique_is_a_permanent_prepare_error(
     apply(cluster, compute_domain("cd", namespace, "ch"))
     apply(cluster, channel_pod("noclique", namespace, "ch", node="gb200-02"))
     event = wait_until(
-        "FailedPrepareDynamicResources", lambda: prepare_failure(cluster, namespace, "noclique")
+        "FailedPrepareDynamicResources", lambda: driver_prepare_failure(cluster, namespace, "noclique")
     )
     assert "clique" in event["message"].lower()
     assert _phase(cluster, namespace, "noclique") == "Pending"

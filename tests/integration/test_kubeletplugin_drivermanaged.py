@@ -8,7 +8,6 @@ only the controller writes cliques, and the plugin only reads them.
 
 from __future__ import annotations
 
-import json
 import signal
 import uuid
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import yaml
 
 from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.localcluster.cluster import LocalCluster
+from tests.events import driver_prepare_failure
 from tests.integration.helpers import apply, eventually
 from tests.integration.test_kubeletplugin import (
     CHANNEL_CLASS,
@@ -257,12 +257,8 @@ async def test_strict_decoding_error_reaches_the_pod_events(
     apply(cluster, template, workload_pod(namespace, "broken", "broken-channel", NODE))
 
     def event() -> str:
-        events = json.loads(
-            cluster.kubectl(
-                "get", "events", "-n", namespace, "--field-selector=involvedObject.name=broken", "-o", "json"
-            ).stdout
-        )["items"]
-        return next((e["message"] for e in events if e["reason"] == "FailedPrepareDynamicResources"), "")
+        found = driver_prepare_failure(cluster, namespace, "broken")
+        return str(found["message"]) if found else ""
 
     message = await eventually("FailedPrepareDynamicResources event", event, within=90)
     assert "error preparing devices for claim" in message

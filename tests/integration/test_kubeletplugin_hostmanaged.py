@@ -16,6 +16,7 @@ import yaml
 from imexdra.kubeletplugin.applyconfig import NO_CLIQUE_MESSAGE
 from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.localcluster.cluster import LocalCluster
+from tests.events import driver_prepare_failure
 from tests.integration.helpers import apply, eventually
 from tests.integration.test_kubeletplugin import (
     CLIQUE,
@@ -78,11 +79,8 @@ def domain_uid(cluster: LocalCluster, namespace: str) -> str:
 
 
 def prepare_event(cluster: LocalCluster, namespace: str, pod: str) -> str:
-    out = cluster.kubectl(
-        "get", "events", "-n", namespace, f"--field-selector=involvedObject.name={pod}", "-o", "json"
-    )
-    events = json.loads(out.stdout)["items"]
-    return next((e["message"] for e in events if e["reason"] == "FailedPrepareDynamicResources"), "")
+    event = driver_prepare_failure(cluster, namespace, pod)
+    return str(event["message"]) if event else ""
 
 
 async def running(cluster: LocalCluster, namespace: str, pod: str) -> None:
