@@ -41,6 +41,7 @@ bench: venv k8s
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python bench/prepare_bench.py
 	$(BIN)/python bench/controller_bench.py
+	$(BIN)/python bench/jobstart_bench.py
 
 # A bare local cluster (no driver), kept running until Ctrl-C; for poking around.
 cluster-up: venv k8s

@@ -18,7 +18,14 @@ bounds any burst from below (4 writes per host-managed domain: the user's and th
 The apiserver's ``apiserver_request_total{code="409"}`` on every resource the controller writes, and
 the controller's own 409 count, give the conflicts. Output: JSON on stdout and in
 ``bench/results/controller_bench.json``, and a plot in ``bench/results/controller_bench.png``.
-Targets: p50 ≤ 100 ms single, burst all Ready ≤ 10 s, 0 conflicts.
+Targets: p50 ≤ 100 ms single, burst all Ready ≤ 10 s, 0 conflicts. Each mode starts with one untimed
+domain (a warm-up). Writes per lifecycle are also read off the apiserver's ``apiserver_request_total``
+(write verbs on the controller's resources, less the user's create and delete), which works for any
+implementation.
+
+``--controller-command "<cmd>"`` runs another controller implementation through the same phases after
+ours (placeholders such as ``{kubeconfig}`` and ``{imex_mode}``: see ``--help``) and adds its results
+under ``other_controller`` and ours/other ratios under ``ratios_ours_over_other``.
 
 Run: ``.venv/bin/python bench/controller_bench.py`` after ``make bench`` (or ``make k8s`` and
 ``.venv/bin/pip install -e '.[bench]'``).
@@ -32,23 +39,28 @@ import functools
 import json
 import operator
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from benchlib import (
+    CONTROLLER_COMMAND_HELP,
+    CRDS,
+    DRIVER_NAMESPACE,
+    OUR_CONTROLLER_COMMAND,
+    RESULTS,
+    ControllerProcess,
+    Samples,
+    apiserver_metrics,
+    percentile,
+    total,
+)
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 from plotting import write_controller_plot
-from prometheus_client.parser import text_string_to_metric_families
 
 from imexdra.api.computedomain import (
     ComputeDomain,
@@ -59,13 +71,7 @@ from imexdra.api.computedomain import (
 from imexdra.common.kube import load_config
 from imexdra.controller.transport import Transport, resource_path
 from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.processes import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-CRDS = ROOT / "deployments" / "helm" / "imexdra" / "crds"
-CONTROLLER_BIN = Path(sys.executable).parent / "compute-domain-controller"
-DRIVER_NAMESPACE = "imexdra-bench"
 NAMESPACE = "bench"
 CONTROLLER_RESOURCES = (
     "computedomains",
@@ -74,92 +80,10 @@ CONTROLLER_RESOURCES = (
     "daemonsets",
     "nodes",
 )
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 
 TARGET_P50_MS = 100.0
 TARGET_BURST_S = 10.0
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def parse_metrics(text: str) -> Samples:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def total(samples: Samples, name: str, **labels: str) -> float:
-    return sum(
-        v for (n, ls), v in samples.items() if n == name and all((k, x) in ls for k, x in labels.items())
-    )
-
-
-@dataclass
-class Controller:
-    """The controller binary as a child process."""
-
-    kubeconfig: Path
-    gates: str
-    qps: float
-    burst: int
-    log: Path
-    port: int = field(default_factory=free_port)
-    process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        argv = [
-            str(CONTROLLER_BIN),
-            f"--kubeconfig={self.kubeconfig}",
-            "--pod-name=bench-controller",
-            f"--namespace={DRIVER_NAMESPACE}",
-            "--image-name=imexdra.test/compute-domain-daemon:bench",
-            "--log-verbosity-cd-daemon=0",
-            f"--http-endpoint=127.0.0.1:{self.port}",
-            f"--feature-gates={self.gates}",
-            f"--kube-api-qps={self.qps}",
-            f"--kube-api-burst={self.burst}",
-            "--logging-format=json",
-        ]
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
-                return int(response.status), response.read().decode()
-        except OSError:
-            return 0, ""
-
-    async def wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
-        while self.get("/readyz")[0] != 200:
-            if time.monotonic() > deadline or (self.process and self.process.poll() is not None):
-                raise RuntimeError(f"controller did not become ready; see {self.log}")
-            await asyncio.sleep(0.1)
-
-    def metrics(self) -> Samples:
-        return parse_metrics(self.get("/metrics")[1])
-
-    def rss_mib(self) -> dict[str, float]:
-        assert self.process is not None
-        fields = {}
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                fields[key] = round(int(value.split()[0]) / 1024, 1)
-        return fields
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time the controller has used so far."""
-        assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=30)
 
 
 def domain(name: str) -> ComputeDomain:
@@ -225,19 +149,34 @@ class Observer:
                 continue
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
-
-
 def writes(samples: Samples) -> float:
     return total(samples, "imexdra_controller_api_writes_total")
 
 
+def apiserver_writes(samples: Samples) -> float:
+    """Writes the apiserver served on the controller's resources (DaemonSet status excluded, see below)."""
+    return sum(
+        total(samples, "apiserver_request_total", resource=r, verb=verb)
+        - (
+            total(samples, "apiserver_request_total", resource=r, subresource="status", verb=verb)
+            if r == "daemonsets"
+            else 0
+        )
+        for r in CONTROLLER_RESOURCES
+        for verb in WRITE_VERBS
+    )
+
+
 async def single_domains(
-    user: User, observer: Observer, controller: Controller, prefix: str, count: int
+    user: User,
+    observer: Observer,
+    controller: ControllerProcess,
+    prefix: str,
+    count: int,
+    cluster: LocalCluster,
 ) -> dict[str, Any]:
     before = controller.metrics()
+    apiserver_before = apiserver_writes(apiserver_metrics(cluster))
     cpu_before = controller.cpu_seconds()
     latencies: list[float] = []
     deletions: list[float] = []
@@ -253,6 +192,7 @@ async def single_domains(
         deletions.append((observer.gone[name] - started) * 1000)
         await asyncio.sleep(0.05)
     after = controller.metrics()
+    apiserver_after = apiserver_writes(apiserver_metrics(cluster))
     return {
         "domains": count,
         "create_to_ready_ms": {
@@ -262,13 +202,16 @@ async def single_domains(
         },
         "delete_to_gone_ms": {"p50": round(statistics.median(deletions), 1), "max": round(max(deletions), 1)},
         "api_writes_per_lifecycle": round((writes(after) - writes(before)) / count, 2),
+        # Any implementation: the apiserver's count, less the user's create and delete; it includes the
+        # garbage collector's deletes of owned objects.
+        "apiserver_writes_per_lifecycle": round((apiserver_after - apiserver_before) / count - 2, 2),
         "controller_cpu_ms_per_lifecycle": round((controller.cpu_seconds() - cpu_before) * 1000 / count, 2),
         "samples_ms": [round(x, 1) for x in latencies],
     }
 
 
 async def burst(
-    user: User, observer: Observer, controller: Controller, prefix: str, count: int
+    user: User, observer: Observer, controller: ControllerProcess, prefix: str, count: int
 ) -> dict[str, Any]:
     names = [f"{prefix}-{i}" for i in range(count)]
     gate = asyncio.Semaphore(50)
@@ -315,7 +258,7 @@ async def burst_delete(user: User, observer: Observer, names: list[str]) -> floa
 
 def conflicts_seen(cluster: LocalCluster) -> dict[str, float]:
     """409s per resource the controller writes (DaemonSet status is the DaemonSet controller's, not ours)."""
-    samples = parse_metrics(cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout)
+    samples = apiserver_metrics(cluster)
     return {
         r: total(samples, "apiserver_request_total", resource=r, code="409")
         - (
@@ -327,7 +270,7 @@ def conflicts_seen(cluster: LocalCluster) -> dict[str, float]:
     }
 
 
-async def apiserver_write_capacity(cluster: LocalCluster, count: int = 300) -> float:
+async def apiserver_write_capacity(cluster: LocalCluster, prefix: str, count: int = 300) -> float:
     """Creates per second the apiserver sustains for 50 concurrent writers on the controller's transport.
 
     A calibration: a burst costs the apiserver 4 writes per host-managed domain (the user's create and
@@ -339,7 +282,7 @@ async def apiserver_write_capacity(cluster: LocalCluster, count: int = 300) -> f
 
     async def create(i: int) -> None:
         async with gate:
-            await transport.request("POST", path, body={"metadata": {"name": f"calibrate-{i}"}})
+            await transport.request("POST", path, body={"metadata": {"name": f"{prefix}-calibrate-{i}"}})
 
     started = time.monotonic()
     await asyncio.gather(*(create(i) for i in range(count)))
@@ -348,41 +291,58 @@ async def apiserver_write_capacity(cluster: LocalCluster, count: int = 300) -> f
     return count / elapsed
 
 
-async def run(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
+async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> dict[str, Any]:
+    """Every phase against the controller ``command`` starts; the domains are all gone at the end."""
     client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="imexdra-bench")
     user = User(Transport(load_config(cluster.kubeconfig)))
     observer = Observer(client)
     watcher = asyncio.create_task(observer.run())
     conflicts_before = conflicts_seen(cluster)
     assert cluster.run_dir is not None
+    label = "ours" if command == OUR_CONTROLLER_COMMAND else "other"
     results: dict[str, Any] = {
+        "controller_command": None if command == OUR_CONTROLLER_COMMAND else command,
         "client_rate_limit": {"qps": args.qps, "burst": args.burst_limit},
         "load_average_at_start": os.getloadavg(),
         "cpus": os.cpu_count(),
-        "apiserver_creates_per_s": round(await apiserver_write_capacity(cluster), 1),
+        "apiserver_creates_per_s": round(await apiserver_write_capacity(cluster, label), 1),
     }
     own_conflicts = 0.0
     try:
-        for mode, gates in (("driver_managed", ""), ("host_managed", "HostManagedIMEX=true")):
-            controller = Controller(
-                cluster.kubeconfig, gates, args.qps, args.burst_limit, cluster.run_dir / f"{mode}.log"
+        for mode in ("driver_managed", "host_managed"):
+            controller = ControllerProcess(
+                cluster.kubeconfig,
+                cluster.run_dir / f"{label}-{mode}.log",
+                host_managed=mode == "host_managed",
+                qps=args.qps,
+                burst=args.burst_limit,
+                command=command,
             )
             controller.start()
-            await controller.wait_ready()
-            results[f"single_{mode}"] = await single_domains(
-                user, observer, controller, mode.replace("_", "-"), args.single
-            )
-            if mode == "host_managed":
-                results["idle_rss_mib"] = controller.rss_mib()
-                results["burst_host_managed"] = await burst(user, observer, controller, "burst", args.burst)
-                results["burst_host_managed"]["delete_all_gone_s"] = await burst_delete(
-                    user, observer, [f"burst-{i}" for i in range(args.burst)]
+            try:
+                await controller.wait_ready()
+                prefix = f"{label}-{mode.replace('_', '-')}"
+                # One untimed domain first: the controller's caches are synced once it is Ready.
+                await single_domains(user, observer, controller, f"{prefix}-warmup", 1, cluster)
+                results[f"single_{mode}"] = await single_domains(
+                    user, observer, controller, prefix, args.single, cluster
                 )
-                await burst(user, observer, controller, "mem", args.total)
-                await asyncio.sleep(2)
-                results["rss_mib_with_domains"] = {"domains": args.total, **controller.rss_mib()}
-            own_conflicts += total(controller.metrics(), "rest_client_requests_total", code="409")
-            controller.stop()
+                if mode == "host_managed":
+                    results["idle_rss_mib"] = controller.rss_mib()
+                    burst_names = [f"{label}-burst-{i}" for i in range(args.burst)]
+                    results["burst_host_managed"] = await burst(
+                        user, observer, controller, f"{label}-burst", args.burst
+                    )
+                    results["burst_host_managed"]["delete_all_gone_s"] = await burst_delete(
+                        user, observer, burst_names
+                    )
+                    await burst(user, observer, controller, f"{label}-mem", args.total)
+                    await asyncio.sleep(2)
+                    results["rss_mib_with_domains"] = {"domains": args.total, **controller.rss_mib()}
+                    await burst_delete(user, observer, [f"{label}-mem-{i}" for i in range(args.total)])
+                own_conflicts += total(controller.metrics(), "rest_client_requests_total", code="409")
+            finally:
+                controller.stop()
     finally:
         watcher.cancel()
         user.transport.close()
@@ -393,7 +353,39 @@ async def run(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]
         "apiserver_409_by_resource": {r: after[r] - conflicts_before[r] for r in CONTROLLER_RESOURCES},
         "controller_409": own_conflicts,
     }
+    results["verdict"] = verdict(results)
     return results
+
+
+def ratios(ours: dict[str, Any], other: dict[str, Any]) -> dict[str, float | None]:
+    """Ours / other for the headline figures (below 1: ours is faster or smaller)."""
+
+    def ratio(a: float, b: float) -> float | None:
+        return round(a / b, 3) if b else None
+
+    pairs = {
+        f"single_{mode}_p50": (
+            ours[f"single_{mode}"]["create_to_ready_ms"]["p50"],
+            other[f"single_{mode}"]["create_to_ready_ms"]["p50"],
+        )
+        for mode in ("driver_managed", "host_managed")
+    }
+    pairs |= {
+        f"apiserver_writes_per_lifecycle_{mode}": (
+            ours[f"single_{mode}"]["apiserver_writes_per_lifecycle"],
+            other[f"single_{mode}"]["apiserver_writes_per_lifecycle"],
+        )
+        for mode in ("driver_managed", "host_managed")
+    }
+    pairs["burst_all_ready_s"] = (
+        ours["burst_host_managed"]["all_ready_s"],
+        other["burst_host_managed"]["all_ready_s"],
+    )
+    pairs["rss_mib_with_domains"] = (
+        ours["rss_mib_with_domains"]["VmRSS"],
+        other["rss_mib_with_domains"]["VmRSS"],
+    )
+    return {key: ratio(a, b) for key, (a, b) in pairs.items()}
 
 
 def verdict(results: dict[str, Any]) -> dict[str, Any]:
@@ -417,6 +409,24 @@ def verdict(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def printable(results: dict[str, Any]) -> dict[str, Any]:
+    """``results`` without the per-domain samples (they stay in the JSON file)."""
+    short = json.loads(json.dumps(results))
+    for key in ("single_driver_managed", "single_host_managed"):
+        short[key].pop("samples_ms")
+    short["burst_host_managed"].pop("ready_curve_s")
+    return short
+
+
+async def run_all(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
+    results = await run(cluster, args, OUR_CONTROLLER_COMMAND)
+    if args.controller_command:
+        other = await run(cluster, args, args.controller_command)
+        results["other_controller"] = other
+        results["ratios_ours_over_other"] = ratios(results, other)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--single", type=int, default=30, help="domains per mode in the single-domain phase")
@@ -424,14 +434,14 @@ def main() -> None:
     parser.add_argument("--total", type=int, default=1000, help="domains held for the memory reading")
     parser.add_argument("--qps", type=float, default=500.0, help="controller --kube-api-qps")
     parser.add_argument("--burst-limit", type=int, default=1000, help="controller --kube-api-burst")
+    parser.add_argument("--controller-command", default=None, help=CONTROLLER_COMMAND_HELP)
     args = parser.parse_args()
     with LocalCluster(nodes_specs=[], keep_run_dir=False) as cluster:
         cluster.kubectl("apply", "-f", str(CRDS))
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         cluster.create_namespace(NAMESPACE)
         cluster.create_namespace(DRIVER_NAMESPACE)
-        results = asyncio.run(run(cluster, args))
-    results["verdict"] = verdict(results)
+        results = asyncio.run(run_all(cluster, args))
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_controller_plot(
         results,
@@ -439,12 +449,11 @@ def main() -> None:
         target_p50_ms=TARGET_P50_MS,
         target_burst_s=TARGET_BURST_S,
     )
-    printable = json.loads(json.dumps(results))
-    for key in ("single_driver_managed", "single_host_managed"):
-        printable[key].pop("samples_ms")
-    printable["burst_host_managed"].pop("ready_curve_s")
     (RESULTS / "controller_bench.json").write_text(json.dumps(results, indent=2))
-    print(json.dumps(printable, indent=2))
+    short = printable(results)
+    if "other_controller" in results:
+        short["other_controller"] = printable(results["other_controller"])
+    print(json.dumps(short, indent=2))
 
 
 if __name__ == "__main__":

@@ -149,3 +149,84 @@ def write_controller_plot(
     writes.set_xlabel("mode (one lifecycle: create → Ready → delete → gone)")
     writes.set_ylabel("API writes per domain")
     figure.savefig(path, dpi=110)
+
+
+SERIES_COLOURS = {"simulated": "tab:blue", "kubelets": "tab:orange"}
+STAGES = (
+    ("domain_ready_s", "domain Ready"),
+    ("all_pods_created_s", "all pods created"),
+    ("all_claims_allocated_s", "all claims allocated"),
+    ("all_pods_bound_s", "all pods bound"),
+    ("all_prepared_s", "all prepared"),
+)
+
+
+def write_jobstart_plot(results: dict[str, Any], path: Path, *, targets_s: dict[int, float]) -> None:
+    """Submit → all prepared per job size (with its stages), the prepared curves, the API requests."""
+    figure, (scaling, curves, requests) = _figure(
+        "Job start: submit → every worker's channel prepared", panels=3
+    )
+    runs = {series: [run for run in results.get(series, []) if "ours" in run] for series in SERIES_COLOURS}
+    for series, series_runs in runs.items():
+        if not series_runs:
+            continue
+        sizes = [run["nodes"] for run in series_runs]
+        totals = [run["ours"]["submit_to_all_prepared_s"] for run in series_runs]
+        colour = SERIES_COLOURS[series]
+        scaling.plot(sizes, totals, marker="o", linewidth=1.8, color=colour, label=f"{series}: all prepared")
+        for size, value in zip(sizes, totals, strict=True):
+            scaling.annotate(
+                f"{value:g} s", (size, value), textcoords="offset points", xytext=(4, -12), fontsize=8
+            )
+        if series == "simulated":
+            for key, label in STAGES[:-1]:
+                stage = [run["ours"]["breakdown_s"][key] for run in series_runs]
+                points = [(n, v) for n, v in zip(sizes, stage, strict=True) if v is not None]
+                if points:
+                    scaling.plot(
+                        *zip(*points, strict=True), linestyle=":", marker=".", linewidth=1, label=label
+                    )
+        if "other" in series_runs[0]:
+            others = [run["other"]["submit_to_all_prepared_s"] for run in series_runs]
+            scaling.plot(
+                sizes,
+                others,
+                marker="s",
+                linewidth=1.2,
+                color="tab:gray",
+                label=f"{series}: other controller",
+            )
+    for size, target in targets_s.items():
+        scaling.plot([size], [target], marker="_", markersize=18, color=P99_COLOUR)
+        _horizontal_target(scaling, target, f"target ≤ {target:g} s at {size} nodes", P99_COLOUR)
+    scaling.set_xlabel("nodes = pods (one channel claim each)")
+    scaling.set_ylabel("seconds since submit")
+    scaling.set_title("Time to every claim prepared, and its stages")
+    scaling.set_ylim(bottom=0)
+    scaling.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=2, frameon=False, fontsize=8)
+
+    for run in runs["simulated"] or runs["kubelets"]:
+        curve = run["ours"]["prepared_curve_s"]
+        curves.step(
+            curve, range(1, len(curve) + 1), where="post", linewidth=1.5, label=f"{run['nodes']} nodes"
+        )
+    for size, target in targets_s.items():
+        _vertical(curves, target, f"target {size} nodes ≤ {target:g} s", P99_COLOUR, target=True)
+    curves.set_xlabel("seconds since submit")
+    curves.set_ylabel("claims prepared")
+    curves.set_title("Claims prepared over time (simulated nodes)")
+    curves.legend(loc="lower right", fontsize=8)
+
+    largest = max(runs["simulated"] or runs["kubelets"] or [{}], key=lambda run: run.get("nodes", 0))
+    if "ours" in largest:
+        table = list(largest["ours"]["api"]["by_verb_and_resource"].items())[:12]
+        labels = [name for name, _ in table][::-1]
+        values = [count for _, count in table][::-1]
+        bars = requests.barh(labels, values, color="tab:blue")
+        requests.bar_label(bars, fmt="%g", fontsize=8)
+        api = largest["ours"]["api"]
+        requests.set_title(f"API requests, {largest['nodes']} nodes (409: {api['409']}, 429: {api['429']})")
+        requests.set_xlabel("requests during the job start")
+        requests.tick_params(axis="y", labelsize=8)
+        requests.margins(x=0.15)
+    figure.savefig(path, dpi=110)

@@ -29,13 +29,26 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import grpc
+from benchlib import (
+    CLIQUE,
+    DRIVER,
+    DRIVER_NAMESPACE,
+    PLUGIN_BIN,
+    RESULTS,
+    cpu_seconds,
+    install_crds,
+    kubectl_apply,
+    peak_rss_mib,
+    percentile,
+    simulated_node,
+    wait_for_socket,
+)
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from plotting import write_prepare_plot
@@ -45,21 +58,11 @@ from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
 from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra.localcluster.cluster import LocalCluster
 
-DRIVER = "compute-domain.nvidia.com"
 NODE = "bench-node"
 NAMESPACE = "bench"
-DRIVER_NAMESPACE = "imexdra-bench"
-CLIQUE = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60.32766"
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-PLUGIN_BIN = Path(sys.executable).parent / "compute-domain-kubelet-plugin"
 TARGET_P50_MS = 5.0
 TARGET_P99_MS = 50.0
 API_CALLS_PER_CYCLE = 3
-
-
-def kubectl_apply(cluster: LocalCluster, *objects: dict[str, Any]) -> None:
-    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
 
 
 def channel_config(domain_uid: str) -> dict[str, Any]:
@@ -79,8 +82,7 @@ def channel_config(domain_uid: str) -> dict[str, Any]:
 
 def setup_domain(cluster: LocalCluster) -> str:
     """CRDs, Node, namespaces, a ComputeDomain recorded Ready on the node; returns the domain UID."""
-    cluster.kubectl("apply", "-f", str(ROOT / "deployments/helm/imexdra/crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    install_crds(cluster)
     kubectl_apply(
         cluster,
         {
@@ -175,40 +177,6 @@ async def create_claims(cluster: LocalCluster, domain_uid: str, count: int) -> l
         await client.close()
 
 
-def simulated_node(base: Path) -> dict[str, str]:
-    """Stand-in hardware and kubelet directories; returns the plugin's environment."""
-    driver_root = base / "driver-root"
-    for dev in ("nvidia0", "nvidiactl", "nvidia-caps-imex-channels/channel0"):
-        (driver_root / "dev" / dev).parent.mkdir(parents=True, exist_ok=True)
-        (driver_root / "dev" / dev).touch()
-    (base / "registry").mkdir(parents=True)
-    uuid, _, clique = CLIQUE.rpartition(".")
-    (base / "nvml.json").write_text(json.dumps({"fabric": {"clusterUUID": uuid, "cliqueID": int(clique)}}))
-    (base / "proc-devices").write_text(
-        "Character devices:\n235 nvidia-caps-imex-channels\n236 nvidia-caps\n\nBlock devices:\n"
-    )
-    return {
-        "NODE_NAME": NODE,
-        "NAMESPACE": DRIVER_NAMESPACE,
-        "KUBELET_REGISTRAR_DIRECTORY_PATH": str(base / "registry"),
-        "KUBELET_PLUGINS_DIRECTORY_PATH": str(base / "plugins"),
-        "CDI_ROOT": str(base / "cdi"),
-        "DRIVER_ROOT_CTR_PATH": str(driver_root),
-        "NVIDIA_DRIVER_ROOT": "/",
-        "FAKE_NVML_CONFIG": str(base / "nvml.json"),
-        "ALT_PROC_DEVICES_PATH": str(base / "proc-devices"),
-        "LOGGING_FORMAT": "json",
-    }
-
-
-def wait_for_socket(socket: Path, process: subprocess.Popen[bytes], within: float = 60) -> None:
-    deadline = time.monotonic() + within
-    while not socket.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"plugin did not serve {socket} (exit code {process.poll()})")
-        time.sleep(0.1)
-
-
 async def cycle_claims(
     socket: Path, claims: list[tuple[str, str]], interval: float
 ) -> tuple[list[float], list[float]]:
@@ -239,24 +207,6 @@ async def cycle_claims(
                 raise RuntimeError(f"unexpected unprepare result for {name}: {unprepared.claims[uid].error}")
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
     return prepare_ms, unprepare_ms
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of ``pid`` (a load-independent measure next to the latencies)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def summary(
@@ -296,7 +246,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         domain_uid = setup_domain(cluster)
         claims = asyncio.run(create_claims(cluster, domain_uid, args.claims))
         base = Path(tmp)
-        env = {**os.environ, **simulated_node(base), "KUBECONFIG": str(cluster.kubeconfig)}
+        env = {**os.environ, **simulated_node(base, NODE), "KUBECONFIG": str(cluster.kubeconfig)}
         env["KUBE_API_QPS"] = str(args.kube_api_qps)
         with (base / "plugin.log").open("wb") as log:
             process = subprocess.Popen([str(PLUGIN_BIN)], env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -1,0 +1,238 @@
+"""Pieces the benchmarks share: paths, a simulated node's plugin environment, process readings, metrics.
+
+- ``simulated_node``: the stand-in hardware (fake NVML, fake ``/proc/devices``, a dev root of regular
+  files) and kubelet directories of one node, as the environment of a ``compute-domain-kubelet-plugin``;
+- ``ControllerProcess``: a ComputeDomain controller as a child process, started from a command template
+  (ours by default; ``--controller-command`` runs another implementation against the same workload);
+- ``parse_metrics``/``total``/``apiserver_metrics``: Prometheus text to samples, sums by labels;
+- ``peak_rss_mib``/``rss_mib``/``cpu_seconds``: readings from ``/proc/<pid>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.processes import free_port
+
+DRIVER = "compute-domain.nvidia.com"
+DRIVER_NAMESPACE = "imexdra-bench"
+CLIQUE = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60.32766"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+CRDS = ROOT / "deployments" / "helm" / "imexdra" / "crds"
+PLUGIN_BIN = Path(sys.executable).parent / "compute-domain-kubelet-plugin"
+CONTROLLER_BIN = Path(sys.executable).parent / "compute-domain-controller"
+
+#: Our controller as a ``--controller-command`` template (the placeholders are ControllerProcess's).
+OUR_CONTROLLER_COMMAND = (
+    f"{CONTROLLER_BIN} --kubeconfig={{kubeconfig}} --pod-name=bench-controller --namespace={{namespace}}"
+    " --image-name=imexdra.test/compute-domain-daemon:bench --log-verbosity-cd-daemon=0"
+    " --http-endpoint={http_endpoint} --feature-gates={feature_gates} --imex-mode={imex_mode}"
+    " --kube-api-qps={kube_api_qps} --kube-api-burst={kube_api_burst} --logging-format=json"
+)
+CONTROLLER_COMMAND_HELP = (
+    "another ComputeDomain controller to run against the same cluster and workload, after ours; the "
+    "results then carry ours/other ratios. A shell-like command line; these placeholders are filled in "
+    "(and also set as environment variables): {kubeconfig} (KUBECONFIG, admin), {namespace} (NAMESPACE, "
+    "the driver namespace), {feature_gates} (FEATURE_GATES), {imex_mode} (IMEX_MODE: driverManaged or "
+    "hostManaged), {http_endpoint} (HTTP_ENDPOINT; when given, its /readyz or /metrics is polled before "
+    "the run), {kube_api_qps} (KUBE_API_QPS), {kube_api_burst} (KUBE_API_BURST). Example: "
+    "'/opt/upstream/compute-domain-controller --kubeconfig={kubeconfig} --namespace={namespace} "
+    "--feature-gates=HostManagedIMEXDaemon=true --imex-mode={imex_mode} --http-endpoint={http_endpoint}'"
+)
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse_metrics(text: str) -> Samples:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    return sum(
+        v for (n, ls), v in samples.items() if n == name and all((k, x) in ls for k, x in labels.items())
+    )
+
+
+def apiserver_metrics(cluster: LocalCluster) -> Samples:
+    return parse_metrics(cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout)
+
+
+def kubectl_apply(cluster: LocalCluster, *objects: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
+
+
+def install_crds(cluster: LocalCluster) -> None:
+    cluster.kubectl("apply", "-f", str(CRDS))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+
+def simulated_node(base: Path, node: str = "bench-node", clique: str = CLIQUE) -> dict[str, str]:
+    """Stand-in hardware and kubelet directories under ``base``; returns the plugin's environment."""
+    driver_root = base / "driver-root"
+    for dev in ("nvidia0", "nvidiactl", "nvidia-caps-imex-channels/channel0"):
+        (driver_root / "dev" / dev).parent.mkdir(parents=True, exist_ok=True)
+        (driver_root / "dev" / dev).touch()
+    (base / "registry").mkdir(parents=True, exist_ok=True)
+    uuid, _, clique_number = clique.rpartition(".")
+    fabric = {"clusterUUID": uuid, "cliqueID": int(clique_number)}
+    (base / "nvml.json").write_text(json.dumps({"nodeName": node, "fabric": fabric}))
+    (base / "proc-devices").write_text(
+        "Character devices:\n235 nvidia-caps-imex-channels\n236 nvidia-caps\n\nBlock devices:\n"
+    )
+    return {
+        "NODE_NAME": node,
+        "NAMESPACE": DRIVER_NAMESPACE,
+        "KUBELET_REGISTRAR_DIRECTORY_PATH": str(base / "registry"),
+        "KUBELET_PLUGINS_DIRECTORY_PATH": str(base / "plugins"),
+        "CDI_ROOT": str(base / "cdi"),
+        "DRIVER_ROOT_CTR_PATH": str(driver_root),
+        "NVIDIA_DRIVER_ROOT": "/",
+        "FAKE_NVML_CONFIG": str(base / "nvml.json"),
+        "ALT_PROC_DEVICES_PATH": str(base / "proc-devices"),
+        "LOGGING_FORMAT": "json",
+    }
+
+
+def wait_for_socket(socket: Path, process: subprocess.Popen[bytes], within: float = 60) -> None:
+    deadline = time.monotonic() + within
+    while not socket.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"plugin did not serve {socket} (exit code {process.poll()})")
+        time.sleep(0.1)
+
+
+def _status_fields(pid: int) -> dict[str, float]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = round(int(value.split()[0]) / 1024, 1)
+    return fields
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set (VmHWM) in MiB."""
+    return _status_fields(pid)["VmHWM"]
+
+
+def rss_mib(pid: int) -> dict[str, float]:
+    """Current (VmRSS) and peak (VmHWM) resident set in MiB."""
+    return _status_fields(pid)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` (a load-independent measure next to the latencies)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+@dataclass
+class ControllerProcess:
+    """A ComputeDomain controller as a child process, from a command template (ours by default)."""
+
+    kubeconfig: Path
+    log: Path
+    host_managed: bool
+    qps: float = 5.0
+    burst: int = 10
+    command: str = OUR_CONTROLLER_COMMAND
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def ours(self) -> bool:
+        return self.command == OUR_CONTROLLER_COMMAND
+
+    def values(self) -> dict[str, str]:
+        return {
+            "kubeconfig": str(self.kubeconfig),
+            "namespace": DRIVER_NAMESPACE,
+            "feature_gates": "HostManagedIMEX=true" if self.host_managed else "",
+            "imex_mode": "hostManaged" if self.host_managed else "driverManaged",
+            "http_endpoint": f"127.0.0.1:{self.port}",
+            "kube_api_qps": f"{self.qps:g}",
+            "kube_api_burst": str(self.burst),
+        }
+
+    def start(self) -> None:
+        values = self.values()
+        argv = shlex.split(self.command.format(**values))
+        env = {**os.environ, **{key.upper(): value for key, value in values.items()}}
+        env["POD_NAME"] = "bench-controller"
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+                return int(response.status), response.read().decode()
+        except OSError:
+            return 0, ""
+
+    async def wait_ready(self, within: float = 60) -> None:
+        """Until ``/readyz`` (or, for another implementation, ``/metrics``) answers 200.
+
+        Another implementation whose command has no ``{http_endpoint}`` is only checked to be alive
+        for 2 s; the benchmarks then warm up with one domain before measuring.
+        """
+        deadline = time.monotonic() + within
+        if not self.ours and "{http_endpoint}" not in self.command:
+            await asyncio.sleep(2)
+            self._check_alive()
+            return
+        paths = ("/readyz",) if self.ours else ("/readyz", "/metrics")
+        while not any(self.get(path)[0] == 200 for path in paths):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"controller did not become ready; see {self.log}")
+            await asyncio.sleep(0.1)
+
+    def _check_alive(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+            raise RuntimeError(f"controller exited; the end of its log {self.log}:\n{tail}")
+
+    def metrics(self) -> Samples:
+        return parse_metrics(self.get("/metrics")[1])
+
+    def rss_mib(self) -> dict[str, float]:
+        assert self.process is not None
+        return rss_mib(self.process.pid)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the controller has used so far."""
+        assert self.process is not None
+        return cpu_seconds(self.process.pid)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
