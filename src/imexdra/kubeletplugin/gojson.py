@@ -21,11 +21,9 @@ import math
 import re
 from typing import Any
 
-JsonValue = Any  # None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]
+from fnv_hash_fast import fnv1a_32
 
-_FNV_OFFSET = 0x811C9DC5
-_FNV_PRIME = 0x01000193
-_MASK32 = 0xFFFFFFFF
+JsonValue = Any  # None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]
 
 # Characters Go escapes that Python's json module leaves alone. None of them can occur in JSON
 # outside a string, so replacing them in the whole output only touches string contents.
@@ -103,18 +101,9 @@ _SPEW_DIGITS = [str(byte).encode("ascii") for byte in range(256)]
 
 def checksum(data: bytes) -> int:
     """The kubelet checkpoint checksum of ``data`` (FNV-1a 32 over go-spew's ``([]uint8)[...]``)."""
-    text = b"([]uint8)[" + b" ".join([_SPEW_DIGITS[byte] for byte in data]) + b"]"
-    value, prime, size = _FNV_OFFSET, _FNV_PRIME, len(text)
-    # Four bytes per step, reduced mod 2**32 once per step: XOR with a byte and multiplication both
-    # commute with the reduction, and the interpreter overhead per byte is what costs here.
-    for i in range(0, size - 3, 4):
-        value = (
-            (((((((value ^ text[i]) * prime) ^ text[i + 1]) * prime) ^ text[i + 2]) * prime) ^ text[i + 3])
-            * prime
-        ) & _MASK32
-    for i in range(size - size % 4, size):
-        value = ((value ^ text[i]) * prime) & _MASK32
-    return value
+    # The spew text is ~3.7 times the data; a C FNV-1a keeps the hash of a few-KB checkpoint at
+    # ~0.1 ms instead of ~1 ms in pure Python (it runs twice per checkpoint write).
+    return fnv1a_32(b"([]uint8)[" + b" ".join(map(_SPEW_DIGITS.__getitem__, data)) + b"]")
 
 
 def object_members(text: str, start: int = 0) -> dict[str, tuple[int, int]]:

@@ -26,7 +26,7 @@ def test_checksum_reference_vectors(data: bytes, expected: int) -> None:
 
 @given(st.binary(max_size=300))
 def test_checksum_matches_byte_by_byte_fnv(data: bytes) -> None:
-    """The four-bytes-per-step loop equals textbook FNV-1a over the spew text, for any length."""
+    """The checksum equals textbook FNV-1a over the spew text, for any length."""
     text = ("([]uint8)[" + " ".join(str(b) for b in data) + "]").encode()
     value = 0x811C9DC5
     for byte in text:
