@@ -137,11 +137,14 @@ class FakeNvml:
             raw = yaml.safe_load(self._config_path.read_text(encoding="utf-8"))
         except OSError as error:
             raise ConfigError(f"cannot read fake NVML file {self._config_path}: {error}") from error
-        except yaml.YAMLError as error:
+        except (yaml.YAMLError, ValueError, RecursionError) as error:
+            # PyYAML raises ValueError for impossible timestamps (2001-02-30) and recursion for deep nesting.
             raise ConfigError(f"fake NVML file {self._config_path} is not YAML/JSON: {error}") from error
         try:
             spec = msgspec.convert(raw if raw is not None else {}, _NodeSpec)
-        except msgspec.ValidationError as error:
+            # PyYAML reads a JSON surrogate-pair escape ("\ud800\udc00") as two lone surrogates.
+            msgspec.json.encode(spec)
+        except (msgspec.ValidationError, UnicodeEncodeError, RecursionError) as error:
             raise ConfigError(f"invalid fake NVML file {self._config_path}: {error}") from error
         if spec.init_error is not None:
             raise nvml_error("nvmlInitWithFlags", _INIT_ERRORS[spec.init_error], f"{spec.init_error} (fake)")

@@ -28,7 +28,10 @@ IMEX_CHANNEL_COUNT = 2048
 IMEX_CHANNEL_MODE = 0o666
 _INT32_MAX = 2**31 - 1
 
-_ENTRY = re.compile(r"^\s*(\d+) (.+)$")
+# ASCII digits and blanks only, as Go's regexp reads them (Python's \d would accept e.g. "٣").
+_ENTRY = re.compile(r"^\s*(\d+) (.+)$", re.ASCII)
+#: More digits than this cannot fit an int32 (and int() refuses strings over 4300 digits).
+_INT32_DIGITS = len(str(_INT32_MAX))
 
 
 class DeviceDiscoveryError(PermanentError):
@@ -155,12 +158,12 @@ def parse_char_device_major(text: str, name: str, *, source: str) -> int:
             break
         match = _ENTRY.match(line) if in_char_section else None
         if match is not None and match.group(2) == name:
-            major = int(match.group(1))
-            if major > _INT32_MAX:
+            digits = match.group(1).lstrip("0") or "0"
+            if len(digits) > _INT32_DIGITS or int(digits) > _INT32_MAX:
                 raise DeviceDiscoveryError(
-                    f"error parsing '{source}': major {major} of {name} overflows int32"
+                    f"error parsing '{source}': major {digits[:20]} of {name} overflows int32"
                 )
-            return major
+            return int(digits)
     raise DeviceDiscoveryError(
         f"error parsing '{source}': unexpected regex match: no character device named {name!r}"
     )

@@ -7,7 +7,9 @@ go-yaml v3 produces with a 4-space indent (the upstream writer), so files diff c
 upstream's; mode 0600; written through a dot-prefixed temporary file that CDI scanners ignore.
 Like the CDI library upstream uses, writes and removals are atomic but not fsynced: a spec only has
 to outlive the plugin process (the page cache does that), and after a reboot every claim is prepared
-again and its spec rewritten.
+again and its spec rewritten. A claim UID comes from the kubelet: one that cannot be part of a file
+name (a NUL, not UTF-8, longer than a file name may be) is a ``CdiSpecError``, and ``/`` becomes
+``_``, so a spec path never leaves the CDI root.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from imexdra.kubeletplugin.cdi import (
     BASE_SPEC_ID,
     CDI_VENDOR,
     CLAIM_CLASS,
+    CdiSpecError,
     ContainerEdits,
     Spec,
     validate,
 )
+from imexdra.kubeletplugin.paths import is_plain_file_name
 
 CDI_FILE_MODE = 0o600
 CDI_ROOT_MODE = 0o750
@@ -52,8 +56,16 @@ def base_spec_path(cdi_root: Path) -> Path:
 
 
 def claim_spec_path(cdi_root: Path, claim_uid: str) -> Path:
-    """``<cdi-root>/k8s.compute-domain.nvidia.com-claim_<claimUID>.yaml``."""
-    return cdi_root / spec_file_name(CLAIM_CLASS, claim_uid)
+    """``<cdi-root>/k8s.compute-domain.nvidia.com-claim_<claimUID>.yaml``.
+
+    Raises:
+        CdiSpecError: the UID cannot be part of a file name (a NUL, not UTF-8, or too long).
+
+    """
+    name = spec_file_name(CLAIM_CLASS, claim_uid)
+    if not is_plain_file_name(name):
+        raise CdiSpecError(f"claim UID {claim_uid!r} cannot name a CDI spec file")
+    return cdi_root / name
 
 
 def ensure_cdi_root(cdi_root: Path) -> None:
@@ -78,7 +90,11 @@ async def write_claim_spec(cdi_root: Path, claim_uid: str, spec: Spec) -> Path:
 
 async def remove_claim_spec(cdi_root: Path, claim_uid: str) -> bool:
     """Delete one claim's spec; a missing file is fine. Return whether one was deleted."""
-    return remove_durably(claim_spec_path(cdi_root, claim_uid), durable=False)
+    try:
+        path = claim_spec_path(cdi_root, claim_uid)
+    except CdiSpecError:
+        return False  # no spec can have been written for a UID that cannot name a file
+    return remove_durably(path, durable=False)
 
 
 async def _write(path: Path, spec: Spec) -> Path:

@@ -204,7 +204,7 @@ def unmarshal(data: bytes) -> Checkpoint:
         text = data.decode("utf-8")
         top = gojson.loads(text)
         members = gojson.object_members(text)
-    except (UnicodeDecodeError, ValueError) as error:
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise CorruptCheckpointError(f"checkpoint is not valid JSON: {error}") from error
     if not isinstance(top, dict):
         raise CorruptCheckpointError("checkpoint is not a JSON object")
@@ -217,7 +217,7 @@ def unmarshal(data: bytes) -> Checkpoint:
             checkpoint = _from_v2(v2) if v2 is not None else _from_v1(v1 or {})
             _verify_v2(text, members, v2, checkpoint)
         _verify_top(text, members, top)
-    except (AttributeError, KeyError, TypeError, ValueError) as error:
+    except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as error:
         # Any shape Go's decoder would reject (a list where an object belongs, a missing field).
         raise CorruptCheckpointError(f"checkpoint has an unexpected layout: {error!r}") from error
     return checkpoint

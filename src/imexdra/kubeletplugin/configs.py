@@ -14,7 +14,9 @@ Works on the claim's ``status`` as raw JSON (what the API server returned or the
 
 Error classes follow §6.9: a config that does not decode or validate is permanent (``ConfigError``);
 an unknown ``source``, a non-opaque config, a device this node cannot prepare or a config aimed at
-the wrong device type is retryable, as upstream classifies them.
+the wrong device type is retryable, as upstream classifies them. A status of a shape no API server
+produces (a list where an object belongs, a number where the request names belong) is a permanent
+``MalformedStatusError``, never a crash: Go's decoder would refuse it just as firmly.
 """
 
 from __future__ import annotations
@@ -31,13 +33,17 @@ from imexdra.api.opaque import (
     OpaqueConfig,
     decode_opaque_config,
 )
-from imexdra.common.errors import ConfigError, RetryableError
+from imexdra.common.errors import ConfigError, PermanentError, RetryableError
 from imexdra.kubeletplugin.checkpoint import DeviceType
 from imexdra.kubeletplugin.slices import AllocatableDevice
 
 #: Lowest-precedence configs: every result gets one, and their empty domainID fails validation.
 DEFAULT_DAEMON_CONFIG = ComputeDomainDaemonConfig(domain_id="")
 DEFAULT_CHANNEL_CONFIG = ComputeDomainChannelConfig(domain_id="")
+
+
+class MalformedStatusError(PermanentError):
+    """The claim's status does not have the shape of a ``ResourceClaimStatus``."""
 
 
 class ConfigSource(StrEnum):
@@ -83,9 +89,35 @@ class ConfigGroup:
 
 
 def _allocation_devices(status: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    allocation = (status or {}).get("allocation") or {}
-    devices: Mapping[str, Any] = allocation.get("devices") or {}
-    return devices
+    allocation = _object(_object(status, "status").get("allocation"), "status.allocation")
+    return _object(allocation.get("devices"), "status.allocation.devices")
+
+
+def _object(value: object, where: str) -> Mapping[str, Any]:
+    """The JSON object at ``where``; absent or empty reads as ``{}``."""
+    if not value:
+        return {}
+    if not isinstance(value, Mapping):
+        raise MalformedStatusError(f"malformed ResourceClaim status: {where} is not an object")
+    return value
+
+
+def _objects(value: object, where: str) -> Sequence[Mapping[str, Any]]:
+    """The list of JSON objects at ``where``; absent or empty reads as ``[]``."""
+    if not value:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+        raise MalformedStatusError(f"malformed ResourceClaim status: {where} is not a list of objects")
+    return value
+
+
+def _strings(value: object, where: str) -> tuple[str, ...]:
+    """The list of strings at ``where``; absent or empty reads as ``()``."""
+    if not value:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise MalformedStatusError(f"malformed ResourceClaim status: {where} is not a list of strings")
+    return tuple(value)
 
 
 def allocation_results(
@@ -100,7 +132,9 @@ def allocation_results(
             device=str(result.get("device") or ""),
             admin_access=result.get("adminAccess") is True,
         )
-        for result in _allocation_devices(status).get("results") or ()
+        for result in _objects(
+            _allocation_devices(status).get("results"), "status.allocation.devices.results"
+        )
         if result.get("driver") == driver
     ]
 
@@ -116,15 +150,17 @@ def opaque_device_configs(status: Mapping[str, Any] | None, *, strict: bool) -> 
     Raises:
         RetryableError: a config has an unknown source or is not an opaque config.
         ConfigError: one of our configs does not decode or validate (message names the field).
+        MalformedStatusError: ``status`` is not shaped as a ResourceClaimStatus.
 
     """
     by_source: dict[ConfigSource, list[DeviceConfig]] = {source: [] for source in ConfigSource}
-    for entry in _allocation_devices(status).get("config") or ():
+    where = "status.allocation.devices.config"
+    for entry in _objects(_allocation_devices(status).get("config"), where):
         try:
-            source = ConfigSource(entry.get("source"))
+            source = ConfigSource(entry.get("source", ""))
         except ValueError:
             raise RetryableError(f"invalid config source: {entry.get('source')!r}") from None
-        opaque = entry.get("opaque")
+        opaque = _object(entry.get("opaque"), f"{where}[].opaque")
         if not opaque:
             raise RetryableError("only opaque parameters are supported by this driver")
         if opaque.get("driver") != DRIVER_NAME:
@@ -133,7 +169,8 @@ def opaque_device_configs(status: Mapping[str, Any] | None, *, strict: bool) -> 
             config = decode_opaque_config(opaque.get("parameters"), strict=strict)
         except ConfigError as error:
             raise ConfigError(f"error decoding config parameters: {error}") from error
-        by_source[source].append(DeviceConfig(tuple(entry.get("requests") or ()), config))
+        requests = _strings(entry.get("requests"), f"{where}[].requests")
+        by_source[source].append(DeviceConfig(requests, config))
     return [config for source in ConfigSource for config in by_source[source]]
 
 
