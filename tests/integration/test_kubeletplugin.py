@@ -198,6 +198,7 @@ class PluginProcess:
     host_managed: bool = False
     metrics_port: int = field(default_factory=free_port)
     health_port: int = field(default_factory=free_port)
+    extra_env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -223,6 +224,7 @@ class PluginProcess:
             "HTTP_ENDPOINT": f"127.0.0.1:{self.metrics_port}",
             "LOGGING_FORMAT": "json",
             "V": "4",
+            **self.extra_env,
         }
 
     def start(self) -> None:

@@ -1,0 +1,238 @@
+"""Crash safety of the kubelet plugin: SIGKILL at seeded random moments of prepare and unprepare.
+
+node-0's real kubelet prepares channel claims of two ComputeDomains in turn (the test stands in for
+the controller: claim templates and Ready cliques). Each cycle starts a pod, SIGKILLs the plugin a
+random moment later (before, during or after the kubelet's NodePrepareResources; the window adapts
+so that kills keep landing around the work, and the plugin's API client is throttled so that a
+prepare lasts long enough to be hit), restarts it and waits for the pod to run; then deletes the pod, SIGKILLs the plugin again during unprepare, restarts
+it and waits for the pod to go. After every step the node's invariants are checked:
+
+- every PrepareCompleted claim has its CDI spec, and every CDI spec belongs to a claim the checkpoint
+  still records as started or completed (nothing prepared is lost, nothing orphaned is left);
+- channel isolation: no channel is prepared for two ComputeDomains at once;
+- the node carries the ComputeDomain label exactly while a claim of that domain is prepared.
+
+Size: ``IMEXDRA_PLUGIN_KILLS`` kills (default 6 in CI; ``make soak`` runs >= 100). The seed is
+random unless ``IMEXDRA_SEED`` is set, and is in every failure message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import os
+import random
+import re
+import secrets
+import signal
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
+from imexdra.localcluster.cluster import LocalCluster
+from tests.conftest import progress
+from tests.integration.helpers import apply, eventually
+from tests.integration.test_kubeletplugin import (
+    CLIQUE,
+    PluginProcess,
+    SimulatedNode,
+    install_api,
+    node_labels,
+    plugin_kubeconfig,
+)
+from tests.integration.test_kubeletplugin_drivermanaged import (
+    LABEL,
+    NODE,
+    create_domain,
+    mark_daemon_ready,
+    pod_claim_uid,
+    pod_field,
+    pod_gone,
+    workload_pod,
+)
+
+pytestmark = pytest.mark.integration
+
+KILLS = int(os.environ.get("IMEXDRA_PLUGIN_KILLS", "6"))
+SEED = int(os.environ.get("IMEXDRA_SEED", str(secrets.randbits(32))))
+ABSENT = "absent"
+CLAIM_SPEC = re.compile(r"^k8s\.compute-domain\.nvidia\.com-claim_(?P<uid>[0-9a-f-]+)\.yaml$")
+# Two requests a second stretch a prepare (GET claim, then label the node) over half a second, so a
+# good share of the kills lands between PrepareStarted and PrepareCompleted, not only around them.
+THROTTLED_CLIENT = {"KUBE_API_QPS": "2", "KUBE_API_BURST": "1"}
+
+
+@pytest.fixture(scope="module")
+def plugin(cluster: LocalCluster) -> Iterator[PluginProcess]:
+    """A driver-managed plugin on node-0 (which has an NVLink clique)."""
+    install_api(cluster)
+    node = cluster.node(NODE)
+    process = PluginProcess(
+        SimulatedNode(node, CLIQUE), plugin_kubeconfig(cluster, node), extra_env=THROTTLED_CLIENT
+    )
+    process.start()
+    yield process
+    if process.process is not None:
+        process.stop()
+
+
+@pytest.fixture
+def domains(cluster: LocalCluster) -> Iterator[list[tuple[str, str]]]:
+    """Two namespaces, each with a ComputeDomain ``train`` whose daemon on node-0 is Ready."""
+    created = []
+    for _ in range(2):
+        namespace = f"kp-crash-{uuid.uuid4().hex[:6]}"
+        cluster.create_namespace(namespace)
+        domain_uid = create_domain(cluster, namespace)
+        mark_daemon_ready(cluster, domain_uid)
+        created.append((namespace, domain_uid))
+    yield created
+    for namespace, _ in created:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def invariant_violations(cluster: LocalCluster, sim: SimulatedNode) -> list[str]:
+    """What is wrong with node-0's checkpoint, CDI specs and label right now (empty: nothing)."""
+    checkpoint: Checkpoint = sim.checkpoint()
+    live = {
+        uid
+        for uid, claim in checkpoint.claims.items()
+        if claim.state in (ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED)
+    }
+    completed = {u for u, c in checkpoint.claims.items() if c.state == ClaimState.PREPARE_COMPLETED}
+    specs = {m["uid"] for p in sim.cdi_root.iterdir() if (m := CLAIM_SPEC.match(p.name))}
+    problems = [f"prepared claim {uid} has no CDI spec" for uid in sorted(completed - specs)]
+    problems += [f"CDI spec of claim {uid} is not in the checkpoint" for uid in sorted(specs - live)]
+    domains_by_channel: dict[str, set[str]] = collections.defaultdict(set)
+    for uid in completed:
+        for group in checkpoint.claims[uid].prepared_devices:
+            for device in group.devices:
+                domains_by_channel[device.device.device_name].add(group.config_state.compute_domain)
+    problems += [
+        f"channel {channel} is prepared for several domains: {sorted(domains)}"
+        for channel, domains in domains_by_channel.items()
+        if len(domains) > 1
+    ]
+    prepared_domains = set().union(*domains_by_channel.values()) if domains_by_channel else set()
+    label = node_labels(cluster, NODE).get(LABEL)
+    if prepared_domains and label not in prepared_domains:
+        problems.append(f"node label {label!r} while claims of {sorted(prepared_domains)} are prepared")
+    return problems
+
+
+async def converged(cluster: LocalCluster, sim: SimulatedNode, what: str) -> None:
+    """Wait until no invariant is violated (a restarted plugin may still be finishing its work)."""
+    last: list[str] = []
+
+    def clean() -> bool:
+        last[:] = invariant_violations(cluster, sim)
+        return not last
+
+    try:
+        await eventually(f"invariants after {what}", clean, within=60)
+    except BaseException:
+        pytest.fail(f"seed {SEED}: invariants violated after {what}: {last}")
+
+
+def claim_state(sim: SimulatedNode, claim_uid: str | None) -> str:
+    """The checkpoint state of ``claim_uid`` right now, or ``absent``."""
+    entry = sim.checkpoint().claims.get(claim_uid or "")
+    return str(entry.state) if entry else ABSENT
+
+
+@dataclasses.dataclass
+class KillWindow:
+    """How long after a pod change the next kill may come: a random moment within ``seconds``.
+
+    It adapts to this machine's speed like a binary search: a kill that came before the plugin
+    started its work doubles the window, one that came after the work was done halves it, so the
+    kills keep landing around and inside the plugin's prepare or unprepare.
+    """
+
+    seconds: float = 1.0
+
+    async def kill_and_restart(self, plugin: PluginProcess, rng: random.Random) -> None:
+        """SIGKILL the plugin a random moment from now and start it again at once."""
+        await asyncio.sleep(rng.uniform(0, self.seconds))
+        plugin.stop(signal.SIGKILL)
+        plugin.start()
+
+    def landed(self, *, early: bool, late: bool) -> None:
+        """Adapt to where the last kill landed."""
+        if early:
+            self.seconds = min(self.seconds * 2, 4.0)
+        elif late:
+            self.seconds = max(self.seconds / 2, 0.05)
+
+
+async def test_plugin_survives_sigkill_during_prepare_and_unprepare(
+    cluster: LocalCluster,
+    plugin: PluginProcess,
+    domains: list[tuple[str, str]],
+    pytestconfig: pytest.Config,
+) -> None:
+    """After every kill the pod reaches its goal and the node's invariants hold."""
+    rng = random.Random(SEED)
+    await plugin.wait_registered()
+    states: collections.Counter[str] = collections.Counter()
+    windows = {"create": KillWindow(), "delete": KillWindow()}
+    cycle = 0
+    while 2 * cycle < KILLS:
+        namespace, domain_uid = domains[cycle % 2]
+        await one_cycle(cluster, plugin, rng, windows, states, namespace, domain_uid, f"worker-{cycle}")
+        cycle += 1
+        progress(pytestconfig, f"plugin crash seed {SEED}: {2 * cycle}/{KILLS} kills survived")
+    seen = dict(sorted(states.items()))
+    progress(pytestconfig, f"plugin crash seed {SEED}: claim state at each kill: {seen}")
+
+
+async def one_cycle(
+    cluster: LocalCluster,
+    plugin: PluginProcess,
+    rng: random.Random,
+    windows: dict[str, KillWindow],
+    states: collections.Counter[str],
+    namespace: str,
+    domain_uid: str,
+    pod: str,
+) -> None:
+    """Start ``pod`` with a kill, check; delete it with a kill, check."""
+    apply(cluster, workload_pod(namespace, pod, "train-channel", NODE))
+    await windows["create"].kill_and_restart(plugin, rng)
+    state = claim_state(plugin.sim, _claim_uid_or_none(cluster, namespace, pod))
+    windows["create"].landed(early=state == ABSENT, late=state == ClaimState.PREPARE_COMPLETED)
+    states[f"create:{state}"] += 1
+    await eventually(
+        f"seed {SEED}: {pod} Running after a kill",
+        lambda: pod_field(cluster, namespace, pod, "{.status.phase}") == "Running",
+        within=180,
+    )
+    claim_uid = pod_claim_uid(cluster, namespace, pod)
+    await converged(cluster, plugin.sim, f"prepare of {pod}")
+    assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_COMPLETED
+    assert node_labels(cluster, NODE).get(LABEL) == domain_uid
+
+    cluster.kubectl("delete", "pod", pod, "-n", namespace, "--wait=false")
+    await windows["delete"].kill_and_restart(plugin, rng)
+    state = claim_state(plugin.sim, claim_uid)
+    windows["delete"].landed(
+        early=state == ClaimState.PREPARE_COMPLETED, late=state != ClaimState.PREPARE_COMPLETED
+    )
+    states[f"delete:{state}"] += 1
+    await eventually(
+        f"seed {SEED}: {pod} gone after a kill", lambda: pod_gone(cluster, namespace, pod), within=180
+    )
+    await converged(cluster, plugin.sim, f"unprepare of {pod}")
+    assert claim_state(plugin.sim, claim_uid) in (ABSENT, ClaimState.PREPARE_ABORTED)
+    assert not plugin.sim.claim_spec(claim_uid).exists()
+    await eventually("node label removed", lambda: LABEL not in node_labels(cluster, NODE))
+
+
+def _claim_uid_or_none(cluster: LocalCluster, namespace: str, pod: str) -> str | None:
+    claim_name = pod_field(cluster, namespace, pod, "{.status.resourceClaimStatuses[0].resourceClaimName}")
+    if not claim_name:
+        return None
+    return pod_claim_uid(cluster, namespace, pod) or None
