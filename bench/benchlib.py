@@ -25,8 +25,12 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from imexdra.common.logging import configure_logging
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.processes import free_port
+
+# Progress logs (e.g. the local cluster's) go to stderr, so stdout carries only the JSON summary.
+configure_logging(log_format="text", stream=sys.stderr)
 
 DRIVER = "compute-domain.nvidia.com"
 DRIVER_NAMESPACE = "imexdra-bench"

@@ -91,7 +91,11 @@ def write_prepare_plot(results: dict[str, Any], path: Path) -> None:
     _horizontal_target(series, targets["p99"], f"target p99 ≤ {targets['p99']:g} ms", P99_COLOUR)
     series.legend(loc="upper left")
 
-    _cdf(distribution, samples, "claims", color="tab:blue")
+    _cdf(distribution, samples, "claims", color="tab:blue", label="prepare")
+    floor = results.get("api_floor_samples_ms")
+    if floor:
+        _cdf(distribution, floor, "claims", color="tab:gray", label="API floor: GET claim + label node")
+        distribution.legend(loc="center right")
     distribution.set_xscale("log")
     distribution.set_xlim(low, high)
     distribution.set_title("Latency distribution (CDF)")
