@@ -4,8 +4,9 @@ node-0's real kubelet prepares channel claims of two ComputeDomains in turn (the
 the controller: claim templates and Ready cliques). Each cycle starts a pod, SIGKILLs the plugin a
 random moment later (before, during or after the kubelet's NodePrepareResources; the window adapts
 so that kills keep landing around the work, and the plugin's API client is throttled so that a
-prepare lasts long enough to be hit), restarts it and waits for the pod to run; then deletes the pod, SIGKILLs the plugin again during unprepare, restarts
-it and waits for the pod to go. After every step the node's invariants are checked:
+prepare lasts long enough to be hit), restarts it and waits for the pod to run; then deletes the
+pod, SIGKILLs the plugin again during unprepare, restarts it and waits for the pod to go. After
+every step the node's invariants are checked:
 
 - every PrepareCompleted claim has its CDI spec, and every CDI spec belongs to a claim the checkpoint
   still records as started or completed (nothing prepared is lost, nothing orphaned is left);
