@@ -6,10 +6,11 @@
 - the registration server on ``<registrar dir>/<driver>-reg.sock``, started once the DRA socket
   answers — its appearance is what makes the kubelet register the plugin.
 
-A stale file at a socket path (a crashed predecessor) is removed before binding; ``stop()`` closes
-the registration socket first (the kubelet deregisters) and removes both socket files. Stops are
-hard by default, like upstream: in-flight calls are cancelled and the kubelet retries them.
-ResourceSlice publishing is not part of this class.
+A stale file at a socket path (a crashed predecessor) is removed before binding; both sockets are
+mode 0600 whatever the umask (connecting needs write permission, and only the kubelet should);
+``stop()`` closes the registration socket first (the kubelet deregisters) and removes both socket
+files. Stops are hard by default, like upstream: in-flight calls are cancelled and the kubelet
+retries them. ResourceSlice publishing is not part of this class.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ _log = structlog.get_logger(__name__)
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
 PLUGIN_DATA_DIR_MODE = 0o750
+SOCKET_MODE = 0o600
 
 
 class KubeletPluginServer:
@@ -113,7 +115,13 @@ async def _serve(server: grpc.aio.Server, socket: Path) -> None:
     _clear_socket_path(socket)
     if server.add_insecure_port(f"unix://{socket}") == 0:
         raise ConfigError(f"cannot listen on unix socket {socket}")
+    _restrict_socket(socket)
     await server.start()
+
+
+def _restrict_socket(socket: Path) -> None:
+    # Only the kubelet (root) may connect, whatever the process umask would have allowed.
+    socket.chmod(SOCKET_MODE)
 
 
 def _clear_socket_path(socket: Path) -> None:

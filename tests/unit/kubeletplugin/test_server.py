@@ -7,7 +7,9 @@ scripted stand-in, since the servers' contract is exactly "call the driver, tran
 """
 
 import asyncio
+import os
 import shutil
+import stat
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -344,6 +346,23 @@ async def test_socket_lifecycle(
     assert not paths.dra_socket.exists()
     assert not paths.registration_socket.exists()
     await plugin.stop()  # idempotent
+
+
+async def test_sockets_admit_only_their_owner_whatever_the_umask(
+    paths: PluginPaths, driver: ScriptedDriver, claims: ApiClaims
+) -> None:
+    """Connecting to a unix socket needs write permission: neither socket grants it to group or others."""
+    old_umask = os.umask(0)
+    try:
+        async with KubeletPluginServer(driver=driver, get_claim=claims, paths=paths):
+            modes = {
+                s.name: stat.S_IMODE(s.stat().st_mode) for s in (paths.dra_socket, paths.registration_socket)
+            }
+            data_dir_mode = stat.S_IMODE(paths.plugin_data_dir.stat().st_mode)
+    finally:
+        os.umask(old_umask)
+    assert modes == {paths.dra_socket.name: 0o600, paths.registration_socket.name: 0o600}
+    assert data_dir_mode == 0o750
 
 
 async def test_failed_start_cleans_up(paths: PluginPaths, driver: ScriptedDriver, claims: ApiClaims) -> None:
