@@ -10,8 +10,9 @@ Scope, deliberately small: JSON bodies, ``Content-Length`` or chunked responses,
 connections (a request finding a pooled connection closed by the server is sent on the next or a fresh
 one), the kubeconfig's TLS and credentials (client certificates, bearer token, token file re-read every
 minute as projected ServiceAccount tokens rotate, basic auth); exec and auth-provider plugins are
-refused at start. Failures are the common ``ApiStatusError`` types; requests are counted in
-``rest_client_requests_total`` and paced by a ``--kube-api-qps``/``--kube-api-burst`` token bucket.
+refused at start. Failures are the common ``ApiStatusError`` types (401 and 403 retryable, see
+``_RETRYABLE_AUTH``); requests are counted in ``rest_client_requests_total`` and paced by a
+``--kube-api-qps``/``--kube-api-burst`` token bucket.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ from imexdra.common.ratelimit import TokenBucket
 
 _requests_log = logging.getLogger(REQUEST_LOGGER)
 
+#: Retried by the controller although ``is_retryable_status`` calls them permanent: authentication and
+#: authorization change without any event that would bring a domain back to the queue. A kube-apiserver
+#: that has just restarted answers 403 until its RBAC caches are filled (test_control_plane_faults: a
+#: burst of domains reconciled then was dropped until the 10-minute resync); RBAC applied after the
+#: controller started, and rotated tokens, are the same. Upstream's controller requeues every error.
+_RETRYABLE_AUTH = frozenset({401, 403})
 _TOKEN_FILE_REFRESH_SECONDS = 60.0
 _MAX_IDLE_CONNECTIONS = 32
 _TRANSPORT_ERRORS = (
@@ -243,7 +250,7 @@ def _status_error(
     except msgspec.DecodeError:
         decoded = _Status(message=body[:200].decode(errors="replace"))
     message = f"{action}: {status} {decoded.reason}: {decoded.message}".rstrip(": ")
-    if is_retryable_status(status):
+    if is_retryable_status(status) or status in _RETRYABLE_AUTH:
         retry_after = headers.get("retry-after", "")
         wait = float(retry_after) if retry_after.isdigit() else None
         return RetryableApiError(message, code=status, reason=decoded.reason, retry_after=wait)

@@ -138,13 +138,22 @@ async def test_a_pooled_connection_closed_while_idle_is_replaced(server: Server)
 
 @pytest.mark.parametrize(
     ("status", "error_type", "retry_after"),
-    [(409, RetryableApiError, None), (429, RetryableApiError, 3.0), (422, PermanentApiError, None)],
-    ids=["conflict", "throttled", "invalid"],
+    [
+        (409, RetryableApiError, None),
+        (429, RetryableApiError, 3.0),
+        (422, PermanentApiError, None),
+        (403, RetryableApiError, None),
+        (401, RetryableApiError, None),
+    ],
+    ids=["conflict", "throttled", "invalid", "forbidden", "unauthorized"],
 )
 async def test_errors_carry_status_reason_and_retry_after(
     server: Server, status: int, error_type: type[Exception], retry_after: float | None
 ) -> None:
-    """Non-2xx answers become the common API errors with code, reason, message and Retry-After."""
+    """Non-2xx answers become the common API errors with code, reason, message and Retry-After.
+
+    401 and 403 are retried: a restarted apiserver answers 403 until its RBAC caches are filled.
+    """
     body = b'{"kind":"Status","reason":"Why","message":"because"}'
     server.replies = [reply(status, body, "Retry-After: 3")]
     with pytest.raises(error_type) as raised:
