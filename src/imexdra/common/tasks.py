@@ -6,16 +6,21 @@ stop signal (SIGTERM from the kubelet, Ctrl-C), a service failing, or a service 
 leader's work after losing the Lease). Then every service is cancelled and given a bounded grace
 period to clean up, and the first failure, if any, is raised so ``main`` exits non-zero and Kubernetes
 restarts the pod.
+
+:func:`settle` runs the concurrent steps of one unit of work (e.g. a reconcile's writes) and, unlike
+``asyncio.gather``, reports a failure only once every step has ended.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Coroutine, Mapping
-from typing import Any
+from collections.abc import Awaitable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 import structlog
+
+T = TypeVar("T")
 
 _log = structlog.get_logger(__name__)
 
@@ -64,3 +69,19 @@ async def supervise(
         _log.error("service_failed", service=task.get_name(), error=f"{type(error).__name__}: {error}")
     if failures:
         raise failures[0][1]
+
+
+async def settle(*steps: Awaitable[T]) -> list[T]:
+    """Await ``steps`` concurrently; once all have ended, return their results or raise the first failure.
+
+    "First" is in argument order. ``asyncio.gather`` raises at the first failure while the other steps
+    keep running unawaited: a caller retried on failure would then start over while writes of its
+    previous attempt are still in flight, and send them a second time (test_control_plane_faults: a
+    DaemonSet create failed in an etcd outage while the claim-template creates of the same reconcile
+    hung; the retry created the templates again and met 409 AlreadyExists).
+    """
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [result for result in results if not isinstance(result, BaseException)]

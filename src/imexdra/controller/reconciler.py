@@ -14,7 +14,6 @@ caches only, so a reconcile with nothing to do costs no API call.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -22,6 +21,7 @@ import structlog
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import ClaimTemplateTarget
+from imexdra.common import tasks
 from imexdra.common.errors import DriverError
 from imexdra.common.events import EventRecorder
 from imexdra.common.kube import ApiStatusError, is_conflict
@@ -105,7 +105,7 @@ class Reconciler:
         if not self._config.host_managed:
             steps.append(self._ensure_daemon_objects(render.domain_uid(cd)))
         retry: float | None = None
-        for result in await asyncio.gather(*steps):
+        for result in await tasks.settle(*steps):
             retry = _later(retry, result)
         return _later(retry, await self._sync.sync(cd))
 
@@ -171,7 +171,7 @@ class Reconciler:
             self._ensure_one(caches.daemon_set_view, daemon_sets, lambda: render.daemon_set(uid, config)),
         ]
         retry: float | None = None
-        for result in await asyncio.gather(*steps):
+        for result in await tasks.settle(*steps):
             retry = _later(retry, result)
         return retry
 
@@ -222,7 +222,7 @@ class Reconciler:
                 steps.append(self._writer.remove_finalizer(obj, view))
             elif isinstance(action, RemoveNodeLabel):
                 steps.append(self._writer.remove_node_label(nodes[action.node], uid, self._caches.node_view))
-        await asyncio.gather(*steps)
+        await tasks.settle(*steps)
         if not any(isinstance(action, FinalizeDomain) for action in plan):
             _log.debug("finalize_waiting", domain=uid, steps=len(steps), remaining=[str(o) for o in owned])
             return WAIT_SECONDS

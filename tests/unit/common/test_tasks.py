@@ -1,4 +1,4 @@
-"""Service supervision: what ends a component, how failures surface, bounded shutdown, stop signals."""
+"""Service supervision (what ends a component, failures, bounded shutdown, stop signals) and settle."""
 
 import asyncio
 import os
@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from imexdra.common.tasks import stop_on_signals, supervise
+from imexdra.common.tasks import settle, stop_on_signals, supervise
 
 
 async def forever(cancelled: list[str], name: str) -> None:
@@ -89,3 +89,39 @@ async def test_sigterm_sets_the_stop_event() -> None:
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+
+
+async def test_settle_raises_only_once_every_step_has_ended() -> None:
+    """A failing step does not leave its siblings running unawaited: settle waits for them, then raises."""
+    finished: list[str] = []
+
+    async def fails() -> int:
+        raise RuntimeError("create DaemonSet: 500")
+
+    async def slow_write() -> int:
+        await asyncio.sleep(0.05)
+        finished.append("claim template created")
+        return 1
+
+    with pytest.raises(RuntimeError, match="500"):
+        await settle(fails(), slow_write())
+    assert finished == ["claim template created"]
+
+
+async def test_settle_returns_results_in_order_and_raises_the_first_failure_in_order() -> None:
+    """Results and the raised failure follow argument order, not completion order."""
+
+    async def later(value: str) -> str:
+        await asyncio.sleep(0.02)
+        return value
+
+    async def fails_later() -> str:
+        await asyncio.sleep(0.02)
+        raise ValueError("first")
+
+    async def fails_at_once() -> str:
+        raise KeyError("second")
+
+    assert await settle(later("a"), asyncio.sleep(0, "b")) == ["a", "b"]
+    with pytest.raises(ValueError, match="first"):
+        await settle(fails_later(), fails_at_once())
