@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -77,6 +77,7 @@ class LocalCluster:
         self.run_dir = self.run_dir or Path(tempfile.mkdtemp(prefix="imx-", dir="/tmp"))
         self._supervisor = Supervisor(self.run_dir / "logs")
         self._node_ip = host_ip()
+        self._health: dict[str, Callable[[], bool]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -149,12 +150,8 @@ class LocalCluster:
                 "--log-level=warn",
             ],
         )
-        wait_until(
-            "etcd health",
-            lambda: b'"health":"true"' in _http_get(f"http://127.0.0.1:{etcd_port}/health"),
-            timeout=30,
-            process=etcd,
-        )
+        self._health["etcd"] = lambda: b'"health":"true"' in _http_get(f"http://127.0.0.1:{etcd_port}/health")
+        wait_until("etcd health", self._health["etcd"], timeout=30, process=etcd)
         apiserver = self._supervisor.start(
             "kube-apiserver",
             [
@@ -181,6 +178,7 @@ class LocalCluster:
                 "--v=1",
             ],
         )
+        self._health["kube-apiserver"] = self._apiserver_ready
         wait_until("kube-apiserver /readyz", self._apiserver_ready, timeout=90, process=apiserver)
 
         kcm_cert = pki.issue("kube-controller-manager", common_name="system:kube-controller-manager")
@@ -219,12 +217,8 @@ class LocalCluster:
             ("kube-controller-manager", kcm_port, kcm),
             ("kube-scheduler", scheduler_port, scheduler),
         ):
-            wait_until(
-                f"{name} /healthz",
-                functools.partial(_healthz_ok, f"https://127.0.0.1:{port}/healthz", insecure),
-                timeout=60,
-                process=process,
-            )
+            self._health[name] = functools.partial(_healthz_ok, f"https://127.0.0.1:{port}/healthz", insecure)
+            wait_until(f"{name} /healthz", self._health[name], timeout=60, process=process)
 
     def _kubeconfig(self, name: str, client: CertPair, user: str) -> Path:
         assert self.run_dir is not None
@@ -243,6 +237,22 @@ class LocalCluster:
 
     def _apiserver_ready(self) -> bool:
         return _http_get(f"{self.apiserver_url}/readyz", self._admin_context()) == b"ok"
+
+    def restart_component(self, name: str, *, down_for: float = 0.0, timeout: float = 90) -> None:
+        """SIGKILL a control-plane process and start it again, as a crashed and restarted service.
+
+        ``name`` is ``etcd``, ``kube-apiserver``, ``kube-controller-manager`` or ``kube-scheduler``. The
+        process stays down ``down_for`` seconds, then runs again with the same argv (same data dir and
+        ports); this returns once it is healthy again (etcd ``/health``, the apiserver ``/readyz``,
+        the others ``/healthz``).
+        """
+        if name not in self._health:
+            raise KeyError(f"{name!r} is not a running control-plane component")
+        process = next(p for p in self._supervisor.processes if p.name == name)
+        process.kill()
+        time.sleep(down_for)
+        restarted = self._supervisor.restart(process)
+        wait_until(f"{name} healthy after a restart", self._health[name], timeout=timeout, process=restarted)
 
     def start_process(self, name: str, argv: list[str], *, pass_fds: Sequence[int] = ()) -> ManagedProcess:
         """Run an extra cluster process (an add-on such as an operator) under the cluster's supervision."""

@@ -109,6 +109,20 @@ class Supervisor:
         self.processes.append(process)
         return process
 
+    def restart(self, process: ManagedProcess) -> ManagedProcess:
+        """SIGKILL ``process`` (if still running) and start its argv again in its place.
+
+        The new child keeps the name, appends to the same log and takes the old one's place in the
+        stop order; extra ``env`` and ``pass_fds`` of the first start are not repeated.
+        """
+        process.kill()
+        index = self.processes.index(process)
+        self.processes.remove(process)
+        started = self.start(process.name, process.argv)
+        self.processes.remove(started)
+        self.processes.insert(index, started)
+        return started
+
     def stop_all(self) -> None:
         """Stop every child, newest first, so clients go before the servers they talk to."""
         for process in reversed(self.processes):
