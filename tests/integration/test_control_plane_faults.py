@@ -414,3 +414,10 @@ async def test_etcd_and_apiserver_restarts_under_load_miss_nothing_and_write_not
     # The apiserver saw no other 409 (the test's own requests look before they create again).
     assert sum(seen.values()) <= sum(conflicted.values()), seen
     assert relists(controller)["expired lists (metric)"] >= 1  # the apiserver restart expired the watches
+    # A 409 met by our own template after a lost answer is no name clash to warn the user about.
+    clashes = [
+        e
+        for e in kubectl_json(cluster, "events", "-n", USER_NS)["items"]
+        if e["reason"] == "ClaimTemplateConflict"
+    ]
+    assert clashes == [], clashes

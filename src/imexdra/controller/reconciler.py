@@ -52,6 +52,8 @@ _log = structlog.get_logger(__name__)
 WAIT_SECONDS = 5.0
 #: Re-check of a claim-template name clash (the clashing object is not watched).
 CONFLICT_RETRY_SECONDS = 10.0
+#: A first 409 is checked again this soon before it is reported (see ``_ensure_workload_template``).
+CONFLICT_CONFIRM_SECONDS = 1.0
 
 
 def _later(a: float | None, b: float | None) -> float | None:
@@ -76,6 +78,8 @@ class Reconciler:
         self._events = events
         self._metrics = metrics
         self._sync = MembershipSync(config, caches, writer, events, metrics)
+        #: Domains whose last workload-template create met a 409.
+        self._clashing: set[str] = set()
 
     async def reconcile(self, key: str) -> float | None:
         """Reconcile the domain cached under ``key``; a vanished domain needs nothing."""
@@ -126,7 +130,7 @@ class Reconciler:
         uid = render.domain_uid(cd)
         existing = self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
         try:
-            return await self._ensure_one(
+            result = await self._ensure_one(
                 self._caches.template_view,
                 existing,
                 lambda: render.workload_claim_template(cd),
@@ -134,6 +138,15 @@ class Reconciler:
         except ApiStatusError as error:
             if not is_conflict(error):
                 raise
+        else:
+            self._clashing.discard(uid)
+            return result
+        # A first 409 may have met our own template: a create whose answer an apiserver restart lost,
+        # retried before the informer saw it. Only a clash that outlives the informer's catching up
+        # is someone else's template, and worth a Warning.
+        if uid not in self._clashing:
+            self._clashing.add(uid)
+            return CONFLICT_CONFIRM_SECONDS
         # Upstream retries forever without saying why; say it, and retry calmly.
         assert cd.metadata is not None
         name = render.workload_template_name(cd)
@@ -205,6 +218,7 @@ class Reconciler:
 
     async def _finalize(self, cd: ComputeDomain) -> float | None:
         uid = render.domain_uid(cd)
+        self._clashing.discard(uid)
         owned = self._owned(uid)
         nodes = {
             n.metadata.name: n
