@@ -18,17 +18,23 @@ kubeconfig with the pod's ServiceAccount token file in place of the in-cluster c
 Aspects, in order (the tests share one domain): formation (all daemons Ready, clique, hosts file,
 ComputeDomain Ready); membership churn (a node leaves and comes back: node list and hosts updated, IMEX
 reloaded by SIGUSR1, never restarted); a killed nvidia-imex restarted by its daemon; a force-deleted
-daemon pod replaced and the domain Ready again; a daemon on a node without a fabric (empty clique ID)
+daemon pod replaced and the domain Ready again; whole daemon containers SIGKILLed at seeded random
+moments, restarted by their kubelets, the domain converging each time with no orphan left (size
+``IMEXDRA_DAEMON_KILLS``, seed ``IMEXDRA_SEED``); a daemon on a node without a fabric (empty clique ID)
 running no IMEX yet Ready and listed with index -1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import json
 import os
+import random
 import secrets
 import signal
+import statistics
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +53,7 @@ from imexdra.devices.fakeimex.install import install_fake_imex
 from imexdra.devices.imex import parse_config
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
+from tests.conftest import progress
 from tests.integration.conftest import HOST_IMAGE, HOST_SRV
 from tests.integration.controller_harness import (
     DAEMON_SERVICE_ACCOUNT,
@@ -70,6 +77,17 @@ CLIQUE = "6b0e2f4a-9c1d-4e7f-8a2b-3c4d5e6f7a8b.3"
 NODES = ("node-0", "node-1", "node-2", "node-3")
 CMD_PORT = 50005
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Size of test_sigkilled_daemons_recover: 4 in CI (one kill per node, each restarted at once); `make soak`
+# sets >= 20. What bounds it is the kubelet's CrashLoopBackOff, kept per container: a daemon's k-th kill
+# (k >= 2) waits 10 s * 2^(k-2) (at most 300 s) before its restart, unless the container ran 10 minutes.
+# Kills rotate over the four nodes, so 20 kills cost 4 * (10 + 20 + 40 + 80) s = 10 min of backoff and
+# about 15 min in all; past 24 the rounds outlast 10 minutes, backoffs reset, and time grows ~1 min per kill.
+DAEMON_KILLS = int(os.environ.get("IMEXDRA_DAEMON_KILLS", "4"))
+SEED = int(os.environ.get("IMEXDRA_SEED", str(secrets.randbits(32))))
+FAKE_IMEX_MODULE = "imexdra.devices.fakeimex.daemon"
+# A restarted daemon is Ready with all peers connected some 3 s after its container starts (here);
+# a kill not waiting for the domain to settle comes within this long after that start.
+STARTUP_SECONDS = 2.0
 
 
 @dataclass
@@ -310,7 +328,9 @@ async def converged(kube: AsyncClient, nodes: tuple[str, ...]) -> dict[str, Memb
         if status is None or status["state"] != "READY":
             return None
         resolved = [n for n in status["nodes"] if n["address"]]
-        if sorted(n["address"] for n in resolved) != sorted(p.status.podIP for p in pods.values()):
+        if sorted(n["address"] for n in resolved) != sorted(
+            p.status.podIP or "" for p in pods.values() if p.status
+        ):
             return None
         restarts = sum(c.restartCount for c in pod.status.containerStatuses or ())
         members[node] = Member(
@@ -448,6 +468,206 @@ async def test_force_deleted_daemon_pod_recovers(domain: Domain, kube: AsyncClie
     for node in NODES:
         assert hosts_of(domain, node) == expected_hosts(entries)
     await eventually("ComputeDomain Ready again", lambda: _cd_status(domain) == "Ready", within=60)
+
+
+@dataclass(frozen=True)
+class HostProcess:
+    """A live process of this host, as /proc shows it."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+    @property
+    def is_daemon(self) -> bool:
+        """``compute-domain-daemon ... run`` (not a ``check`` probe)."""
+        return "run" in self.argv and any(a.endswith("compute-domain-daemon") for a in self.argv)
+
+    @property
+    def is_imex(self) -> bool:
+        """The fake ``nvidia-imex``."""
+        return FAKE_IMEX_MODULE in self.argv
+
+
+def host_processes() -> list[HostProcess]:
+    """Every live (not zombie) process we may inspect."""
+    processes = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            environ = (entry / "environ").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue  # gone meanwhile, or not ours
+        if stat[0] == "Z":
+            continue
+        env = dict(kv.split("=", 1) for kv in environ if "=" in kv)
+        processes.append(HostProcess(int(entry.name), int(stat[1]), int(stat[2]), tuple(argv), env))
+    return processes
+
+
+def container_pid(domain: Domain, node: str, pod_uid: str) -> int | None:
+    """PID of the pod's latest started daemon container, from fakecri's record of ``node``."""
+    records = domain.cluster.node(node).cri_records()
+    ours = {
+        r["container_id"] for r in records if r["event"] == "CreateContainer" and r.get("pod_uid") == pod_uid
+    }
+    starts = [r["pid"] for r in records if r["event"] == "StartContainer" and r["container_id"] in ours]
+    return int(starts[-1]) if starts else None
+
+
+def kill_container(pid: int) -> int:
+    """SIGKILL a host-process container as a runtime kills its cgroup; return how many processes died.
+
+    fakecri starts a container's main process as the leader of a new process group, which its children
+    (nvidia-imex, nvidia-imex-ctl) inherit; any descendant that left the group is killed too. Only the
+    kubelet's exec probes escape: fakecri runs them beside the container, and they end on their own.
+    """
+    processes = host_processes()
+    tree = {pid}
+    while grown := {p.pid for p in processes if p.ppid in tree} - tree:
+        tree |= grown
+    victims = tree | {p.pid for p in processes if p.pgid == pid}
+    os.killpg(pid, signal.SIGKILL)
+    for victim in victims - {pid}:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+    return len(victims)
+
+
+def kill_order(rng: random.Random, kills: int) -> list[str]:
+    """Rounds of seeded permutations of the nodes, so each daemon's backoff grows as slowly as can be.
+
+    A round sometimes begins with the previous round's last victim, so that a kill without waiting for
+    the domain to settle can hit a daemon during its own startup.
+    """
+    order: list[str] = []
+    while len(order) < kills:
+        nodes = list(NODES)
+        rng.shuffle(nodes)
+        if order and rng.random() < 0.5:
+            nodes.remove(order[-1])
+            nodes.insert(0, order[-1])
+        order += nodes
+    return order[:kills]
+
+
+async def landing(kube: AsyncClient, victim: str, previous: str | None) -> str:
+    """Where a kill of ``victim`` lands now: in the domain's startup (whose) or once it settled."""
+    if await converged(kube, NODES):
+        return "settled"
+    if victim != previous:
+        return "startup of a peer"
+    pod = (await live_pods(kube))[victim]
+    up = pod.status is not None and imex_status(pod.status.podIP or "") is not None
+    return "own startup, IMEX up" if up else "own startup, before IMEX"
+
+
+async def restarted(domain: Domain, node: str, pod_uid: str, old_pid: int, what: str) -> int:
+    """Wait for the kubelet to start the killed container again (after its CrashLoopBackOff)."""
+
+    def new_pid() -> int | None:
+        pid = container_pid(domain, node, pod_uid)
+        return pid if pid != old_pid else None
+
+    pid: int = await eventually(
+        f"seed {SEED}: {what}: {node}'s daemon restarted", new_pid, within=400, interval=0.2
+    )
+    return pid
+
+
+async def assert_recovered(
+    domain: Domain,
+    kube: AsyncClient,
+    before: dict[str, Member],
+    indices: dict[str, int],
+    kills_on: collections.Counter[str],
+) -> dict[str, Member]:
+    """The domain converged as before the kills, with one nvidia-imex per daemon and no orphan."""
+    members = await wait_converged(kube, NODES, f"seed {SEED}: domain converged after the kills")
+    for node, member in members.items():
+        assert (member.pod, member.ip) == (before[node].pod, before[node].ip), f"seed {SEED}: {node}"
+        assert member.restarts == before[node].restarts + kills_on[node], f"seed {SEED}: {node} restarts"
+    entries = await eventually(
+        f"seed {SEED}: clique lists four Ready daemons", lambda: _all_ready_entries(domain, 4), within=60
+    )
+    assert {node: e["index"] for node, e in entries.items()} == indices, f"seed {SEED}: indices changed"
+    assert {node: e["ipAddress"] for node, e in entries.items()} == {n: m.ip for n, m in members.items()}
+    for node in NODES:
+        assert hosts_of(domain, node) == expected_hosts(entries), f"seed {SEED}: hosts file of {node}"
+    await eventually(f"seed {SEED}: ComputeDomain Ready", lambda: _cd_status(domain) == "Ready", within=60)
+    ours = [p for p in host_processes() if p.env.get("COMPUTE_DOMAIN_UUID") == domain.uid]
+    for node, member in members.items():
+        daemons = [p for p in ours if p.env.get("NODE_NAME") == node and p.is_daemon]
+        imexes = [p for p in ours if p.env.get("NODE_NAME") == node and p.is_imex]
+        assert len(daemons) == 1, f"seed {SEED}: {len(daemons)} daemon processes on {node}"
+        assert [(p.pid, p.ppid) for p in imexes] == [(member.imex_pid, daemons[0].pid)], (
+            f"seed {SEED}: nvidia-imex processes on {node}: {imexes}"
+        )
+    return members
+
+
+async def test_sigkilled_daemons_recover(
+    domain: Domain, kube: AsyncClient, pytestconfig: pytest.Config
+) -> None:
+    """SIGKILLed daemon containers are restarted by their kubelets and the domain converges as before.
+
+    Each kill takes a whole container (daemon and its nvidia-imex) at a seeded random moment: either
+    once the domain has settled, or right after the previous victim's container was started again, while
+    it (or its peers) are still starting up. Then the domain must converge again: the same pods, their
+    restart counts up by the kills, the same clique indices and IPs, consistent hosts files, the
+    ComputeDomain Ready, and on each node one daemon process whose child is its only nvidia-imex.
+    """
+    rng = random.Random(SEED)
+    loop = asyncio.get_running_loop()
+    before = await wait_converged(kube, NODES, "domain converged")
+    entries = await eventually("four Ready entries", lambda: _all_ready_entries(domain, 4), within=60)
+    indices = {node: e["index"] for node, e in entries.items()}
+    pod_uids = {node: pod.metadata.uid or "" for node, pod in (await live_pods(kube)).items() if pod.metadata}
+    kills_on: collections.Counter[str] = collections.Counter()
+    landed: collections.Counter[str] = collections.Counter()
+    recoveries: list[tuple[float, float]] = []  # converged this long after the last kill, its restart
+    last_kill = last_restart = 0.0
+    previous = None
+
+    async def recover() -> None:
+        await assert_recovered(domain, kube, before, indices, kills_on)
+        recoveries.append((loop.time() - last_kill, loop.time() - last_restart))
+
+    for number, node in enumerate(kill_order(rng, DAEMON_KILLS), start=1):
+        if number == 1 or rng.random() < 0.5:
+            if number > 1:
+                await recover()
+            await asyncio.sleep(rng.uniform(0, 3))
+        else:
+            await asyncio.sleep(rng.uniform(0, STARTUP_SECONDS))
+        where = await landing(kube, node, previous)
+        pid = container_pid(domain, node, pod_uids[node])
+        assert pid is not None
+        killed = kill_container(pid)
+        last_kill, previous = loop.time(), node
+        kills_on[node] += 1
+        landed[where] += 1
+        new_pid = await restarted(domain, node, pod_uids[node], pid, f"kill {number}")
+        last_restart = loop.time()
+        progress(
+            pytestconfig,
+            f"daemon kill seed {SEED}: {number}/{DAEMON_KILLS} {node} pid {pid} ({killed} processes), "
+            f"{where}; restarted {last_restart - last_kill:.1f} s later (pid {new_pid})",
+        )
+    await recover()
+    since_kill, since_restart = zip(*recoveries, strict=True)
+    progress(
+        pytestconfig,
+        f"daemon kill seed {SEED}: {DAEMON_KILLS} kills landed {dict(sorted(landed.items()))}; converged "
+        f"{len(recoveries)} times, {statistics.mean(since_kill):.1f} s mean / {max(since_kill):.1f} s max "
+        f"after the last kill, {statistics.mean(since_restart):.1f} s / {max(since_restart):.1f} s after "
+        "its restart",
+    )
 
 
 async def test_node_without_fabric_joins_without_imex(domain: Domain, kube: AsyncClient) -> None:
