@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv k8s lint test test-unit test-integration test-e2e demo cluster-up bench protos clean
+.PHONY: venv k8s lint test test-unit test-integration test-e2e demo cluster-up bench soak protos clean
 
 venv:
 	@hack/venv.sh
@@ -42,6 +42,17 @@ bench: venv k8s
 	$(BIN)/python bench/prepare_bench.py
 	$(BIN)/python bench/controller_bench.py
 	$(BIN)/python bench/jobstart_bench.py
+
+# Reliability soak (not CI; about an hour on 2 cores): >= 100 000 fuzz inputs, >= 100 plugin SIGKILLs,
+# 20 daemon SIGKILLs (bounded by the kubelet's restart backoff), the controller's kill/restart and the
+# control-plane fault tests. Its figures are README's reliability table.
+SOAK_PLUGIN_KILLS ?= 100
+SOAK_DAEMON_KILLS ?= 20
+soak: venv k8s
+	IMEXDRA_SOAK=1 $(BIN)/pytest -q tests/unit/fuzz $(PYTEST_ARGS)
+	IMEXDRA_PLUGIN_KILLS=$(SOAK_PLUGIN_KILLS) IMEXDRA_DAEMON_KILLS=$(SOAK_DAEMON_KILLS) $(BIN)/pytest -q \
+		$(PYTEST_ARGS) tests/integration/test_crash_plugin.py tests/integration/test_daemon.py \
+		tests/integration/test_controller_resilience.py tests/integration/test_control_plane_faults.py
 
 # A bare local cluster (no driver), kept running until Ctrl-C; for poking around.
 cluster-up: venv k8s
