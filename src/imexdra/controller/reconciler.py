@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import structlog
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import ClaimTemplateTarget
@@ -27,7 +28,7 @@ from imexdra.common.events import EventRecorder
 from imexdra.common.kube import ApiStatusError, is_conflict
 from imexdra.common.store import KubeObject
 from imexdra.controller import reasons, render
-from imexdra.controller.caches import Caches
+from imexdra.controller.caches import Caches, domain_label, template_target
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.deletion import (
     Delete,
@@ -52,8 +53,6 @@ _log = structlog.get_logger(__name__)
 WAIT_SECONDS = 5.0
 #: Re-check of a claim-template name clash (the clashing object is not watched).
 CONFLICT_RETRY_SECONDS = 10.0
-#: A first 409 is checked again this soon before it is reported (see ``_ensure_workload_template``).
-CONFLICT_CONFIRM_SECONDS = 1.0
 
 
 def _later(a: float | None, b: float | None) -> float | None:
@@ -78,8 +77,6 @@ class Reconciler:
         self._events = events
         self._metrics = metrics
         self._sync = MembershipSync(config, caches, writer, events, metrics)
-        #: Domains whose last workload-template create met a 409.
-        self._clashing: set[str] = set()
 
     async def reconcile(self, key: str) -> float | None:
         """Reconcile the domain cached under ``key``; a vanished domain needs nothing."""
@@ -130,7 +127,7 @@ class Reconciler:
         uid = render.domain_uid(cd)
         existing = self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
         try:
-            result = await self._ensure_one(
+            return await self._ensure_one(
                 self._caches.template_view,
                 existing,
                 lambda: render.workload_claim_template(cd),
@@ -138,18 +135,19 @@ class Reconciler:
         except ApiStatusError as error:
             if not is_conflict(error):
                 raise
-        else:
-            self._clashing.discard(uid)
-            return result
-        # A first 409 may have met our own template: a create whose answer an apiserver restart lost,
-        # retried before the informer saw it. Only a clash that outlives the informer's catching up
-        # is someone else's template, and worth a Warning.
-        if uid not in self._clashing:
-            self._clashing.add(uid)
-            return CONFLICT_CONFIRM_SECONDS
-        # Upstream retries forever without saying why; say it, and retry calmly.
+        # The 409 may have met our own template: a create whose answer an apiserver restart lost,
+        # retried before the informer saw it (it may take a while to reconnect). Ask the API server.
         assert cd.metadata is not None
         name = render.workload_template_name(cd)
+        found = await self._writer.lookup(ResourceClaimTemplate, name, cd.metadata.namespace)
+        if (
+            found is not None
+            and domain_label(found) == uid
+            and template_target(found) == ClaimTemplateTarget.WORKLOAD.value
+        ):
+            self._caches.template_view.record(found)
+            return None
+        # Upstream retries forever without saying why; say it, and retry calmly.
         self._events.record(
             cd,
             type="Warning",
@@ -218,7 +216,6 @@ class Reconciler:
 
     async def _finalize(self, cd: ComputeDomain) -> float | None:
         uid = render.domain_uid(cd)
-        self._clashing.discard(uid)
         owned = self._owned(uid)
         nodes = {
             n.metadata.name: n
