@@ -44,13 +44,15 @@ bench: venv k8s
 	$(BIN)/python bench/jobstart_bench.py
 
 # Reliability soak (not CI; about an hour on 2 cores): >= 100 000 fuzz inputs, >= 100 plugin SIGKILLs,
-# 20 daemon SIGKILLs (bounded by the kubelet's restart backoff), the controller's kill/restart and the
-# control-plane fault tests. Its figures are README's reliability table.
+# 20 daemon SIGKILLs (bounded by the kubelet's restart backoff), 10 rounds of controller SIGKILLs
+# mid-create/mid-delete and the control-plane fault test. Its figures are README's reliability table.
 SOAK_PLUGIN_KILLS ?= 100
 SOAK_DAEMON_KILLS ?= 20
+SOAK_CONTROLLER_ROUNDS ?= 10
 soak: venv k8s
 	IMEXDRA_SOAK=1 $(BIN)/pytest -q tests/unit/fuzz $(PYTEST_ARGS)
-	IMEXDRA_PLUGIN_KILLS=$(SOAK_PLUGIN_KILLS) IMEXDRA_DAEMON_KILLS=$(SOAK_DAEMON_KILLS) $(BIN)/pytest -q \
+	IMEXDRA_PLUGIN_KILLS=$(SOAK_PLUGIN_KILLS) IMEXDRA_DAEMON_KILLS=$(SOAK_DAEMON_KILLS) \
+	IMEXDRA_CONTROLLER_KILL_ROUNDS=$(SOAK_CONTROLLER_ROUNDS) $(BIN)/pytest -q \
 		$(PYTEST_ARGS) tests/integration/test_crash_plugin.py tests/integration/test_daemon.py \
 		tests/integration/test_controller_resilience.py tests/integration/test_control_plane_faults.py
 

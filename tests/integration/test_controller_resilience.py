@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import random
 import secrets
 from collections.abc import AsyncIterator
@@ -40,6 +41,8 @@ SUFFIX = secrets.token_hex(3)
 DRIVER_NS = f"imexdra-res-{SUFFIX}"
 USER_NS = f"cd-res-{SUFFIX}"
 DOMAINS = 10
+#: Create/delete rounds, each with SIGKILLs mid-create and mid-delete (``make soak`` runs more).
+ROUNDS = int(os.environ.get("IMEXDRA_CONTROLLER_KILL_ROUNDS", "1"))
 LEASE = "imexdra-controller-test"
 LABEL = "resource.nvidia.com/computeDomain"
 ELECTION_ARGS = (
@@ -154,7 +157,6 @@ async def test_sigkill_during_create_and_delete_converges_without_leaks(
     """Killed mid-create and mid-delete, a restarted controller finishes both and leaks nothing."""
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    names = [f"kill-{i}" for i in range(DOMAINS)]
     # Throttled like a default client (upstream: QPS 5; 25 here): the ~50 writes take seconds, so a kill
     # in the first half second after the caches sync lands mid-work on any machine. Unthrottled, a fast
     # machine finished every step before the first kill, and later kills had nothing left to cut.
@@ -162,20 +164,29 @@ async def test_sigkill_during_create_and_delete_converges_without_leaks(
     process = ControllerProcess(
         cluster, identity, DRIVER_NS, name=f"controller-kill-{SUFFIX}", extra_args=throttle
     )
+    kills = 0
     try:
-        created = await asyncio.gather(*(kube.create(compute_domain(n, USER_NS)) for n in names))
-        uids = {n: str(cd.metadata.uid) for n, cd in zip(names, created, strict=True) if cd.metadata}
-        kills = await kill_mid_work(process, cluster, uids, 5 * DOMAINS, rng, seed)
-        progress(pytestconfig, f"seed {seed}: create steps done at each SIGKILL: {kills} of {5 * DOMAINS}")
-        await eventually(f"seed {seed}: all domains converged", lambda: converged(cluster, names), within=90)
-        process.kill()
-        await asyncio.gather(*(kube.delete(ComputeDomain, n, namespace=USER_NS) for n in names))
-        kills = await kill_mid_work(process, cluster, uids, 4 * DOMAINS, rng, seed)
-        progress(pytestconfig, f"seed {seed}: delete steps done at each SIGKILL: {kills} of {4 * DOMAINS}")
-        await eventually(f"seed {seed}: all domains gone", lambda: not domains(cluster), within=90)
-        leaked = {uid: left for uid in uids.values() if any((left := leftovers(cluster, uid)).values())}
-        assert leaked == {}, f"seed {seed}"
-        assert process.alive(), process.log_tail()
+        for round_ in range(ROUNDS):
+            names = [f"kill-{round_}-{i}" for i in range(DOMAINS)]
+            created = await asyncio.gather(*(kube.create(compute_domain(n, USER_NS)) for n in names))
+            uids = {n: str(cd.metadata.uid) for n, cd in zip(names, created, strict=True) if cd.metadata}
+            seen = await kill_mid_work(process, cluster, uids, 5 * DOMAINS, rng, seed)
+            progress(pytestconfig, f"seed {seed}: create steps done at each SIGKILL: {seen} of {5 * DOMAINS}")
+            await eventually(
+                f"seed {seed}: all domains converged", functools.partial(converged, cluster, names), within=90
+            )
+            process.kill()
+            kills += len(seen) + 1
+            await asyncio.gather(*(kube.delete(ComputeDomain, n, namespace=USER_NS) for n in names))
+            seen = await kill_mid_work(process, cluster, uids, 4 * DOMAINS, rng, seed)
+            progress(pytestconfig, f"seed {seed}: delete steps done at each SIGKILL: {seen} of {4 * DOMAINS}")
+            await eventually(f"seed {seed}: all domains gone", lambda: not domains(cluster), within=90)
+            leaked = {uid: left for uid in uids.values() if any((left := leftovers(cluster, uid)).values())}
+            assert leaked == {}, f"seed {seed}"
+            assert process.alive(), process.log_tail()
+            process.kill()
+            kills += len(seen) + 1
+        progress(pytestconfig, f"seed {seed}: {kills} controller SIGKILLs survived in {ROUNDS} round(s)")
     finally:
         process.stop()
 
