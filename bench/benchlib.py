@@ -26,6 +26,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from imexdra.common.logging import configure_logging
+from imexdra.devices.driverroot_fake import write_driver_root
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.processes import free_port
 
@@ -38,6 +39,9 @@ CLIQUE = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60.32766"
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 CRDS = ROOT / "deployments" / "helm" / "imexdra" / "crds"
+# The node simulator reuses the integration tests' stand-ins (``tests.integration.controller_standins``).
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
 PLUGIN_BIN = Path(sys.executable).parent / "compute-domain-kubelet-plugin"
 CONTROLLER_BIN = Path(sys.executable).parent / "compute-domain-controller"
 
@@ -91,10 +95,7 @@ def install_crds(cluster: LocalCluster) -> None:
 
 def simulated_node(base: Path, node: str = "bench-node", clique: str = CLIQUE) -> dict[str, str]:
     """Stand-in hardware and kubelet directories under ``base``; returns the plugin's environment."""
-    driver_root = base / "driver-root"
-    for dev in ("nvidia0", "nvidiactl", "nvidia-caps-imex-channels/channel0"):
-        (driver_root / "dev" / dev).parent.mkdir(parents=True, exist_ok=True)
-        (driver_root / "dev" / dev).touch()
+    driver_root = write_driver_root(base / "driver-root")  # device nodes and fabric-imex-mgmt capability
     (base / "registry").mkdir(parents=True, exist_ok=True)
     uuid, _, clique_number = clique.rpartition(".")
     fabric = {"clusterUUID": uuid, "cliqueID": int(clique_number)}

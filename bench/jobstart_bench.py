@@ -1,53 +1,72 @@
 """Job start at scale: submit → every worker's channel claim prepared, 4 to 256 nodes (a benchmark).
 
-What one run measures: a user submits a host-managed ComputeDomain and a ``batch/v1`` Job of N pods
+What one run measures: a user submits a ComputeDomain and a ``batch/v1`` Job of N pods
 (parallelism = completions = N), each pod taking one IMEX channel through the domain's
 ResourceClaimTemplate; the clock stops when the channel claim of every pod has been prepared by the
-kubelet plugin of the node the pod landed on. Everything between is the real thing: the real
-``compute-domain-controller`` process (``HostManagedIMEX``, the chart's default client rate limit
-5 QPS / burst 10) creates the template and marks the domain Ready, kube-controller-manager's Job
-controller creates the pods and its resourceclaim controller their claims, kube-scheduler allocates
-each claim through DRA from the ResourceSlices the plugins published (channel-0 is one device per node,
-so the N pods land on N different nodes) and binds the pod. Reported per N: the total time and its
-breakdown (domain Ready, all pods created, all claims allocated, all pods bound, all prepared), the
-apiserver's 409 and 429 answers, the API requests by verb and resource, CPU seconds per component and
-peak RSS of the controller and of the plugins.
+kubelet plugin of the node the pod landed on (and the domain is Ready). Everything between is the real
+thing: the real ``compute-domain-controller`` process (the chart's default client rate limit 5 QPS /
+burst 10) creates the template and marks the domain Ready, kube-controller-manager's Job controller
+creates the pods and its resourceclaim controller their claims, kube-scheduler allocates each claim
+through DRA from the ResourceSlices the plugins published (channel-0 is one device per node, so the N
+pods land on N different nodes) and binds the pod. Reported per N: the total time and its breakdown
+(domain Ready, all pods created, all claims allocated, all pods bound, all prepared), the apiserver's
+409 and 429 answers, the API requests by verb and resource, the controller's own count of its writes,
+CPU seconds per component and peak RSS of the controller and of the plugins.
 
-Two series:
+Two IMEX modes (``--mode``, default ``both``):
 
-- ``kubelets``: real kubelets (on fakecri) for N ≤ ``--max-kubelets`` (default 18: what this 2-core
-  machine holds next to the control plane). The plugin runs as a host process per node, registered
-  with that node's kubelet through its plugin registry, and the kubelet itself calls
+- host-managed (``HostManagedIMEX``): no IMEX daemons; a channel prepare needs only the domain.
+- driver-managed (the default mode of the driver): a worker's channel prepare labels its node, the
+  controller's per-domain DaemonSet then gets a daemon pod on that node (real DaemonSet controller,
+  resourceclaim controller and scheduler, the daemon claim prepared by the node's real plugin), the
+  daemon announces its clique on its pod and becomes Ready, the controller publishes the node Ready in
+  the domain's ComputeDomainClique, and the plugin's retrying channel prepare sees it and succeeds.
+  Reported in addition, per node and as first/last over nodes: daemon pod created, bound, daemon claim
+  prepared, Running, clique label set, listed in its clique, Ready, published Ready — and the p50 and
+  max of each step between them (``daemons.steps_per_node``), which is where the time goes.
+
+Three series:
+
+- ``kubelets`` (host-managed): real kubelets (on fakecri) for N ≤ ``--max-kubelets`` (default 18:
+  what this 2-core machine holds next to the control plane). The plugin runs as a host process per
+  node, registered with that node's kubelet through its plugin registry, and the kubelet itself calls
   NodePrepareResources; "prepared" is read off each plugin's checkpoint (the claim's state
   ``PrepareCompleted``, polled every 50 ms), and "pods Running" is reported next to it.
-- ``simulated``: for every N, a node simulator. Each node is a Node object (GB200 labels, clique label
-  per 18-node rack, status Ready with allocatable capacity, written once: no heartbeats, so the node
-  lifecycle controller taints the nodes unreachable after its grace period and the job's pods tolerate
-  every taint) and one real ``compute-domain-kubelet-plugin`` process of its own (its own state dir,
-  fake NVML and ``/proc/devices``, its own DRA socket, upstream's client rate limit 5 QPS / burst 10).
-  The simulator then does what a kubelet does for a pod bound to its node: it watches pods and claims,
-  and once a pod is bound and its claim is reserved for it, it calls that node's plugin
-  ``NodePrepareResources`` with the claim's namespace, name and UID over the plugin's gRPC socket
-  (retrying failed claims after 1 s, like the kubelet's pod sync backoff), then reports the pod
-  Running with a status patch as the kubelet would. On teardown it unprepares every claim over the
-  socket and deletes the pods with grace period 0 (what a kubelet confirms). Nodes are added as N
-  grows, so the run for N has exactly N nodes and N plugins.
+- ``simulated`` (host-managed) and ``simulated_driver_managed``: for every N, a node simulator. Each
+  node is a Node object (GB200 labels, clique label per 18-node rack, status Ready with allocatable
+  capacity) with a Lease renewed every 10 s as a kubelet does (without it the node lifecycle
+  controller would mark the nodes unreachable and flip every pod on them, daemon pods included, to
+  NotReady), and one real ``compute-domain-kubelet-plugin`` process of its own (its own state dir,
+  fake NVML, ``/proc/devices`` and driver root, its own DRA socket, upstream's client rate limit
+  5 QPS / burst 10). The simulator then does what a kubelet does for a pod bound to its node: it
+  watches pods and claims, and once a pod is bound and its claim is reserved for it, it calls that
+  node's plugin ``NodePrepareResources`` over the plugin's gRPC socket with the kubelet's 45 s
+  timeout; a claim left out of the answer (the plugin's own 45 s retry budget ran out) or failed is
+  retried after the kubelet's pod-sync backoff, 10–15 s (``daemonsim.kubelet_prepare``). Then it
+  reports the pod Running. Driver-managed, it also plays kubelet, container runtime and daemon of the
+  IMEX daemon pods (``daemonsim.DaemonKubelet``: prepare the daemon claim through the node's plugin,
+  Running with an IP, the clique label set by the real daemon's code, Ready at the first startup-probe
+  tick after the controller listed the node and ``--imex-formation-seconds`` passed). No IMEX runs, so
+  real IMEX formation adds its own time to every driver-managed figure. On teardown it unprepares every
+  claim over the socket and deletes the pods with grace period 0 (what a kubelet confirms). Nodes are
+  added as N grows, so the run for N has exactly N nodes and N plugins.
 
 kube-controller-manager and kube-scheduler run with their default client rate limits (20 and 50 QPS),
 as ``LocalCluster`` starts them: for 256 pods the resourceclaim controller alone needs 512 requests
 (create the claim, record it in the pod's status), which bounds the job start from below at ≈ 25 s
-on any driver. ``--profile-nodes`` (default 18) records the controller and node-0's plugin with
-``py-spy`` (non-blocking, 100 Hz) during the simulated run of that size and reports the hottest
-functions. ``--controller-command "<cmd>"`` runs another controller implementation against the same
-nodes and workload after ours and reports ours/other ratios (placeholders: see ``--help``).
+on any driver; driver-managed doubles that (every daemon pod has a claim too). ``--profile-nodes``
+(default 18) records the controller and node-0's plugin with ``py-spy`` (non-blocking, 100 Hz) during
+the simulated runs of that size and reports the hottest functions. ``--controller-command "<cmd>"``
+runs another controller implementation against the same nodes and workload after ours and reports
+ours/other ratios (placeholders: see ``--help``).
 
 Targets: 18-node job ≤ 10 s; 256 pods ≤ 60 s with 0 × 429 and 0 × 409. Output: JSON on stdout and in
 ``bench/results/jobstart_bench.json``, plot in ``bench/results/jobstart_bench.png``.
 
-Run: ``.venv/bin/python bench/jobstart_bench.py [--nodes 4,18,64,144,256] [--quick]`` after
-``make bench`` (``--quick``: 4 and 18 nodes, no kubelet series). One plugin process holds ≈ 60 MiB,
-so 256 of them need ≈ 16 GiB; the run refuses sizes whose plugins would not fit in the memory
-available.
+Run: ``.venv/bin/python bench/jobstart_bench.py [--nodes 4,18,64,144,256] [--mode both] [--quick]``
+after ``make bench`` (``--quick``: 4 and 18 nodes, no kubelet series). One plugin process holds
+≈ 64 MiB, so 256 of them need ≈ 16 GiB; the run refuses sizes whose plugins would not fit in the
+memory available (each mode's fleet is stopped before the next one starts).
 """
 
 from __future__ import annotations
@@ -55,6 +74,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
+import itertools
 import json
 import os
 import signal
@@ -69,6 +90,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx2
 from benchlib import (
     CLIQUE,
     CONTROLLER_COMMAND_HELP,
@@ -88,13 +110,15 @@ from benchlib import (
     rss_mib,
     simulated_node,
 )
+from daemonsim import DAEMON_STAGES, DaemonKubelet, claim_reserved_for, kubelet_prepare, kubelet_unprepare
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from plotting import write_jobstart_plot
+from tests.integration.controller_standins import daemon_device_class
 
 from imexdra.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL
 from imexdra.common.kube import http_client
-from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
+from imexdra.controller.render import DAEMON_SERVICE_ACCOUNT
 from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
@@ -118,6 +142,14 @@ DRIVER_RESOURCES = (
     "nodes",
 )
 CLAIM = "channel"
+#: A kubelet's node Lease: 40 s, renewed every quarter of that (kubelet defaults).
+LEASE_DURATION_S = 40
+LEASE_RENEW_S = 10.0
+
+
+def _micro_now() -> str:
+    """A Lease's MicroTime, now."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def rack_clique(index: int) -> str:
@@ -127,7 +159,7 @@ def rack_clique(index: int) -> str:
 
 
 def install_api(cluster: LocalCluster) -> None:
-    """CRDs, the channel DeviceClass (the chart's CEL selector) and the driver namespace."""
+    """CRDs, the channel and daemon DeviceClasses (the chart's), the driver namespace and daemon account."""
     install_crds(cluster)
     kubectl_apply(
         cluster,
@@ -137,7 +169,16 @@ def install_api(cluster: LocalCluster) -> None:
             "metadata": {"name": DEVICE_CLASS_DEFAULT_CHANNEL},
             "spec": {"selectors": [{"cel": {"expression": CHANNEL_SELECTOR}}]},
         },
+        daemon_device_class(),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}},
+    )
+    kubectl_apply(
+        cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": DAEMON_SERVICE_ACCOUNT, "namespace": DRIVER_NAMESPACE},
+        },
     )
 
 
@@ -227,7 +268,12 @@ class Fleet:
     cluster: LocalCluster
     state_dir: Path
     kubelets: bool
+    host_managed: bool = True
     nodes: list[PluginNode] = field(default_factory=list)
+    heartbeat: asyncio.Task[None] | None = None
+    renewed: dict[str, float] = field(default_factory=dict)
+    #: The longest time a simulated node's Lease went unrenewed (the node lifecycle's grace is 50 s).
+    renew_max_gap_s: float = 0.0
 
     def by_name(self) -> dict[str, PluginNode]:
         return {node.name: node for node in self.nodes}
@@ -248,6 +294,8 @@ class Fleet:
             await asyncio.to_thread(self.cluster.add_nodes, specs, timeout=300)
         else:
             await asyncio.gather(*(self._create_node(api, i) for i in new))
+            if self.heartbeat is None:
+                self.heartbeat = asyncio.create_task(self._renew_leases(api))
         batch = 8  # two cores: start plugins a few at a time
         for first in range(0, len(new), batch):
             started_now = [self._start_plugin(i) for i in new[first : first + batch]]
@@ -279,6 +327,46 @@ class Fleet:
             }
         }
         await api.patch(f"/api/v1/nodes/{name}/status", status)
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": "kube-node-lease"},
+            "spec": {
+                "holderIdentity": name,
+                "leaseDurationSeconds": LEASE_DURATION_S,
+                "renewTime": _micro_now(),
+            },
+        }
+        await api.post("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease)
+        self.renewed[name] = time.monotonic()
+
+    async def _renew_leases(self, api: Api) -> None:
+        """Renew every simulated node's Lease each 10 s, spread over the period, as kubelets do.
+
+        From the node's creation on, before its plugin runs: a node whose Lease lapses for the node
+        lifecycle controller's 50 s grace turns Unknown and stays so (only a kubelet posts Ready).
+        Each renewal is its own task, as each kubelet renews on its own: a slow apiserver answer
+        delays that one node, not the ones after it.
+        """
+        pending: set[asyncio.Task[None]] = set()
+        while True:
+            names = list(self.renewed) or ["node-0"]
+            for name in names:
+                task = asyncio.create_task(self._renew(api, name))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                await asyncio.sleep(LEASE_RENEW_S / len(names))
+
+    async def _renew(self, api: Api, name: str) -> None:
+        with contextlib.suppress(Exception):
+            await api.patch(
+                f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}",
+                {"spec": {"renewTime": _micro_now()}},
+            )
+            now = time.monotonic()
+            if name in self.renewed:
+                self.renew_max_gap_s = max(self.renew_max_gap_s, now - self.renewed[name])
+            self.renewed[name] = now
 
     def _start_plugin(self, index: int) -> PluginNode:
         name = f"node-{index}"
@@ -291,11 +379,11 @@ class Fleet:
         else:
             base = self.state_dir / name
             env = simulated_node(base, name, rack_clique(index))
-        env |= {
-            "KUBECONFIG": str(self.cluster.kubeconfig),
-            "FEATURE_GATES": "HostManagedIMEX=true",
-            "IMEX_MODE": "hostManaged",
-        }
+        env |= {"KUBECONFIG": str(self.cluster.kubeconfig)}
+        if self.host_managed:
+            env |= {"FEATURE_GATES": "HostManagedIMEX=true", "IMEX_MODE": "hostManaged"}
+        else:
+            env |= {"FEATURE_GATES": "", "IMEX_MODE": "driverManaged"}
         with (base / "plugin.log").open("ab") as log:
             process = subprocess.Popen(
                 [str(PLUGIN_BIN)], env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
@@ -325,6 +413,9 @@ class Fleet:
         return sum(cpu_seconds(node.process.pid) for node in self.nodes)
 
     async def close(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.cancel()
+            await asyncio.gather(self.heartbeat, return_exceptions=True)
         for node in self.nodes:
             if node.channel is not None:
                 await node.channel.close()
@@ -348,6 +439,7 @@ class Api:
             config=KubeConfig.from_file(cluster.kubeconfig), field_manager="jobstart-bench"
         )
         self.http = http_client(self.client)
+        self.watch_restarts = 0
 
     async def close(self) -> None:
         await self.client.close()
@@ -377,17 +469,31 @@ class Api:
     async def watch(
         self, path: str, on_event: Callable[[str, dict[str, Any]], None], synced: asyncio.Event
     ) -> None:
-        """List, then watch from the list's resourceVersion; every object goes to ``on_event``."""
-        listing = await self.get(path)
-        for item in listing["items"]:
-            on_event("ADDED", item)
-        synced.set()
-        params = {"watch": "1", "resourceVersion": listing["metadata"]["resourceVersion"]}
-        async with self.http.stream("GET", path, params=params, timeout=None) as response:
-            async for line in response.aiter_lines():
-                if line:
-                    event = json.loads(line)
-                    on_event(event["type"], event["object"])
+        """List, then watch from the list's resourceVersion; every object goes to ``on_event``.
+
+        A watch the apiserver ends (e.g. it closes a watcher that fell behind while the machine is
+        saturated) is resumed by a fresh list and watch, as an informer would; ``watch_restarts``
+        counts them (an object's stage time may then be late by the gap).
+        """
+        while True:
+            try:
+                listing = await self.get(path)
+                for item in listing["items"]:
+                    on_event("ADDED", item)
+                synced.set()
+                params = {"watch": "1", "resourceVersion": listing["metadata"]["resourceVersion"]}
+                async with self.http.stream("GET", path, params=params, timeout=None) as response:
+                    async for line in response.aiter_lines():
+                        if not line:
+                            continue
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":  # e.g. 410 Gone: list again
+                            break
+                        on_event(event["type"], event["object"])
+            except (httpx2.HTTPError, ValueError):
+                pass
+            self.watch_restarts += 1
+            await asyncio.sleep(0.2)
 
     async def until_slices(self, count: int, within: float = 300) -> None:
         deadline = time.monotonic() + within
@@ -412,6 +518,9 @@ class JobStart:
     pods: int
     t0: float = 0.0
     domain_ready: float | None = None
+    #: The domain's latest turn to Ready (driver-managed: Ready, NotReady as daemons join, Ready again).
+    domain_ready_last: float | None = None
+    domain_is_ready: bool = False
     pod_created: dict[str, float] = field(default_factory=dict)
     pod_bound: dict[str, float] = field(default_factory=dict)
     pod_running: dict[str, float] = field(default_factory=dict)
@@ -427,9 +536,13 @@ class JobStart:
         return time.monotonic() - self.t0
 
     def on_domain(self, _kind: str, obj: dict[str, Any]) -> None:
-        if (obj.get("status") or {}).get("status") == "Ready" and self.domain_ready is None:
-            self.domain_ready = self.now()
-            self.changed.set()
+        ready = (obj.get("status") or {}).get("status") == "Ready"
+        if ready and not self.domain_is_ready:
+            self.domain_ready_last = self.now()
+            if self.domain_ready is None:
+                self.domain_ready = self.domain_ready_last
+        self.domain_is_ready = ready
+        self.changed.set()
 
     def on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
@@ -459,11 +572,8 @@ class JobStart:
             node = pod["spec"].get("nodeName")
             if not node or name in self.prepared:
                 continue
-            statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
-            claim_name = next((s.get("resourceClaimName") for s in statuses if s["name"] == CLAIM), None)
-            claim = self.claims_seen.get(claim_name or "")
-            reserved = ((claim or {}).get("status") or {}).get("reservedFor") or []
-            if claim is not None and any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
+            claim = claim_reserved_for(pod, CLAIM, self.claims_seen)
+            if claim is not None:
                 ready.append((name, node, claim))
         return ready
 
@@ -473,6 +583,9 @@ class JobStart:
 
         return {
             "domain_ready_s": None if self.domain_ready is None else round(self.domain_ready, 2),
+            "domain_ready_last_s": None
+            if self.domain_ready_last is None
+            else round(self.domain_ready_last, 2),
             "all_pods_created_s": last(self.pod_created),
             "all_claims_allocated_s": last(self.claim_allocated),
             "all_pods_bound_s": last(self.pod_bound),
@@ -481,9 +594,14 @@ class JobStart:
 
 
 class Simulator:
-    """The kubelet's part for pods bound to simulated nodes: prepare over the socket, report Running."""
+    """The kubelet's part for pods bound to simulated nodes: prepare over the socket, report Running.
 
-    def __init__(self, api: Api, fleet: Fleet, namespace: str, state: JobStart) -> None:
+    Driver-managed, ``daemons`` also plays kubelet, runtime and daemon of the IMEX daemon pods.
+    """
+
+    def __init__(
+        self, api: Api, fleet: Fleet, namespace: str, state: JobStart, *, formation_s: float = 0.0
+    ) -> None:
         self.api = api
         self.nodes = fleet.by_name()
         self.namespace = namespace
@@ -491,8 +609,25 @@ class Simulator:
         self.handed: set[str] = set()
         self.claims: dict[str, tuple[str, str, str]] = {}  # pod -> (node, claim name, claim uid)
         self.tasks: set[asyncio.Task[None]] = set()
+        self.prepare_calls: list[int] = []
+        self.retry_reasons: Counter[str] = Counter()
+        self.daemons: DaemonKubelet | None = None
+        if not fleet.host_managed:
+            cliques = {node.name: rack_clique(i) for i, node in enumerate(fleet.nodes)}
+            self.daemons = DaemonKubelet(
+                api.client,
+                stubs=lambda node: self.nodes[node].connect(),
+                clique_of=cliques.__getitem__,
+                clock=state.now,
+                changed=state.changed,
+                formation_s=formation_s,
+            )
 
     def poll(self) -> None:
+        if self.daemons is not None:
+            self.daemons.poll()
+            if self.daemons.errors:
+                raise RuntimeError(f"daemon stand-in failed: {self.daemons.errors[0]}")
         for pod, node, claim in self.state.ready_to_prepare():
             if pod in self.handed:
                 continue
@@ -504,19 +639,11 @@ class Simulator:
             task.add_done_callback(self.tasks.discard)
 
     async def _prepare(self, pod: str, node: str, claim: str, uid: str) -> None:
-        stub = self.nodes[node].connect()
-        request = dra.NodePrepareResourcesRequest(
-            claims=[dra.Claim(namespace=self.namespace, name=claim, uid=uid)]
-        )
-        while True:
-            t0 = time.perf_counter()
-            response = await stub.NodePrepareResources(request, timeout=60)
-            result = response.claims[uid]
-            if not result.error:
-                break
-            self.state.prepare_errors += 1
-            await asyncio.sleep(1.0)
-        self.state.prepare_ms.append((time.perf_counter() - t0) * 1e3)
+        outcome = await kubelet_prepare(self.nodes[node].connect(), self.namespace, claim, uid)
+        self.prepare_calls.append(outcome.calls)
+        self.retry_reasons.update(reason.split(":")[0] for reason in outcome.retry_reasons)
+        self.state.prepare_errors += outcome.calls - 1
+        self.state.prepare_ms.append(outcome.last_call_ms)
         self.state.prepared[pod] = self.state.now()
         self.claims[pod] = (node, claim, uid)
         self.state.changed.set()
@@ -525,13 +652,12 @@ class Simulator:
             await self.api.patch(f"/api/v1/namespaces/{self.namespace}/pods/{pod}/status", status)
 
     async def unprepare_all(self) -> None:
-        async def one(node: str, claim: str, uid: str) -> None:
-            request = dra.NodeUnprepareResourcesRequest(
-                claims=[dra.Claim(namespace=self.namespace, name=claim, uid=uid)]
+        await asyncio.gather(
+            *(
+                kubelet_unprepare(self.nodes[node].connect(), self.namespace, claim, uid)
+                for node, claim, uid in self.claims.values()
             )
-            await self.nodes[node].connect().NodeUnprepareResources(request, timeout=60)
-
-        await asyncio.gather(*(one(*claim) for claim in self.claims.values()))
+        )
 
 
 def checkpoint_poller(fleet: Fleet, state: JobStart) -> Callable[[], None]:
@@ -586,6 +712,88 @@ def api_deltas(before: Samples, after: Samples) -> dict[str, Any]:
             k: int(v) for k, v in sorted(by_verb_resource.items(), key=lambda kv: -kv[1])
         },
         "requests": int(sum(by_verb_resource.values())),
+    }
+
+
+def stuck(state: JobStart, simulator: Simulator | None, fleet: Fleet) -> str:
+    """What a timed-out job start reached, for the error message."""
+    found: dict[str, Any] = {"breakdown": state.breakdown()}
+    found["prepared"] = len(state.prepared)
+    found["lease_renew_max_gap_s"] = round(fleet.renew_max_gap_s, 1)
+    if simulator is not None and simulator.daemons is not None:
+        daemons = simulator.daemons
+        found["daemon_stages"] = {stage: len(t) for stage, t in daemons.times.items()}
+        found["daemon_pods_seen"] = len(daemons.pods)
+        late = sorted(set(daemons.times["ready"]) - set(daemons.times["published_ready"]))
+        found["ready_not_published"] = {
+            node: [
+                (c.get("type"), c.get("status"), c.get("reason"))
+                for pod in daemons.pods.values()
+                if pod["spec"].get("nodeName") == node
+                for c in (pod.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Ready"
+            ]
+            for node in late[:10]
+        }
+    log = fleet.nodes[0].base / "plugin.log"
+    tail = log.read_text(errors="replace").splitlines()[-5:] if log.exists() else []
+    return json.dumps(found) + "\nnode-0's plugin log ends:\n" + "\n".join(line[:300] for line in tail)
+
+
+def controller_writes(before: Samples, after: Samples) -> dict[str, Any]:
+    """The controller's own count of its API writes during the job start, by resource and verb."""
+    by: Counter[str] = Counter()
+    conflicts = 0
+    for (name, labels), value in after.items():
+        delta = value - before.get((name, labels), 0.0)
+        if name != "imexdra_controller_api_writes_total" or delta <= 0:
+            continue
+        fields = dict(labels)
+        by[f"{fields.get('verb')} {fields.get('resource')}"] += int(delta)
+        conflicts += int(delta) if fields.get("code") == "409" else 0
+    return {"total": sum(by.values()), "409": conflicts, "by_verb_and_resource": dict(by.most_common())}
+
+
+def daemon_breakdown(state: JobStart, daemons: DaemonKubelet) -> dict[str, Any]:
+    """When the daemons reached each stage (first and last), and each per-node step's p50 and max."""
+    times = daemons.times
+    stages: dict[str, Any] = {}
+    for stage in DAEMON_STAGES:
+        values = list(times[stage].values())
+        stages[stage] = {
+            "first_s": round(min(values), 2) if values else None,
+            "all_s": round(max(values), 2) if len(values) >= state.pods else None,
+            "count": len(values),
+        }
+    worker_node = {
+        pod["spec"]["nodeName"]: name for name, pod in state.pods_seen.items() if pod["spec"].get("nodeName")
+    }
+    per_node = {
+        node: {
+            "worker_bound": state.pod_bound.get(pod),
+            **{stage: times[stage].get(node) for stage in DAEMON_STAGES},
+            "worker_prepared": state.prepared.get(pod),
+        }
+        for node, pod in worker_node.items()
+    }
+    chain = ("worker_bound", *DAEMON_STAGES, "worker_prepared")
+    steps: dict[str, Any] = {}
+    for start, end in itertools.pairwise(chain):
+        lags = [
+            marks[end] - marks[start]
+            for marks in per_node.values()
+            if marks.get(start) is not None and marks.get(end) is not None
+        ]
+        if lags:
+            steps[f"{start}->{end}"] = {
+                "p50_s": round(percentile(lags, 0.5), 2),
+                "max_s": round(max(lags), 2),
+            }
+    return {
+        "stages": stages,
+        "steps_per_node": steps,
+        "daemon_claim_prepare_calls": daemons.prepare_calls,
+        "daemon_retry_reasons": daemons.retry_reasons[:5],
     }
 
 
@@ -659,49 +867,61 @@ async def job_start(
     pods: int,
     namespace: str,
     profile: bool,
+    formation_s: float = 0.0,
 ) -> dict[str, Any]:
     """One submit → all prepared, with its API traffic, CPU and memory; cleans up afterwards."""
     await api.post(
         "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     )
     state = JobStart(pods)
-    synced = [asyncio.Event() for _ in range(3)]
+    simulator = None if fleet.kubelets else Simulator(api, fleet, namespace, state, formation_s=formation_s)
     ns = f"/namespaces/{namespace}"
+    sources: list[tuple[str, Callable[[str, dict[str, Any]], None]]] = [
+        (f"/apis/resource.nvidia.com/v1beta1{ns}/computedomains", state.on_domain),
+        (f"/api/v1{ns}/pods", state.on_pod),
+        (f"/apis/resource.k8s.io/v1{ns}/resourceclaims", state.on_claim),
+    ]
+    daemons = simulator.daemons if simulator is not None else None
+    if daemons is not None:
+        driver_ns = f"/namespaces/{DRIVER_NAMESPACE}"
+        sources += [
+            (f"/api/v1{driver_ns}/pods", daemons.on_pod),
+            (f"/apis/resource.k8s.io/v1{driver_ns}/resourceclaims", daemons.on_claim),
+            (f"/apis/resource.nvidia.com/v1beta1{driver_ns}/computedomaincliques", daemons.on_clique),
+        ]
+    synced = [asyncio.Event() for _ in sources]
     watches = [
-        asyncio.create_task(
-            api.watch(f"/apis/resource.nvidia.com/v1beta1{ns}/computedomains", state.on_domain, synced[0])
-        ),
-        asyncio.create_task(api.watch(f"/api/v1{ns}/pods", state.on_pod, synced[1])),
-        asyncio.create_task(
-            api.watch(f"/apis/resource.k8s.io/v1{ns}/resourceclaims", state.on_claim, synced[2])
-        ),
+        asyncio.create_task(api.watch(path, handler, event))
+        for (path, handler), event in zip(sources, synced, strict=True)
     ]
     await asyncio.gather(*(event.wait() for event in synced))
-    simulator = None if fleet.kubelets else Simulator(api, fleet, namespace, state)
     poll = simulator.poll if simulator is not None else checkpoint_poller(fleet, state)
+    mode = "host" if fleet.host_managed else "driver"
     profilers: list[tuple[str, Profiler]] = []
     if profile and controller.process is not None:
         assert cluster.run_dir is not None
         profilers = [
             (
                 "controller",
-                Profiler(controller.process.pid, cluster.run_dir / f"profile-controller-{pods}.txt"),
+                Profiler(controller.process.pid, cluster.run_dir / f"profile-controller-{mode}-{pods}.txt"),
             ),
             (
                 "plugin_node_0",
-                Profiler(fleet.nodes[0].process.pid, cluster.run_dir / f"profile-plugin-{pods}.txt"),
+                Profiler(fleet.nodes[0].process.pid, cluster.run_dir / f"profile-plugin-{mode}-{pods}.txt"),
             ),
         ]
         for _, profiler in profilers:
             profiler.start()
         await asyncio.sleep(1)
     before = apiserver_metrics(cluster)
+    writes_before = controller.metrics() if controller.ours else {}
     cpu_before = {
         **component_cpu(cluster),
         "controller": controller.cpu_seconds(),
         "plugins": fleet.cpu_seconds(),
     }
     name = "train"
+    restarts_before = api.watch_restarts
     state.t0 = time.monotonic()
     await asyncio.gather(
         api.post(f"/apis/resource.nvidia.com/v1beta1{ns}/computedomains", compute_domain(name)),
@@ -709,11 +929,11 @@ async def job_start(
     )
     deadline = time.monotonic() + 120 + pods
     try:
-        while len(state.prepared) < pods or state.domain_ready is None:
+        while len(state.prepared) < pods or not state.domain_is_ready:
             state.changed.clear()
             poll()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"job start of {pods} pods timed out: {state.breakdown()}")
+                raise TimeoutError(f"job start of {pods} pods timed out: {stuck(state, simulator, fleet)}")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(state.changed.wait(), timeout=0.05)
         total_s = state.now()
@@ -728,6 +948,7 @@ async def job_start(
     finally:
         profiles = {label: profiler.stop() for label, profiler in profilers}
     after = apiserver_metrics(cluster)
+    writes_after = controller.metrics() if controller.ours else {}
     cpu_after = {
         **component_cpu(cluster),
         "controller": controller.cpu_seconds(),
@@ -745,13 +966,22 @@ async def job_start(
         if state.prepare_ms
         else None,
         "prepare_errors_retried": state.prepare_errors,
+        "kubelet_prepare_calls_per_claim": dict(sorted(Counter(simulator.prepare_calls).items()))
+        if simulator is not None
+        else None,
+        "kubelet_retry_reasons": dict(simulator.retry_reasons) if simulator is not None else None,
         "prepared_curve_s": sorted(round(t, 3) for t in state.prepared.values()),
         "api": api_deltas(before, after),
+        "controller_writes": controller_writes(writes_before, writes_after) if controller.ours else None,
         "cpu_s": {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 2) for k in cpu_after},
+        "bench_watch_restarts": api.watch_restarts - restarts_before,
+        "lease_renew_max_gap_s": round(fleet.renew_max_gap_s, 1),
         "controller_rss_mib": controller.rss_mib(),
         "plugin_rss": fleet.rss(),
         "load_average": os.getloadavg(),
     }
+    if daemons is not None:
+        result["daemons"] = daemon_breakdown(state, daemons)
     if profiles:
         result["profiles"] = profiles
     await teardown(api, simulator, namespace, name)
@@ -766,6 +996,8 @@ async def teardown(api: Api, simulator: Simulator | None, namespace: str, name: 
     ns = f"/namespaces/{namespace}"
     if simulator is not None:
         await simulator.unprepare_all()
+        if simulator.daemons is not None:
+            await simulator.daemons.unprepare_all()
     await api.delete(f"/apis/batch/v1{ns}/jobs/{name}", propagationPolicy="Background")
     if simulator is not None:
         await api.delete(f"/api/v1{ns}/pods", gracePeriodSeconds="0")
@@ -777,6 +1009,20 @@ async def teardown(api: Api, simulator: Simulator | None, namespace: str, name: 
             await api.delete(f"/api/v1{ns}/pods", gracePeriodSeconds="0")
         await asyncio.sleep(0.5)
     await api.delete(f"/apis/resource.nvidia.com/v1beta1{ns}/computedomains/{name}")
+    if simulator is not None and simulator.daemons is not None:
+        # The DaemonSet goes with the domain; its pods terminate and a kubelet would confirm them.
+        driver_ns = f"/namespaces/{DRIVER_NAMESPACE}"
+        leftovers = (
+            f"/apis/apps/v1{driver_ns}/daemonsets",
+            f"/api/v1{driver_ns}/pods",
+            f"/apis/resource.k8s.io/v1{driver_ns}/resourceclaims",
+            f"/apis/resource.nvidia.com/v1beta1{driver_ns}/computedomaincliques",
+        )
+        while any([(await api.get(path))["items"] for path in leftovers]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"daemon objects of {namespace} not gone")
+            await api.delete(f"/api/v1{driver_ns}/pods", gracePeriodSeconds="0")
+            await asyncio.sleep(0.5)
     await api.delete(f"/api/v1/namespaces/{namespace}")
     # The namespace controller's work would otherwise spill into the next run's figures.
     while (await api.http.get(f"/api/v1/namespaces/{namespace}")).status_code != 404:
@@ -798,7 +1044,12 @@ def memory_fits(count: int) -> bool:
 
 
 async def series(
-    cluster: LocalCluster, sizes: list[int], args: argparse.Namespace, *, kubelets: bool
+    cluster: LocalCluster,
+    sizes: list[int],
+    args: argparse.Namespace,
+    *,
+    kubelets: bool,
+    host_managed: bool = True,
 ) -> list[dict[str, Any]]:
     """Job starts for each size on one cluster, growing the fleet; per size ours, then the other."""
     assert cluster.run_dir is not None
@@ -809,7 +1060,8 @@ async def series(
     if args.controller_command:
         commands.append(("other", args.controller_command))
     with tempfile.TemporaryDirectory(prefix="jsb-", dir=args.state_dir) as tmp:
-        fleet = Fleet(cluster, Path(tmp), kubelets=kubelets)
+        fleet = Fleet(cluster, Path(tmp), kubelets=kubelets, host_managed=host_managed)
+        name = series_name(kubelets=kubelets, host_managed=host_managed)
         try:
             for size in sizes:
                 if not memory_fits(size - len(fleet.nodes)):
@@ -818,13 +1070,13 @@ async def series(
                     )
                     continue
                 grow_s = await fleet.grow(api, size)
-                per_size: dict[str, Any] = {"nodes": size, "series": "kubelets" if kubelets else "simulated"}
+                per_size: dict[str, Any] = {"nodes": size, "series": name}
                 per_size["fleet_growth_s"] = round(grow_s, 1)
                 for label, command in commands:
                     controller = ControllerProcess(
                         cluster.kubeconfig,
                         cluster.run_dir / f"controller-{label}.log",
-                        host_managed=True,
+                        host_managed=host_managed,
                         qps=args.controller_qps,
                         burst=args.controller_burst,
                         command=command,
@@ -834,12 +1086,27 @@ async def series(
                         await controller.wait_ready()
                         await asyncio.sleep(1)  # caches synced; the apiserver quiet again
                         profile = label == "ours" and size in args.profile_nodes and not kubelets
-                        namespace = f"job-{'k' if kubelets else 's'}{size}-{label}"
+                        namespace = f"job-{name[0]}{'d' if not host_managed else ''}{size}-{label}"
                         per_size[label] = await job_start(
-                            cluster, api, fleet, controller, size, namespace, profile
+                            cluster,
+                            api,
+                            fleet,
+                            controller,
+                            size,
+                            namespace,
+                            profile,
+                            args.imex_formation_seconds,
                         )
+                    except TimeoutError as error:
+                        # The namespace is left as it is: this series ends here, the next mode goes on.
+                        per_size["failed"] = {"controller": label, "error": str(error)[:2000]}
+                        break
                     finally:
                         controller.stop()
+                if "failed" in per_size:
+                    runs.append(per_size)
+                    print(json.dumps(per_size), file=sys.stderr, flush=True)
+                    break
                 if "other" in per_size:
                     per_size["ratios_ours_over_other"] = ratios(per_size["ours"], per_size["other"])
                 runs.append(per_size)
@@ -848,6 +1115,16 @@ async def series(
             await fleet.close()
             await api.close()
     return runs
+
+
+def series_name(*, kubelets: bool, host_managed: bool) -> str:
+    """``kubelets`` and ``simulated`` are host-managed (their names predate the driver-managed series)."""
+    if kubelets:
+        return "kubelets"
+    return "simulated" if host_managed else "simulated_driver_managed"
+
+
+SERIES = ("kubelets", "simulated", "simulated_driver_managed")
 
 
 def ratios(ours: dict[str, Any], other: dict[str, Any]) -> dict[str, float | None]:
@@ -873,8 +1150,8 @@ def short(run: dict[str, Any]) -> dict[str, Any]:
 
 def verdict(results: dict[str, Any]) -> dict[str, Any]:
     found = {}
-    for series_name in ("simulated", "kubelets"):
-        for run in results.get(series_name, []):
+    for series_key in SERIES:
+        for run in results.get(series_key, []):
             ours = run.get("ours")
             if ours is None or run["nodes"] not in TARGETS_S:
                 continue
@@ -888,7 +1165,7 @@ def verdict(results: dict[str, Any]) -> dict[str, Any]:
             }
             if run["nodes"] == max(TARGETS_S):
                 entry["no_409_no_429_met"] = ours["api"]["409"] == 0 and ours["api"]["429"] == 0
-            found[f"{series_name}_{run['nodes']}"] = entry
+            found[f"{series_key}_{run['nodes']}"] = entry
     return found
 
 
@@ -902,12 +1179,21 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "targets_s": {str(k): v for k, v in TARGETS_S.items()},
         "controller_command": args.controller_command,
     }
-    kubelet_sizes = [n for n in args.nodes if n <= args.max_kubelets]
+    results["mode"] = args.mode
+    results["imex_formation_seconds"] = args.imex_formation_seconds
+    host_managed = args.mode in ("both", "host-managed")
+    kubelet_sizes = [n for n in args.nodes if n <= args.max_kubelets] if host_managed else []
     if kubelet_sizes:
         with LocalCluster(nodes_specs=[], keep_run_dir=args.keep) as cluster:
             results["kubelets"] = await series(cluster, kubelet_sizes, args, kubelets=True)
-    with LocalCluster(nodes_specs=[], keep_run_dir=args.keep) as cluster:
-        results["simulated"] = await series(cluster, args.nodes, args, kubelets=False)
+    if host_managed:
+        with LocalCluster(nodes_specs=[], keep_run_dir=args.keep) as cluster:
+            results["simulated"] = await series(cluster, args.nodes, args, kubelets=False)
+    if args.mode in ("both", "driver-managed"):
+        with LocalCluster(nodes_specs=[], keep_run_dir=args.keep) as cluster:
+            results["simulated_driver_managed"] = await series(
+                cluster, args.nodes, args, kubelets=False, host_managed=False
+            )
     results["load_average_at_end"] = os.getloadavg()
     results["verdict"] = verdict(results)
     return results
@@ -922,6 +1208,18 @@ def main() -> None:
         help="job sizes (one pod per node), comma-separated",
     )
     parser.add_argument("--quick", action="store_true", help="4 and 18 nodes, no kubelet series")
+    parser.add_argument(
+        "--mode",
+        choices=("both", "host-managed", "driver-managed"),
+        default="both",
+        help="IMEX mode of the simulated series (real kubelets: host-managed only)",
+    )
+    parser.add_argument(
+        "--imex-formation-seconds",
+        type=float,
+        default=0.0,
+        help="driver-managed: time from a daemon knowing its index to IMEX answering READY (none runs here)",
+    )
     parser.add_argument(
         "--max-kubelets", type=int, default=18, help="largest size also run on real kubelets (0: none)"
     )
@@ -950,9 +1248,9 @@ def main() -> None:
     (RESULTS / "jobstart_bench.json").write_text(json.dumps(results, indent=1))
     write_jobstart_plot(results, RESULTS / "jobstart_bench.png", targets_s=TARGETS_S)
     printable = {**results}
-    for series_name in ("kubelets", "simulated"):
-        if series_name in printable:
-            printable[series_name] = [short(run) for run in printable[series_name]]
+    for series_key in SERIES:
+        if series_key in printable:
+            printable[series_key] = [short(run) for run in printable[series_key]]
     print(json.dumps(printable, indent=1))
 
 

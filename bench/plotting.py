@@ -155,7 +155,7 @@ def write_controller_plot(
     figure.savefig(path, dpi=110)
 
 
-SERIES_COLOURS = {"simulated": "tab:blue", "kubelets": "tab:orange"}
+SERIES_COLOURS = {"simulated": "tab:blue", "kubelets": "tab:orange", "simulated_driver_managed": "tab:green"}
 STAGES = (
     ("domain_ready_s", "domain Ready"),
     ("all_pods_created_s", "all pods created"),
@@ -209,16 +209,23 @@ def write_jobstart_plot(results: dict[str, Any], path: Path, *, targets_s: dict[
     scaling.set_ylim(bottom=0)
     scaling.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=2, frameon=False, fontsize=8)
 
-    for run in runs["simulated"] or runs["kubelets"]:
-        curve = run["ours"]["prepared_curve_s"]
-        curves.step(
-            curve, range(1, len(curve) + 1), where="post", linewidth=1.5, label=f"{run['nodes']} nodes"
-        )
+    for series, style in (("simulated", "-"), ("simulated_driver_managed", "--")):
+        for run in runs[series] or (runs["kubelets"] if series == "simulated" else []):
+            curve = run["ours"]["prepared_curve_s"]
+            mode = "driver-managed" if series == "simulated_driver_managed" else "host-managed"
+            curves.step(
+                curve,
+                range(1, len(curve) + 1),
+                where="post",
+                linestyle=style,
+                linewidth=1.5,
+                label=f"{run['nodes']} nodes, {mode}",
+            )
     for size, target in targets_s.items():
         _vertical(curves, target, f"target {size} nodes ≤ {target:g} s", P99_COLOUR, target=True)
     curves.set_xlabel("seconds since submit")
     curves.set_ylabel("claims prepared")
-    curves.set_title("Claims prepared over time (simulated nodes)")
+    curves.set_title("Claims prepared over time (simulated nodes; dashed: driver-managed)")
     curves.legend(loc="lower right", fontsize=8)
 
     largest = max(runs["simulated"] or runs["kubelets"] or [{}], key=lambda run: run.get("nodes", 0))
