@@ -28,6 +28,7 @@ from imexdra.kubeletplugin.domains import (
 from imexdra.kubeletplugin.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.slices import slice_devices
 from imexdra.localcluster.cluster import LocalCluster
+from tests.integration.controller_harness import apiserver_requests, request_delta
 from tests.integration.helpers import apply, eventually
 from tests.integration.test_kubeletplugin import CLIQUE, DRIVER_NAMESPACE, install_api, node_labels
 
@@ -101,6 +102,20 @@ async def test_foreign_change_is_resolved_through_a_conflict(
     assert labels[LABEL] == "domain-a"
     assert labels["imexdra-test/touched"] == "yes"  # a full Update never loses others' changes
     cluster.kubectl("label", "node", NODE, "imexdra-test/touched-")
+
+
+async def test_gpu_clique_patch_keeps_the_copy_fresh(cluster: LocalCluster, labeler: NodeLabeler) -> None:
+    """After the plugin patches ``nvidia.com/gpu.clique``, labelling the node meets no 409."""
+    await labeler.add("domain-a")
+    await labeler.remove("domain-a")  # the labeler now holds a copy of the node
+    before = apiserver_requests(cluster)
+    await labeler.set_gpu_clique(CLIQUE)
+    await labeler.add("domain-a")
+    after = apiserver_requests(cluster)
+    await labeler.set_gpu_clique(None)
+    await labeler.remove("domain-a")
+    assert request_delta(before, after, resource="nodes", code="409") == 0
+    assert request_delta(before, after, resource="nodes", verb="GET") == 0  # no re-read needed either
 
 
 async def test_domain_cache_and_readiness(cluster: LocalCluster, kube: AsyncClient, namespace: str) -> None:

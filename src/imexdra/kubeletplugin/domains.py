@@ -24,7 +24,6 @@ import msgspec
 import structlog
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
-from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique, clique_name
@@ -217,10 +216,21 @@ class NodeLabeler:
         self._last = msgspec.json.decode(response.content)
 
     async def set_gpu_clique(self, clique_id: str | None) -> None:
-        """Merge-patch ``nvidia.com/gpu.clique`` to ``clique_id`` (None removes it)."""
+        """Merge-patch ``nvidia.com/gpu.clique`` to ``clique_id`` (None removes it).
+
+        The answer becomes the node as last seen: kept from before the patch, that copy would be one
+        write behind, and the next ComputeDomain label Update on it a certain 409.
+        """
         patch: dict[str, Any] = {"metadata": {"labels": {GPU_CLIQUE_NODE_LABEL_KEY: clique_id}}}
-        with kube_errors(f"patch node {self.node_name} label {GPU_CLIQUE_NODE_LABEL_KEY}"):
-            await self._client.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE)
+        action = f"patch node {self.node_name} label {GPU_CLIQUE_NODE_LABEL_KEY}"
+        with kube_errors(action):
+            response = await self._http.patch(
+                self._path,
+                content=msgspec.json.encode(patch),
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+        await raise_for_status(response, action)
+        self._last = msgspec.json.decode(response.content)
 
 
 def _would_write(change: Callable[[str | None], str | None], node: dict[str, Any] | None) -> bool:
