@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 
 import pytest
+
+from imexdra.localcluster.cluster import LocalCluster
 
 _FAILED = pytest.StashKey[int]()
 
@@ -13,6 +16,17 @@ _FAILED = pytest.StashKey[int]()
 def failure_count(config: pytest.Config) -> int:
     """How many test phases failed so far; cluster fixtures keep their logs when it grew."""
     return config.stash.get(_FAILED, 0)
+
+
+def stop_cluster(
+    cluster: LocalCluster, config: pytest.Config, failed_before: int, what: str = "cluster"
+) -> None:
+    """Stop a test cluster; keep its logs only when a test failed since ``failed_before``."""
+    cluster.stop()
+    if failure_count(config) == failed_before and cluster.run_dir is not None:
+        shutil.rmtree(cluster.run_dir, ignore_errors=True)
+    else:
+        progress(config, f"{what} logs kept in {cluster.run_dir}/logs")
 
 
 @pytest.hookimpl(wrapper=True)

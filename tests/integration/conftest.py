@@ -6,7 +6,6 @@ host processes; ``/srv/imexdra-test`` in a pod's hostPath is each node's own ``<
 
 from __future__ import annotations
 
-import shutil
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from lightkube.config.kubeconfig import KubeConfig
 from imexdra.api.constants import CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.nodes import GPU_NODE_LABELS, HostImage, NodeSpec
-from tests.conftest import failure_count, progress
+from tests.conftest import failure_count, progress, stop_cluster
 
 HOST_IMAGE = "imexdra.test/host:latest"
 """An image fakecri runs as a real host process (the container's command is run on the host)."""
@@ -66,12 +65,7 @@ def cluster(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     )
     failed_before = failure_count(pytestconfig)
     yield local
-    local.stop()
-    # Keep logs only when something failed; a passing run leaves nothing behind.
-    if failure_count(pytestconfig) == failed_before and local.run_dir is not None:
-        shutil.rmtree(local.run_dir, ignore_errors=True)
-    else:
-        progress(pytestconfig, f"cluster logs kept in {local.run_dir}/logs")
+    stop_cluster(local, pytestconfig, failed_before)
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -45,7 +44,7 @@ from lightkube.config.kubeconfig import KubeConfig
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
 from imexdra.localcluster.cluster import LocalCluster
-from tests.conftest import failure_count, progress
+from tests.conftest import failure_count, progress, stop_cluster
 from tests.integration.conftest import CRD_DIR
 from tests.integration.controller_harness import (
     ControllerProcess,
@@ -112,11 +111,7 @@ def own_cluster(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
         )
         yield local
     finally:
-        local.stop()
-        if failure_count(pytestconfig) == failed_before and local.run_dir is not None:
-            shutil.rmtree(local.run_dir, ignore_errors=True)
-        else:
-            progress(pytestconfig, f"fault-test cluster logs kept in {local.run_dir}/logs")
+        stop_cluster(local, pytestconfig, failed_before, "fault-test cluster")
 
 
 @pytest.fixture(scope="module")
