@@ -21,7 +21,7 @@ import click
 import yaml
 
 from imexdra.cli import rack
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.cluster import LocalCluster, exit_on_sigterm
 
 WORKLOAD_NAMESPACE = "nvbandwidth"
 DOMAIN = "imex-domain"
@@ -181,6 +181,7 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
     """Run the whole demo; return its step timings."""
     progress = Progress()
     succeeded = False
+    exit_on_sigterm()  # a killed demo still stops its cluster (the finally below)
     cluster = rack.new_rack_cluster(config)
     mode = "HostManagedIMEX" if config.host_managed else "driver-managed IMEX"
     click.secho(f"imexdra demo: {config.nodes}-node simulated GB200 rack, {mode}", fg="green", bold=True)
@@ -230,10 +231,12 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
         )
         kept = keep or not succeeded  # a failed run keeps its logs for diagnosis
         click.secho(f"total {total:.1f}s" + (f"; logs in {cluster.run_dir}/logs" if kept else ""), fg="cyan")
-        if keep:
-            click.echo(f"cluster kept running: export KUBECONFIG={cluster.kubeconfig}  (Ctrl-C to stop)")
-            _wait_for_interrupt()
-        cluster.stop()
+        try:
+            if keep:
+                click.echo(f"cluster kept running: export KUBECONFIG={cluster.kubeconfig}  (Ctrl-C to stop)")
+                _wait_for_interrupt()
+        finally:
+            cluster.stop()
         if not kept and cluster.run_dir is not None:
             shutil.rmtree(cluster.run_dir, ignore_errors=True)
     return progress.timings

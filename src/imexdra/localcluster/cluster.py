@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import functools
 import shutil
+import signal
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
@@ -82,7 +84,8 @@ class LocalCluster:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def __enter__(self) -> LocalCluster:
-        """Start the cluster."""
+        """Start the cluster; a SIGTERM to this process then stops it too (see ``exit_on_sigterm``)."""
+        exit_on_sigterm()
         self.start()
         return self
 
@@ -357,6 +360,24 @@ class LocalCluster:
             lambda: self.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
             timeout=timeout,
         )
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM raise ``SystemExit`` in this process, unless someone already handles it.
+
+    The cluster's processes run in sessions of their own, so they outlive an owner that dies of a
+    plain SIGTERM (``kill``, ``timeout``, a CI runner): Python's default action skips every ``with``
+    block, and a leftover cluster holds ports, the MPI Operator's host-wide lock and memory. As
+    ``SystemExit`` the signal unwinds ``with LocalCluster(...)``, which stops them.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_system_exit)
+
+
+def _raise_system_exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _http_get(url: str, context: ssl.SSLContext | None = None) -> bytes:
