@@ -114,7 +114,7 @@ from daemonsim import DAEMON_STAGES, DaemonKubelet, claim_reserved_for, kubelet_
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from plotting import write_jobstart_plot
-from tests.integration.controller_standins import daemon_device_class
+from tests.integration.controller_standins import NODE_LEASE_SECONDS, daemon_device_class, node_lease
 
 from imexdra.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL
 from imexdra.common.kube import http_client
@@ -142,8 +142,7 @@ DRIVER_RESOURCES = (
     "nodes",
 )
 CLAIM = "channel"
-#: A kubelet's node Lease: 40 s, renewed every quarter of that (kubelet defaults).
-LEASE_DURATION_S = 40
+#: A kubelet renews its node Lease (NODE_LEASE_SECONDS) every quarter of its duration.
 LEASE_RENEW_S = 10.0
 
 
@@ -327,16 +326,7 @@ class Fleet:
             }
         }
         await api.patch(f"/api/v1/nodes/{name}/status", status)
-        lease = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": name, "namespace": "kube-node-lease"},
-            "spec": {
-                "holderIdentity": name,
-                "leaseDurationSeconds": LEASE_DURATION_S,
-                "renewTime": _micro_now(),
-            },
-        }
+        lease = node_lease(name, NODE_LEASE_SECONDS, _micro_now())
         await api.post("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease)
         self.renewed[name] = time.monotonic()
 

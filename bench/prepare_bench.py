@@ -59,6 +59,7 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from plotting import write_prepare_plot
 
+from imexdra.api.constants import NODE_LABEL_KEY
 from imexdra.common.kube import http_client
 from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
 from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
@@ -222,7 +223,7 @@ async def api_floor(
     """The time of a prepare's two requests (GET claim, label the node) alone; ms per claim."""
     client = AsyncClient(KubeConfig.from_file(str(cluster.kubeconfig)))
     http = http_client(client)
-    label = "resource.nvidia.com/computeDomain"
+    label = NODE_LABEL_KEY
     node = (await http.get(f"/api/v1/nodes/{NODE}")).json()
     floor_ms: list[float] = []
     try:

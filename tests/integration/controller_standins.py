@@ -126,6 +126,20 @@ class DaemonDevicePlugin(reg_grpc.RegistrationServicer, dra_grpc.DRAPluginServic
 # -- API-only nodes --------------------------------------------------------------------------------
 
 
+#: A kubelet's default node Lease duration.
+NODE_LEASE_SECONDS = 40
+
+
+def node_lease(node: str, duration_seconds: int, renew_time: str) -> dict[str, Any]:
+    """The node heartbeat Lease a kubelet keeps in ``kube-node-lease`` (``renew_time``: a MicroTime)."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": node, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": node, "leaseDurationSeconds": duration_seconds, "renewTime": renew_time},
+    }
+
+
 def fake_node(name: str) -> dict[str, Any]:
     """A Node object no kubelet runs (its status is reported by ``FakeKubelet``)."""
     return {
@@ -164,16 +178,7 @@ class FakeKubelet:
             ready |= {"lastHeartbeatTime": stamp, "lastTransitionTime": stamp}
             status = {"capacity": capacity, "allocatable": capacity, "conditions": [ready]}
             await self.kube.patch(Node.Status, node, {"status": status}, patch_type=PatchType.STRATEGIC)
-            lease = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": node, "namespace": "kube-node-lease"},
-                "spec": {
-                    "holderIdentity": node,
-                    "leaseDurationSeconds": 40,
-                    "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                },
-            }
+            lease = node_lease(node, NODE_LEASE_SECONDS, now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
             await self.kube.patch(
                 Lease, node, lease, namespace="kube-node-lease", patch_type=PatchType.APPLY, force=True
             )
