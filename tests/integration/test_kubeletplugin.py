@@ -103,7 +103,9 @@ def install_api(cluster: LocalCluster) -> None:
                     "apiGroups": ["resource.nvidia.com"],
                     "resources": ["computedomaincliques"],
                     "verbs": ["get"],
-                }
+                },
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+                {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"]},
             ],
         },
     )

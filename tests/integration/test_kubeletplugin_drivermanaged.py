@@ -266,13 +266,9 @@ async def test_strict_decoding_error_reaches_the_pod_events(
     assert plugin.logged("Permanent error")
 
 
-async def test_daemon_claim_gets_management_access_and_its_domain_dir(
-    cluster: LocalCluster, plugin: PluginProcess, namespace: str
-) -> None:
-    """A daemon claim (standing in for the controller's DaemonSet pod) gets device=all and its CDI edits."""
-    await plugin.wait_registered()
-    domain_uid = create_domain(cluster, namespace)
-    template = channel_template(DRIVER_NAMESPACE, f"daemon-{domain_uid}", domain_uid, "Single")
+def daemon_template(domain_uid: str, *, namespace: str = DRIVER_NAMESPACE) -> dict[str, Any]:
+    """The daemon ResourceClaimTemplate ``computedomain-daemon-<uid>`` as the controller renders it."""
+    template = channel_template(namespace, f"computedomain-daemon-{domain_uid}", domain_uid, "Single")
     devices = template["spec"]["spec"]["devices"]
     devices["requests"] = [{"name": "daemon", "exactly": {"deviceClassName": DAEMON_CLASS}}]
     devices["config"][0]["requests"] = ["daemon"]
@@ -281,12 +277,55 @@ async def test_daemon_claim_gets_management_access_and_its_domain_dir(
         "kind": "ComputeDomainDaemonConfig",
         "domainID": domain_uid,
     }
-    pod = workload_pod(DRIVER_NAMESPACE, f"daemon-{namespace}", f"daemon-{domain_uid}", NODE)
-    pod["spec"]["resourceClaims"][0]["name"] = pod["spec"]["containers"][0]["resources"]["claims"][0][
-        "name"
-    ] = "daemon"
-    apply(cluster, template, pod)
-    name = pod["metadata"]["name"]
+    return template
+
+
+def daemon_pod(namespace: str, name: str, domain_uid: str) -> dict[str, Any]:
+    """A pod on node-0 holding the domain's daemon claim (from ``daemon_template``)."""
+    pod = workload_pod(namespace, name, f"computedomain-daemon-{domain_uid}", NODE)
+    pod["spec"]["resourceClaims"][0]["name"] = "daemon"
+    pod["spec"]["containers"][0]["resources"]["claims"][0]["name"] = "daemon"
+    return pod
+
+
+def daemon_set(name: str, labelled_for: str, domain_uid: str) -> dict[str, Any]:
+    """A DaemonSet on node-0 whose pods hold ``domain_uid``'s daemon claim; labelled for ``labelled_for``."""
+    pod = daemon_pod(DRIVER_NAMESPACE, name, domain_uid)
+    selector = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": DRIVER_NAMESPACE, "labels": {LABEL: labelled_for}},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": selector}, "spec": pod["spec"]},
+        },
+    }
+
+
+def daemon_set_pod(cluster: LocalCluster, daemon_set: str) -> str:
+    """The name of the DaemonSet's pod, or "" before it exists."""
+    return cluster.kubectl(
+        "get",
+        "pods",
+        "-n",
+        DRIVER_NAMESPACE,
+        "-l",
+        f"app={daemon_set}",
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ).stdout
+
+
+async def test_daemon_claim_gets_management_access_and_its_domain_dir(
+    cluster: LocalCluster, plugin: PluginProcess, namespace: str
+) -> None:
+    """A pod of the domain's daemon DaemonSet gets device=all and the daemon's CDI edits."""
+    await plugin.wait_registered()
+    domain_uid = create_domain(cluster, namespace)
+    daemons = f"computedomain-daemon-{domain_uid}"
+    apply(cluster, daemon_template(domain_uid), daemon_set(daemons, domain_uid, domain_uid))
+    name = await eventually("daemon pod created", lambda: daemon_set_pod(cluster, daemons), within=60)
     await eventually(
         "daemon pod Running",
         lambda: pod_field(cluster, DRIVER_NAMESPACE, name, "{.status.phase}") == "Running",
@@ -312,7 +351,49 @@ async def test_daemon_claim_gets_management_access_and_its_domain_dir(
     assert (plugin.sim.cdi_root / "k8s.compute-domain.nvidia.com-device_base.yaml").exists()
     assert LABEL not in node_labels(cluster, NODE)  # daemon claims never label the node
 
-    cluster.kubectl("delete", "pod", name, "-n", DRIVER_NAMESPACE, "--wait=false")
+    cluster.kubectl("delete", "daemonset", daemons, "-n", DRIVER_NAMESPACE, "--wait=false")
     await eventually("daemon pod deleted", lambda: pod_gone(cluster, DRIVER_NAMESPACE, name), within=90)
     assert not plugin.sim.claim_spec(claim_uid).exists()
     assert domain_dir.is_dir()  # kept until the periodic cleanup finds its ComputeDomain gone
+
+
+@pytest.mark.parametrize(
+    ("holder", "refusal"),
+    [
+        ("tenant-pod", "it is not in the driver namespace imexdra-kp"),
+        ("driver-namespace-pod", "is not controlled by a DaemonSet"),
+        ("other-domains-daemonset", "which is not the IMEX daemon DaemonSet of ComputeDomain"),
+    ],
+)
+async def test_daemon_claim_not_held_by_its_domains_daemons_is_refused(
+    cluster: LocalCluster, plugin: PluginProcess, namespace: str, holder: str, refusal: str
+) -> None:
+    """A daemon claim held by anything but the domain's daemon pods: permanent pod event, nothing prepared."""
+    await plugin.wait_registered()
+    domain_uid = create_domain(cluster, namespace)
+    pod_namespace = namespace if holder == "tenant-pod" else DRIVER_NAMESPACE
+    name = f"{holder}-{namespace}"
+    apply(cluster, daemon_template(domain_uid, namespace=pod_namespace))
+    if holder == "other-domains-daemonset":
+        apply(cluster, daemon_set(name, str(uuid.uuid4()), domain_uid))
+        name = await eventually(
+            "pod created", lambda: daemon_set_pod(cluster, f"{holder}-{namespace}"), within=60
+        )
+    else:
+        apply(cluster, daemon_pod(pod_namespace, name, domain_uid))
+    try:
+        event = await eventually(
+            "FailedPrepareDynamicResources event",
+            lambda: driver_prepare_failure(cluster, pod_namespace, name),
+            within=90,
+        )
+        assert refusal in event["message"]
+        assert "ComputeDomain daemon device" in event["message"]
+        assert pod_field(cluster, pod_namespace, name, "{.status.phase}") == "Pending"
+        claim_uid = pod_claim_uid(cluster, pod_namespace, name)
+        assert claim_uid not in plugin.sim.checkpoint().claims
+        assert not plugin.sim.claim_spec(claim_uid).exists()
+        assert not (plugin.sim.plugin_dir / "domains" / domain_uid).exists()
+    finally:
+        kind = "daemonset" if holder == "other-domains-daemonset" else "pod"
+        cluster.kubectl("delete", kind, f"{holder}-{namespace}", "-n", pod_namespace, "--wait=false")

@@ -11,8 +11,10 @@ Channel claims under HostManagedIMEX (seed 004 §7.2, in that order): exactly on
 check; the namespace assertion; a non-empty local clique ID (permanent otherwise, naming the missing
 NVLink clique); then channel 0's device node. No node label, no readiness wait, no daemon settings.
 
-Daemon claims (§6.6): refused permanently under HostManagedIMEX; else one device, the per-domain
-``/imexd`` directory, and the daemon's environment, mount and (with a clique) fabric-management node.
+Daemon claims (§6.6): refused permanently under HostManagedIMEX; else ``admit`` — before anything is
+written — holds them to the domain's own IMEX daemon pods (``DaemonClaimOwners``, docs/tenancy.md);
+then one device, the per-domain ``/imexd`` directory, and the daemon's environment, mount and (with a
+clique) fabric-management node.
 
 The collaborators that reach the API are Protocols, implemented in ``domains``.
 """
@@ -36,7 +38,7 @@ from imexdra.devices.procfs import ImexDevices
 from imexdra.kubeletplugin.cdi import ContainerEdits, channel_edits, daemon_edits
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState, ConfigState, DeviceType
 from imexdra.kubeletplugin.configs import ConfigGroup
-from imexdra.kubeletplugin.driverapi import ClaimRef
+from imexdra.kubeletplugin.driverapi import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.paths import PluginPaths
 
 _log = structlog.get_logger(__name__)
@@ -91,6 +93,14 @@ class DaemonReadiness(Protocol):
         ...
 
 
+class DaemonClaimOwners(Protocol):
+    """Whether a daemon claim is held only by the IMEX daemon pods of its ComputeDomain."""
+
+    async def check(self, claim: ResourceClaim, domain_uid: str) -> None:
+        """Raise ``PermanentError`` unless it is; ``RetryableError`` when the API cannot tell."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class AppliedConfig:
     """What preparing one group produced: its persisted state and its container edits (maybe none)."""
@@ -119,7 +129,17 @@ class ConfigApplier:
     domains: DomainLookup
     labels: NodeLabels
     readiness: DaemonReadiness
+    daemon_owners: DaemonClaimOwners
     daemon_config_template: Path = DAEMON_CONFIG_TEMPLATE
+
+    async def admit(self, group: ConfigGroup, claim: ResourceClaim) -> None:
+        """Refuse, before anything is written, a daemon group this node must never prepare for ``claim``."""
+        config = group.config
+        if not isinstance(config, ComputeDomainDaemonConfig):
+            return
+        if self.host_managed:
+            raise PermanentError(DAEMON_CLAIMS_DISABLED_MESSAGE)
+        await self.daemon_owners.check(claim, config.domain_id)
 
     async def apply(self, group: ConfigGroup, claim: ClaimRef, checkpoint: Checkpoint) -> AppliedConfig:
         """Prepare ``group`` of ``claim``; ``checkpoint`` is the state read under ``pu.lock``."""
@@ -166,8 +186,6 @@ class ConfigApplier:
         return AppliedConfig(state, self._channels(count))
 
     async def _daemon(self, config: ComputeDomainDaemonConfig, group: ConfigGroup) -> AppliedConfig:
-        if self.host_managed:
-            raise PermanentError(DAEMON_CLAIMS_DISABLED_MESSAGE)
         config.validate()
         distinct = {device.name for device in group.devices}
         if len(distinct) != 1:

@@ -4,8 +4,9 @@ Callers hold ``pu.lock`` (``driver``). Prepare (kubelet-plugin.md §6.3):
 
 1. a PrepareCompleted entry is returned as stored — a restarted plugin answers the same;
 2. a PrepareAborted entry with an equal status is a permanent "stale prepare";
-3. the configs are decoded and validated, and this node's devices must not be held by another
-   prepared claim — all before anything is written, so a claim that can never be prepared leaves no
+3. the configs are decoded and validated, daemon claims must be held by their domain's own daemon
+   pods (``ConfigApplier.admit``), and this node's devices must not be held by another prepared
+   claim — all before anything is written, so a claim that can never be prepared leaves no
    checkpoint entry behind (upstream records PrepareStarted first; nothing depends on that entry);
 4. PrepareStarted is recorded, every config group is applied (``applyconfig``), the claim's CDI spec
    is written atomically when any group has container edits, and PrepareCompleted is recorded with
@@ -97,6 +98,7 @@ class DeviceState:
         groups = config_groups(status, self._allocatable, strict=True)
         for group in groups:
             group.config.validate()
+            await self._applier.admit(group, claim)
         validate_no_overlap(checkpoint, ref.uid, status)
         await self._update(
             lambda cp: lifecycle.mark_prepare_started(

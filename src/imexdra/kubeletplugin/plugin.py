@@ -42,6 +42,7 @@ from imexdra.kubeletplugin.applyconfig import ConfigApplier
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore, read_boot_id
 from imexdra.kubeletplugin.claims import api_claim_getter
 from imexdra.kubeletplugin.cleanup import StaleClaimCleanup, clean_domain_dirs_periodically
+from imexdra.kubeletplugin.daemonowners import DaemonPodOwners
 from imexdra.kubeletplugin.devicestate import DeviceState
 from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache, NodeLabeler
 from imexdra.kubeletplugin.driver import ImexDriver
@@ -147,6 +148,7 @@ async def _assemble(
         domains=domains,
         labels=labeler,
         readiness=readiness,
+        daemon_owners=DaemonPodOwners(client, config.namespace),
     )
     state = DeviceState(
         store=store,

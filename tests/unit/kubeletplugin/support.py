@@ -2,7 +2,7 @@
 
 The hardware boundary is the real ``HostImexDevices`` reading fake procfs files; the checkpoint and CDI
 files are real files under ``tmp_path``. Only the API-facing seams of ``applyconfig`` (domain lookup,
-node labels, daemon readiness) are replaced, by recorders whose answers a test sets.
+node labels, daemon readiness, daemon claim owners) are replaced, by recorders whose answers a test sets.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imexdra.common.errors import RetryableError
+from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.devices.procfs import HostImexDevices
 from imexdra.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
 from imexdra.kubeletplugin.applyconfig import ConfigApplier, DomainInfo
@@ -139,6 +139,19 @@ class Readiness:
 
 
 @dataclass
+class Owners:
+    """``DaemonClaimOwners``: every daemon claim is its domain's own unless ``refusal`` is set."""
+
+    refusal: str | None = None
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    async def check(self, claim: ResourceClaim, domain_uid: str) -> None:
+        self.calls.append((claim.ref.uid, domain_uid))
+        if self.refusal is not None:
+            raise PermanentError(self.refusal)
+
+
+@dataclass
 class Node:
     """One simulated node's plugin state on disk plus the API stand-ins."""
 
@@ -148,6 +161,7 @@ class Node:
     domains: Domains = field(default_factory=Domains)
     labels: Labels = field(default_factory=Labels)
     readiness: Readiness = field(default_factory=Readiness)
+    owners: Owners = field(default_factory=Owners)
     api_claims: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -174,6 +188,7 @@ class Node:
             domains=self.domains,
             labels=self.labels,
             readiness=self.readiness,
+            daemon_owners=self.owners,
             daemon_config_template=self.root / "no-template",
         )
         state = DeviceState(

@@ -253,6 +253,24 @@ async def test_daemon_claim_for_unknown_domain_retries(node: Node) -> None:
         await node.state.prepare(daemon_claim(domain=OTHER_DOMAIN_UID))
 
 
+async def test_daemon_claim_of_another_owner_is_refused_before_anything_is_written(node: Node) -> None:
+    """A daemon claim its domain's daemon pods do not hold: permanent, no checkpoint entry, no domain dir."""
+    node.owners.refusal = "not the IMEX daemon DaemonSet of ComputeDomain"
+    with pytest.raises(PermanentError, match="not the IMEX daemon DaemonSet"):
+        await node.state.prepare(daemon_claim())
+    assert node.owners.calls == [("daemon-1", DOMAIN_UID)]
+    assert await node.entries() == {}
+    assert not node.paths.domain_dir(DOMAIN_UID).exists()
+    assert not node.cdi_file("daemon-1").exists()
+
+
+async def test_channel_claims_are_not_held_to_daemon_owners(node: Node) -> None:
+    """The owner check is for daemon claims only: a channel claim never asks it."""
+    node.owners.refusal = "refused"
+    await node.state.prepare(channel_claim())
+    assert node.owners.calls == []
+
+
 async def test_unprepare_completed_claim(node: Node) -> None:
     """Unprepare removes the label, the checkpoint entry and the CDI spec."""
     claim = channel_claim()

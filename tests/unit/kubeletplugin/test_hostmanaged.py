@@ -92,6 +92,7 @@ async def test_daemon_prepare_is_permanently_refused(node: Node) -> None:
     with pytest.raises(PermanentError, match="daemon claims are disabled under HostManagedIMEX"):
         await node.state.prepare(daemon_claim())
     assert not node.paths.domain_dir(DOMAIN_UID).exists()
+    assert node.owners.calls == []  # refused by the mode before anyone is asked
 
 
 async def test_unprepare_skips_label_but_removes_cdi_and_checkpoint(node: Node) -> None:

@@ -1,0 +1,101 @@
+"""Who may hold a ComputeDomain daemon device: only the IMEX daemon pods of that domain (docs/tenancy.md).
+
+A daemon claim gives its container the node's NVIDIA device nodes, the fabric IMEX management
+capability, the domain's identity and its ``/imexd`` directory. The controller is the only legitimate
+source of such claims: it renders the daemon ResourceClaimTemplate into the daemon DaemonSet of each
+domain, in the driver namespace. ``DaemonPodOwners.check`` holds every daemon claim to that, asking the
+API server rather than trusting names:
+
+1. the claim lives in the driver namespace (a tenant cannot create claims there);
+2. ``status.reservedFor`` names at least one consumer, and every consumer is a pod;
+3. each such pod exists with the reserved UID and is controlled by a DaemonSet (its controller
+   ownerReference, ``apps/v1``);
+4. that DaemonSet exists with the referenced UID and carries the label
+   ``resource.nvidia.com/computeDomain=<the config's domainID>``, as the controller renders it.
+
+A failed check is a ``PermanentError`` (the kubelet turns it into a pod event); an API server that
+cannot answer is a ``RetryableError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Pod
+
+from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, DEVICE_CLASS_DAEMON
+from imexdra.common.errors import DriverError, PermanentError, RetryableError
+from imexdra.common.kube import is_not_found, kube_errors
+from imexdra.kubeletplugin.driverapi import ResourceClaim
+
+_Object = TypeVar("_Object", Pod, DaemonSet)
+
+
+class DaemonClaimRefusedError(PermanentError):
+    """A daemon claim that is not held by its ComputeDomain's own IMEX daemon pods."""
+
+
+def _refused(claim: ResourceClaim, why: str) -> DaemonClaimRefusedError:
+    return DaemonClaimRefusedError(
+        f"ResourceClaim {claim.ref.namespace}/{claim.ref.name} requests a ComputeDomain daemon device "
+        f"(DeviceClass {DEVICE_CLASS_DAEMON}), which only the IMEX daemon pods the driver runs for that "
+        f"ComputeDomain may use: {why}. A workload takes its IMEX channel through its ComputeDomain's "
+        "ResourceClaimTemplate (spec.channel.resourceClaimTemplate.name)"
+    )
+
+
+class DaemonPodOwners:
+    """``DaemonClaimOwners`` against the API server (pods and DaemonSets of the driver namespace)."""
+
+    def __init__(self, client: AsyncClient, namespace: str) -> None:
+        self._client = client
+        self._namespace = namespace
+
+    async def check(self, claim: ResourceClaim, domain_uid: str) -> None:
+        """Return when only ``domain_uid``'s daemon pods hold ``claim``; raise otherwise."""
+        if claim.ref.namespace != self._namespace:
+            raise _refused(claim, f"it is not in the driver namespace {self._namespace}")
+        consumers = claim.status.get("reservedFor") or []
+        if not isinstance(consumers, list) or not consumers:
+            raise _refused(claim, "it is reserved for no pod")
+        for consumer in consumers:
+            await self._check_consumer(claim, consumer, domain_uid)
+
+    async def _check_consumer(self, claim: ResourceClaim, consumer: Any, domain_uid: str) -> None:
+        if (
+            not isinstance(consumer, Mapping)
+            or consumer.get("resource") != "pods"
+            or consumer.get("apiGroup")
+        ):
+            raise _refused(claim, f"it is reserved for {consumer!r}, which is not a pod")
+        name, uid = str(consumer.get("name") or ""), str(consumer.get("uid") or "")
+        pod = await self._get(Pod, name) if name else None
+        if pod is None or pod.metadata is None or pod.metadata.uid != uid:
+            raise _refused(claim, f"the pod {name} it is reserved for (UID {uid}) no longer exists")
+        owner = next((ref for ref in pod.metadata.ownerReferences or () if ref.controller), None)
+        if owner is None or owner.kind != "DaemonSet" or owner.apiVersion != "apps/v1":
+            raise _refused(claim, f"pod {name} is not controlled by a DaemonSet")
+        daemonset = await self._get(DaemonSet, owner.name)
+        if daemonset is None or daemonset.metadata is None or daemonset.metadata.uid != owner.uid:
+            raise _refused(claim, f"DaemonSet {owner.name} of pod {name} no longer exists")
+        labelled = (daemonset.metadata.labels or {}).get(COMPUTE_DOMAIN_LABEL_KEY)
+        if labelled != domain_uid:
+            raise _refused(
+                claim,
+                f"pod {name} belongs to DaemonSet {owner.name}, which is not the IMEX daemon DaemonSet of "
+                f"ComputeDomain {domain_uid} ({COMPUTE_DOMAIN_LABEL_KEY}={labelled or '<unset>'})",
+            )
+
+    async def _get(self, kind: type[_Object], name: str) -> _Object | None:
+        """The named object of the driver namespace, or None when it does not exist."""
+        action = f"get {kind.__name__} {self._namespace}/{name}"
+        try:
+            with kube_errors(action):
+                return await self._client.get(kind, name, namespace=self._namespace)
+        except DriverError as error:
+            if is_not_found(error):
+                return None
+            raise RetryableError(f"{action}: {error}") from error
