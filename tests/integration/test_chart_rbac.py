@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -235,16 +235,34 @@ def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
     return labels
 
 
-async def foreign_node_write_refused(client: AsyncClient) -> bool:
-    """Whether a (dry-run) label write to node-1 by the node-0 plugin is refused yet."""
-    node = await client.get(Node, "node-1")
+async def replace_refusal(
+    client: AsyncClient, name: str, change: Callable[[Node], None], *, dry_run: bool
+) -> str:
+    """Replace node ``name`` after ``change``; return the API server's refusal ("" when it succeeds).
+
+    A 409 (the kubelet updated its Node between our GET and PUT; the apiserver checks the
+    resourceVersion before validating admission) says nothing about the policy: read again and retry.
+    """
+    while True:
+        node = await client.get(Node, name)
+        change(node)
+        try:
+            await client.replace(node, dry_run=dry_run)
+        except ApiError as error:
+            if error.status.code == 409:
+                continue
+            return str(error.status.message)
+        return ""
+
+
+def _label_probe(node: Node) -> None:
     assert node.metadata is not None
     node.metadata.labels = {**(node.metadata.labels or {}), NODE_LABEL_KEY: "probe"}
-    try:
-        await client.replace(node, dry_run=True)
-    except ApiError:
-        return True
-    return False
+
+
+async def foreign_node_write_refused(client: AsyncClient) -> bool:
+    """Whether a (dry-run) label write to node-1 by the node-0 plugin is refused by the policy yet."""
+    return "of its own node" in await replace_refusal(client, "node-1", _label_probe, dry_run=True)
 
 
 async def test_plugin_labels_only_its_own_node(
@@ -266,11 +284,13 @@ async def test_plugin_labels_only_its_own_node(
         with pytest.raises(DriverError, match="of its own node node-0"):
             await NodeLabeler(plugin_client, "node-1").add(domain)
         assert NODE_LABEL_KEY not in node_labels(cluster, "node-1")
-        node_0 = await plugin_client.get(Node, "node-0")
-        assert node_0.metadata is not None and node_0.metadata.labels is not None
-        node_0.metadata.labels["node-role.kubernetes.io/control-plane"] = ""
-        with pytest.raises(ApiError, match="may change only the labels"):
-            await plugin_client.replace(node_0)
+
+        def control_plane_label(node: Node) -> None:
+            assert node.metadata is not None and node.metadata.labels is not None
+            node.metadata.labels["node-role.kubernetes.io/control-plane"] = ""
+
+        refusal = await replace_refusal(plugin_client, "node-0", control_plane_label, dry_run=False)
+        assert "may change only the labels" in refusal
         assert "node-role.kubernetes.io/control-plane" not in node_labels(cluster, "node-0")
     finally:
         for node in ("node-0", "node-1"):

@@ -72,7 +72,7 @@ def _daemon_objects(rendered: Any) -> set[tuple[str, str]]:
 
 
 def test_defaults_render_the_compute_domain_driver() -> None:
-    """Default values: controller, plugin, both DeviceClasses, three ServiceAccounts, their RBAC, policies."""
+    """Default values: controller, plugin, DeviceClasses, ServiceAccounts, RBAC, policies, tenant roles."""
     rendered = render()
     assert rendered.kinds() == {
         ("Deployment", "imexdra-controller"),
@@ -96,6 +96,12 @@ def test_defaults_render_the_compute_domain_driver() -> None:
         ("ValidatingAdmissionPolicyBinding", "imexdra-kubeletplugin-own-node"),
         ("ValidatingAdmissionPolicy", "imexdra-compute-domain-daemon-own-pod"),
         ("ValidatingAdmissionPolicyBinding", "imexdra-compute-domain-daemon-own-pod"),
+        ("ValidatingAdmissionPolicy", "imexdra-tenant-resourceclaims"),
+        ("ValidatingAdmissionPolicyBinding", "imexdra-tenant-resourceclaims"),
+        ("ValidatingAdmissionPolicy", "imexdra-tenant-resourceclaimtemplates"),
+        ("ValidatingAdmissionPolicyBinding", "imexdra-tenant-resourceclaimtemplates"),
+        ("ClusterRole", "imexdra-computedomains-edit"),
+        ("ClusterRole", "imexdra-computedomains-view"),
     }
     namespaced = [obj for obj in rendered.objects if obj["kind"] in ("Deployment", "DaemonSet", "Role")]
     assert {obj["metadata"]["namespace"] for obj in namespaced} == {NAMESPACE}
