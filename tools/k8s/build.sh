@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local test cluster's binaries from Go modules into a cache outside the repository:
 #   ${IMEXDRA_CACHE:-~/.cache/imexdra}/k8s-<version>/bin/{etcd,kube-apiserver,kube-controller-manager,
-#   kube-scheduler,kubelet,kubectl,helm,fakecri,mpi-operator} and manifests/mpi-operator/ (CRD, RBAC)
+#   kube-scheduler,kubelet,kubectl,helm,fakecri,mpi-operator} and manifests/mpi-operator/ (CRD, RBAC);
+#   first, tools/nvml-mock/build.sh builds the mock libnvidia-ml.so.1 into .../nvml-mock/ (C, seconds)
 # Idempotent: a component is rebuilt only when the stamp of its inputs (versions + go.mod/go.sum/sources)
 # differs from the one recorded next to the binaries. Prints progress and the time each step took.
 set -euo pipefail
@@ -55,6 +56,7 @@ build_step() {
 
 total_start=$SECONDS
 log "cache: $out"
+"$here/../nvml-mock/build.sh"
 
 kube_ldflags="-s -w"
 build_date=2026-01-01T00:00:00Z  # fixed so rebuilds are reproducible

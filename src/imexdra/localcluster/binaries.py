@@ -1,4 +1,7 @@
-"""Where the cluster binaries built by tools/k8s/build.sh live, and checking that they are there."""
+"""Where the binaries built by tools/k8s/build.sh live, and checking that they are there.
+
+Besides the cluster binaries that is the mock ``libnvidia-ml.so.1`` (tools/nvml-mock, docs/nvml-mock.md).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ REQUIRED = (
     "fakecri",
     "mpi-operator",
 )
+
+NVML_MOCK_LIBRARY = "libnvidia-ml.so.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +53,14 @@ def locate(bin_dir: Path | None = None) -> Binaries:
             f"cluster binaries missing in {directory}: {', '.join(missing)}; run `make k8s` first"
         )
     return Binaries(directory)
+
+
+def nvml_mock_library() -> Path:
+    """Find the mock ``libnvidia-ml.so.1`` built by tools/nvml-mock/build.sh, or explain how to build it.
+
+    Callers copy it next to a profile (docs/nvml-mock.md); it reads the profile beside its own path.
+    """
+    path = cache_root() / "nvml-mock" / NVML_MOCK_LIBRARY
+    if not path.is_file():
+        raise ConfigError(f"mock NVML library missing: {path}; run `make k8s` first")
+    return path

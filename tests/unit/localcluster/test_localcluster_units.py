@@ -31,6 +31,13 @@ def test_missing_binaries_explain_how_to_build(tmp_path: Path) -> None:
         binaries.locate(tmp_path)
 
 
+def test_missing_nvml_mock_explains_how_to_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the mock libnvidia-ml.so.1 in the cache, the ConfigError names its path and `make k8s`."""
+    monkeypatch.setenv("IMEXDRA_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"nvml-mock/libnvidia-ml\.so\.1; run `make k8s`"):
+        binaries.nvml_mock_library()
+
+
 def test_pki_issues_node_identity_signed_by_ca(tmp_path: Path) -> None:
     """A kubelet client cert carries system:node:<name> in system:nodes and chains to the CA."""
     pki = ClusterPKI(tmp_path)
