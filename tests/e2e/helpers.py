@@ -16,6 +16,7 @@ import yaml
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.cli import demo, rack
 from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.credentials import service_account_kubeconfig
 
 WORKER_SELECTOR = "training.kubeflow.org/job-role=worker"
 
@@ -221,3 +222,22 @@ def fresh_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> It
     cluster.create_namespace(name)
     yield name
     remove_workloads(cluster, name)
+
+
+# -- a tenant: a namespace user with Kubernetes' stock ``edit`` role (docs/tenancy.md) ---------------
+
+
+def tenant_kubeconfig(cluster: LocalCluster, namespace: str) -> Path:
+    """Create ``namespace``, a ServiceAccount ``tenant`` with ClusterRole ``edit`` there; its kubeconfig."""
+    cluster.create_namespace(namespace)
+    cluster.kubectl("create", "serviceaccount", "tenant", "-n", namespace)
+    cluster.kubectl(
+        "create",
+        "rolebinding",
+        "tenant-edit",
+        "--clusterrole=edit",
+        f"--serviceaccount={namespace}:tenant",
+        "-n",
+        namespace,
+    )
+    return service_account_kubeconfig(cluster, namespace, "tenant")

@@ -172,7 +172,9 @@ def _claim_with_unknown_config_field(name: str, namespace: str) -> dict[str, Any
                             "parameters": {
                                 "apiVersion": "resource.nvidia.com/v1beta1",
                                 "kind": "ComputeDomainChannelConfig",
-                                "domainID": "not-needed-for-test",
+                                # Upstream's test says "not-needed-for-test"; the chart's tenant
+                                # policy refuses a domainID that is no UID (docs/tenancy.md).
+                                "domainID": "00000000-0000-0000-0000-000000000000",
                                 "unexpectedField": "foo",
                             },
                         },

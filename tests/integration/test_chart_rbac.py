@@ -11,10 +11,8 @@ the own-node/own-pod admission policies while the same writes to another node or
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +26,7 @@ from imexdra.common.errors import DriverError
 from imexdra.daemon.podlabel import label_own_pod
 from imexdra.kubeletplugin.domains import NodeLabeler
 from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.credentials import whoami
+from imexdra.localcluster.credentials import kubectl_as, whoami
 from tests.integration.helpers import apply, eventually
 from tests.unit.chart import rbac
 from tests.unit.chart.install import ChartRBAC, install_chart_rbac
@@ -147,15 +145,10 @@ def test_credentials_authenticate_as_the_chart_account(cluster: LocalCluster, ch
     bound = whoami(cluster, chart_rbac.kubeconfig("kubeletPlugin", node="node-0"))
     assert bound.username == plain.username
     assert bound.node_name == "node-0"
-    kubectl = str(cluster.binaries.path("kubectl")) if cluster.binaries else "kubectl"
-    as_plugin = [kubectl, f"--kubeconfig={chart_rbac.kubeconfig('kubeletPlugin')}"]
-    listed = subprocess.run(
-        [*as_plugin, "get", "computedomains", "-A"], capture_output=True, text=True, check=False
-    )
+    as_plugin = chart_rbac.kubeconfig("kubeletPlugin")
+    listed = kubectl_as(cluster, as_plugin, "get", "computedomains", "-A")
     assert listed.returncode == 0, listed.stderr
-    secrets = subprocess.run(
-        [*as_plugin, "get", "secrets", "-n", NAMESPACE], capture_output=True, text=True, check=False
-    )
+    secrets = kubectl_as(cluster, as_plugin, "get", "secrets", "-n", NAMESPACE)
     assert secrets.returncode != 0 and "forbidden" in secrets.stderr
 
 
@@ -174,34 +167,21 @@ def slice_manifest(node: str) -> dict[str, Any]:
     }
 
 
-def run_as(
-    cluster: LocalCluster, kubeconfig: Path, *args: str, input: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """kubectl with ``kubeconfig`` instead of the admin's."""
-    assert cluster.binaries is not None
-    return subprocess.run(
-        [str(cluster.binaries.path("kubectl")), f"--kubeconfig={kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        input=input,
-        check=False,
-        timeout=60,
-    )
-
-
 def test_plugin_writes_only_its_own_nodes_slices(cluster: LocalCluster, chart_rbac: ChartRBAC) -> None:
     """Bound to node-0 the plugin writes node-0's slice; node-1's, or without a bound token, is refused."""
     own = chart_rbac.kubeconfig("kubeletPlugin", node="node-0")
     unbound = chart_rbac.kubeconfig("kubeletPlugin")
     try:
-        created = run_as(cluster, own, "create", "-f", "-", input=json.dumps(slice_manifest("node-0")))
+        created = kubectl_as(cluster, own, "create", "-f", "-", input=json.dumps(slice_manifest("node-0")))
         assert created.returncode == 0, created.stderr
-        deleted = run_as(cluster, own, "delete", "resourceslice", "chart-rbac-node-0")
+        deleted = kubectl_as(cluster, own, "delete", "resourceslice", "chart-rbac-node-0")
         assert deleted.returncode == 0, deleted.stderr
-        other = run_as(cluster, own, "create", "-f", "-", input=json.dumps(slice_manifest("node-1")))
+        other = kubectl_as(cluster, own, "create", "-f", "-", input=json.dumps(slice_manifest("node-1")))
         assert other.returncode != 0
         assert "may write only ResourceSlices of its own node node-0" in other.stderr
-        anonymous = run_as(cluster, unbound, "create", "-f", "-", input=json.dumps(slice_manifest("node-0")))
+        anonymous = kubectl_as(
+            cluster, unbound, "create", "-f", "-", input=json.dumps(slice_manifest("node-0"))
+        )
         assert anonymous.returncode != 0
         assert "pod-bound ServiceAccount token" in anonymous.stderr
     finally:

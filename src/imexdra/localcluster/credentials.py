@@ -103,16 +103,25 @@ def service_account_kubeconfig(
     )
 
 
-def whoami(cluster: LocalCluster, kubeconfig: Path) -> Identity:
-    """Ask the API server who ``kubeconfig`` authenticates as (SelfSubjectReview)."""
+def kubectl_as(
+    cluster: LocalCluster, kubeconfig: Path, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the cluster's kubectl with ``kubeconfig`` instead of the admin's; the caller checks the outcome."""
     assert cluster.binaries is not None
-    result = subprocess.run(
-        [str(cluster.binaries.path("kubectl")), f"--kubeconfig={kubeconfig}", "auth", "whoami", "-o", "json"],
+    return subprocess.run(
+        [str(cluster.binaries.path("kubectl")), f"--kubeconfig={kubeconfig}", *args],
         capture_output=True,
         text=True,
+        input=input,
         timeout=60,
-        check=True,
+        check=False,
     )
+
+
+def whoami(cluster: LocalCluster, kubeconfig: Path) -> Identity:
+    """Ask the API server who ``kubeconfig`` authenticates as (SelfSubjectReview)."""
+    result = kubectl_as(cluster, kubeconfig, "auth", "whoami", "-o", "json")
+    result.check_returncode()
     info = json.loads(result.stdout)["status"]["userInfo"]
     return Identity(
         username=info["username"],
