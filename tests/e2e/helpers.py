@@ -228,8 +228,7 @@ def fresh_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> It
 
 
 def tenant_kubeconfig(cluster: LocalCluster, namespace: str) -> Path:
-    """Create ``namespace``, a ServiceAccount ``tenant`` with ClusterRole ``edit`` there; its kubeconfig."""
-    cluster.create_namespace(namespace)
+    """A ServiceAccount ``tenant`` in ``namespace`` (which must exist) with ClusterRole ``edit`` there."""
     cluster.kubectl("create", "serviceaccount", "tenant", "-n", namespace)
     cluster.kubectl(
         "create",

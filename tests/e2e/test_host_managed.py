@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from imexdra.cli import demo, rack
 from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.credentials import kubectl_as
 from imexdra.localcluster.processes import ManagedProcess, free_port
 from tests.e2e.helpers import (
     apply,
@@ -26,6 +28,7 @@ from tests.e2e.helpers import (
     get_json,
     injected_channel_devices,
     run_seed_job,
+    tenant_kubeconfig,
     wait_until,
 )
 from tests.events import driver_prepare_failure, pod_events
@@ -83,10 +86,18 @@ def test_second_channel_claim_on_a_node_is_prevented(host_managed_rack: LocalClu
 def test_allocation_mode_all_is_a_permanent_prepare_error(
     host_managed_rack: LocalCluster, namespace: str
 ) -> None:
-    """allocationMode All fails prepare with a clear error on the pod, and the pod never starts."""
+    """allocationMode All, asked for by a tenant with ``edit``: a clear permanent error, the pod never starts.
+
+    Part of the tenant attack suite (docs/tenancy.md): All is refused wherever it is not allowed.
+    """
     cluster = host_managed_rack
-    apply(cluster, compute_domain("cd", namespace, "ch", allocationMode="All"))
-    apply(cluster, channel_pod("all", namespace, "ch", node="gb200-01"))
+    tenant = tenant_kubeconfig(cluster, namespace)
+    objects = [
+        compute_domain("cd", namespace, "ch", allocationMode="All"),
+        channel_pod("all", namespace, "ch", node="gb200-01"),
+    ]
+    created = kubectl_as(cluster, tenant, "create", "-f", "-", input=yaml.safe_dump_all(objects))
+    assert created.returncode == 0, created.stderr
     event = wait_until(
         "FailedPrepareDynamicResources", lambda: driver_prepare_failure(cluster, namespace, "all")
     )

@@ -88,6 +88,7 @@ def victim(driver_managed_rack: LocalCluster) -> Iterator[Victim]:
 def tenant(driver_managed_rack: LocalCluster) -> Iterator[Tenant]:
     """The tenant, once the chart's tenant admission policies are enforced."""
     cluster = driver_managed_rack
+    cluster.create_namespace(TENANT)
     attacker = Tenant(tenant_kubeconfig(cluster, TENANT))
     probe = daemon_claim("probe", domain_id="00000000-0000-0000-0000-000000000000")
     wait_until("tenant policies enforced", lambda: not dry_run_admitted(cluster, attacker, probe), timeout=60)
