@@ -296,6 +296,23 @@ def kubectl_json(cluster: LocalCluster, *args: str) -> Any:
     return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
 
 
+def events_of(cluster: LocalCluster, namespace: str, uid: str) -> list[dict[str, Any]]:
+    """The Events of ``namespace`` about the object with ``uid``."""
+    items = kubectl_json(cluster, "events", "-n", namespace)["items"]
+    return [e for e in items if e["involvedObject"].get("uid") == uid]
+
+
+def foreign_template(name: str, namespace: str) -> dict[str, Any]:
+    """A ResourceClaimTemplate no ComputeDomain owns (a name clash for the domain that wants ``name``)."""
+    request = {"name": "x", "exactly": {"deviceClassName": "none"}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    }
+
+
 def labelled(
     cluster: LocalCluster, kind: str, uid: str, *, all_namespaces: bool = True
 ) -> list[dict[str, Any]]:

@@ -34,6 +34,8 @@ from tests.integration.controller_harness import (
     ControllerProcess,
     apply_objects,
     compute_domain,
+    events_of,
+    foreign_template,
     install_controller_identity,
     install_driver_namespace,
     kubectl_json,
@@ -138,11 +140,6 @@ def clique(cluster: LocalCluster, uid: str, clique_id: str = CLIQUE) -> dict[str
     return found[0] if found else None
 
 
-def events_of(cluster: LocalCluster, uid: str) -> list[dict[str, Any]]:
-    items = kubectl_json(cluster, "events", "-n", USER_NS)["items"]
-    return [e for e in items if e["involvedObject"].get("uid") == uid]
-
-
 async def delete_and_wait_gone(cluster: LocalCluster, kube: AsyncClient, name: str, uid: str) -> None:
     await kube.delete(ComputeDomain, name, namespace=USER_NS)
 
@@ -233,7 +230,9 @@ async def test_daemons_join_one_clique_with_stable_indices(
         (node, index[node], CLIQUE, "Ready") for node in NODES
     ]
     await eventually(
-        "Ready event", lambda: [e for e in events_of(cluster, uid) if e["reason"] == "Ready"], within=30
+        "Ready event",
+        lambda: [e for e in events_of(cluster, USER_NS, uid) if e["reason"] == "Ready"],
+        within=30,
     )
 
     # Replace node-0's daemon: it leaves the clique, node-1 keeps index 1, the new pod gets 0 back.
@@ -279,21 +278,11 @@ async def test_claim_template_name_clash_is_reported_then_resolved(
     cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
 ) -> None:
     """A foreign template of the requested name gives a Warning Event; once it is gone, ours is created."""
-    apply_objects(
-        cluster,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "clash-channel", "namespace": USER_NS},
-            "spec": {
-                "spec": {"devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "none"}}]}}
-            },
-        },
-    )
+    apply_objects(cluster, foreign_template("clash-channel", USER_NS))
     uid = await create_domain(kube, "clash")
     warning = await eventually(
         "conflict event",
-        lambda: [e for e in events_of(cluster, uid) if e["reason"] == "ClaimTemplateConflict"],
+        lambda: [e for e in events_of(cluster, USER_NS, uid) if e["reason"] == "ClaimTemplateConflict"],
         within=30,
     )
     assert warning[0]["type"] == "Warning" and "clash-channel" in warning[0]["message"]

@@ -5,13 +5,14 @@ authenticated as a ServiceAccount holding only the controller's RBAC. Aspects co
 gate overrides are logged; a ComputeDomain gets the finalizer, only the workload ResourceClaimTemplate
 (allocation mode forced to Single) and ``status.status=Ready`` whatever ``numNodes`` says; no DaemonSet,
 daemon claim template, clique or node label ever appears; deletion removes the template and both
-finalizers, the domain disappears, and its metric is forgotten.
+finalizers, the domain disappears, and its metric is forgotten; a name clash with a foreign template
+keeps the domain NotReady until the clash is gone (Ready means the workload template exists).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 from lightkube import AsyncClient
@@ -22,7 +23,10 @@ from imexdra.api.constants import AllocationMode
 from imexdra.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
     ControllerProcess,
+    apply_objects,
     compute_domain,
+    events_of,
+    foreign_template,
     install_controller_identity,
     install_driver_namespace,
     kubectl_json,
@@ -144,3 +148,38 @@ async def test_delete_removes_template_then_domain_and_forgets_metrics(
         e for e in controller.log_events() if e.get("event") == "domain_finalized" and e.get("domain") == uid
     ]
     assert len(finalized) == 1
+
+
+async def test_ready_waits_for_the_workload_template(
+    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+) -> None:
+    """A foreign template of the wanted name: NotReady with ClaimTemplateConflict; once it goes, Ready."""
+    apply_objects(cluster, foreign_template("clash-channel", USER_NS))
+    await kube.create(compute_domain("clash", USER_NS))  # type: ignore[arg-type]
+
+    async def status() -> str:
+        cd = await kube.get(ComputeDomain, "clash", namespace=USER_NS)
+        return cd.status.status.value if cd.status is not None else ""
+
+    assert await eventually("clash NotReady", lambda: _is(status(), "NotReady"), within=30)
+    uid = kubectl_json(cluster, "computedomain", "clash", "-n", USER_NS)["metadata"]["uid"]
+    conflict = await eventually(
+        "ClaimTemplateConflict event",
+        lambda: [e for e in events_of(cluster, USER_NS, uid) if e["reason"] == "ClaimTemplateConflict"],
+        within=30,
+    )
+    assert "clash-channel" in conflict[0]["message"]
+    assert await status() == "NotReady"
+    cluster.kubectl("delete", "resourceclaimtemplate", "clash-channel", "-n", USER_NS)
+    assert await eventually("clash Ready", lambda: _is(status(), "Ready"), within=40)
+    assert labelled(cluster, "resourceclaimtemplates", uid)[0]["metadata"]["name"] == "clash-channel"
+    ready = await eventually(
+        "Ready transition event",
+        lambda: [e for e in events_of(cluster, USER_NS, uid) if e["reason"] == "Ready"],
+        within=30,
+    )
+    assert "workload ResourceClaimTemplate clash-channel exists" in ready[0]["message"]
+
+
+async def _is(value: Awaitable[str], wanted: str) -> bool:
+    return await value == wanted

@@ -21,7 +21,12 @@ from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo, clique_name
-from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, ComputeDomainStatusValue
+from imexdra.api.constants import (
+    CLIQUE_LABEL_KEY,
+    COMPUTE_DOMAIN_LABEL_KEY,
+    ClaimTemplateTarget,
+    ComputeDomainStatusValue,
+)
 from imexdra.common.events import EventRecorder
 from imexdra.controller import membership, reasons
 from imexdra.controller.caches import Caches
@@ -72,11 +77,15 @@ class MembershipSync:
         Returns a delay when a change is due but the domain published less than
         ``config.min_publish_interval`` ago: the change is then written on the next pass.
         """
-        if self._config.host_managed:
-            # seed 004 §6: Ready means "admitted and the workload claim template exists"; no nodes.
-            await self._publish_status(cd, ComputeDomainStatus(status=membership.READY))
-            return None
         uid = domain_uid(cd)
+        if self._config.host_managed:
+            # Seed 004: Ready means the workload claim template exists (not one held by someone else's
+            # template of that name, which the reconciler reports as ClaimTemplateConflict); no nodes.
+            ready = self._has_workload_template(uid)
+            await self._publish_status(
+                cd, ComputeDomainStatus(status=membership.READY if ready else membership.NOT_READY)
+            )
+            return None
         members = one_per_node(self._caches.daemon_pods(uid))
         cliques_on = self._config.cliques_enabled
         objects = self._caches.clique_view.by_domain(uid) if cliques_on else []
@@ -105,6 +114,13 @@ class MembershipSync:
         await self._publish_status(cd, status)
         self._last_publish[uid] = self._clock()
         return None
+
+    def _has_workload_template(self, uid: str) -> bool:
+        view = self._caches.template_view
+        return any(
+            not view.terminating(template)
+            for template in self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
+        )
 
     def forget(self, uid: str) -> None:
         """Drop what is remembered about a finalized domain."""
@@ -193,16 +209,16 @@ class MembershipSync:
         uid = domain_uid(cd)
         previous = self._metrics.known(uid)
         self._metrics.observe(uid, desired.status)
-        if not self._config.host_managed and previous is not None and previous != desired.status:
+        if previous is not None and previous != desired.status:
             self._record_transition(cd, desired)
 
     def _record_transition(self, cd: ComputeDomain, status: ComputeDomainStatus) -> None:
-        ready = sum(1 for n in status.nodes if n.status == ComputeDomainStatusValue.READY)
-        wanted = cd.spec.num_nodes if cd.spec else 0
-        self._events.record(
-            cd,
-            type="Normal",
-            reason=status.status.value,
-            action="UpdateStatus",
-            note=f"{ready} of {len(status.nodes)} daemon(s) ready (numNodes {wanted})",
-        )
+        if self._config.host_managed:
+            template = cd.spec.channel.resource_claim_template.name if cd.spec and cd.spec.channel else ""
+            verb = "exists" if status.status == membership.READY else "is missing"
+            note = f"workload ResourceClaimTemplate {template} {verb} (HostManagedIMEX)"
+        else:
+            ready = sum(1 for n in status.nodes if n.status == ComputeDomainStatusValue.READY)
+            wanted = cd.spec.num_nodes if cd.spec else 0
+            note = f"{ready} of {len(status.nodes)} daemon(s) ready (numNodes {wanted})"
+        self._events.record(cd, type="Normal", reason=status.status.value, action="UpdateStatus", note=note)
