@@ -193,8 +193,10 @@ def status_findings(domain: ComputeDomain, mode: ImexMode) -> list[Finding]:
         return [
             Finding(
                 Severity.WARNING,
-                "status NotReady, though host-managed IMEX domains are Ready once admitted",
-                "the controller has not reconciled this domain: check compute-domain-controller",
+                "status NotReady: under host-managed IMEX a domain is Ready once its workload "
+                "ResourceClaimTemplate exists",
+                "a template of that name the domain does not own blocks it (a ClaimTemplateConflict event "
+                "names it: delete or rename it); otherwise check compute-domain-controller",
             )
         ]
     if status.status is not ComputeDomainStatusValue.NOT_READY:

@@ -111,6 +111,18 @@ def test_host_managed_mode_expects_no_daemons() -> None:
     assert any(f.severity is Severity.INFO and "host-managed" in f.message for f in findings)
 
 
+def test_host_managed_not_ready_points_at_the_workload_template() -> None:
+    """Host-managed NotReady means no workload template of its own: the hint names the likely clash."""
+    domain = o.domain(status={"status": "NotReady"})
+    messages = problems(diagnose(view(domain=domain, imex_mode=ImexMode.HOST_MANAGED, daemonsets=[])))
+    assert messages == [
+        "warning: status NotReady: under host-managed IMEX a domain is Ready once its workload "
+        "ResourceClaimTemplate exists"
+    ]
+    [finding] = [f for f in diagnose(view(domain=domain, imex_mode=ImexMode.HOST_MANAGED)) if f.is_problem]
+    assert "ClaimTemplateConflict" in finding.hint
+
+
 def test_unknown_mode_is_a_warning_but_checks_daemons() -> None:
     """Without the driver's DeviceClasses the mode is unknown: say so, and still look for daemons."""
     messages = problems(diagnose(view(imex_mode=ImexMode.UNKNOWN, daemonsets=[])))
