@@ -1,7 +1,8 @@
 """Pieces the benchmarks share: paths, a simulated node's plugin environment, process readings, metrics.
 
-- ``simulated_node``: the stand-in hardware (fake NVML, fake ``/proc/devices``, a dev root of regular
-  files) and kubelet directories of one node, as the environment of a ``compute-domain-kubelet-plugin``;
+- ``simulated_node``: the stand-in hardware (``imexdra.devices.driverroot_fake``: a driver root with the
+  mock NVML library and its GB200 profile and a dev root of regular files, a fake ``/proc/devices``) and
+  kubelet directories of one node, as the environment of a ``compute-domain-kubelet-plugin``;
 - ``ControllerProcess``: a ComputeDomain controller as a child process, started from a command template
   (ours by default; ``--controller-command`` runs another implementation against the same workload);
 - ``parse_metrics``/``total``/``apiserver_metrics``: Prometheus text to samples, sums by labels;
@@ -26,7 +27,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from imexdra.common.logging import configure_logging
-from imexdra.devices.driverroot_fake import write_driver_root
+from imexdra.devices import driverroot_fake
+from imexdra.localcluster.binaries import nvml_mock_library
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.processes import free_port
 
@@ -95,24 +97,19 @@ def install_crds(cluster: LocalCluster) -> None:
 
 def simulated_node(base: Path, node: str = "bench-node", clique: str = CLIQUE) -> dict[str, str]:
     """Stand-in hardware and kubelet directories under ``base``; returns the plugin's environment."""
-    driver_root = write_driver_root(base / "driver-root")  # device nodes and fabric-imex-mgmt capability
+    tray = driverroot_fake.Tray(node, driverroot_fake.Fabric.parse(clique))
+    hardware = driverroot_fake.write_node_hardware(base, tray, nvml_library=nvml_mock_library())
     (base / "registry").mkdir(parents=True, exist_ok=True)
-    uuid, _, clique_number = clique.rpartition(".")
-    fabric = {"clusterUUID": uuid, "cliqueID": int(clique_number)}
-    (base / "nvml.json").write_text(json.dumps({"nodeName": node, "fabric": fabric}))
-    (base / "proc-devices").write_text(
-        "Character devices:\n235 nvidia-caps-imex-channels\n236 nvidia-caps\n\nBlock devices:\n"
-    )
     return {
         "NODE_NAME": node,
         "NAMESPACE": DRIVER_NAMESPACE,
         "KUBELET_REGISTRAR_DIRECTORY_PATH": str(base / "registry"),
         "KUBELET_PLUGINS_DIRECTORY_PATH": str(base / "plugins"),
         "CDI_ROOT": str(base / "cdi"),
-        "DRIVER_ROOT_CTR_PATH": str(driver_root),
-        "NVIDIA_DRIVER_ROOT": "/",
-        "FAKE_NVML_CONFIG": str(base / "nvml.json"),
-        "ALT_PROC_DEVICES_PATH": str(base / "proc-devices"),
+        # The plugin runs on the host: its driver root is where the host has it.
+        "DRIVER_ROOT_CTR_PATH": str(hardware.driver_root),
+        "NVIDIA_DRIVER_ROOT": str(hardware.driver_root),
+        "ALT_PROC_DEVICES_PATH": str(hardware.proc_devices),
         "LOGGING_FORMAT": "json",
     }
 

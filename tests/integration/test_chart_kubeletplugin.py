@@ -2,8 +2,8 @@
 
 The chart's identities are installed (release ``chartkp``); the plugin is started for node-0 with the
 rendered DaemonSet container's env, rendered with node-0's kubelet directories. Only what a container
-runtime would bind at a container path is replaced by the simulated node's files (``/driver-root``,
-``/var/run/cdi``, ``/alt-proc-devices``, the fake NVML file, via the chart's per-component env), and
+runtime would bind at a container path is replaced by the simulated node's files (``/driver-root``
+with its mock NVML library, ``/var/run/cdi``, ``/alt-proc-devices``, via the chart's per-component env), and
 the token is bound to node-0 as a pod's would be. With the chart's RBAC and own-node policy the plugin
 registers and publishes node-0's ResourceSlice; with a token of node-1 the policy refuses its writes.
 The simulated hardware comes from the plugin's own integration harness.
@@ -37,7 +37,7 @@ DRIVER = "compute-domain.nvidia.com"
 
 @pytest.fixture(scope="module")
 def sim(cluster: LocalCluster) -> SimulatedNode:
-    """node-0's stand-in hardware (fake NVML, /proc/devices, driver root)."""
+    """node-0's stand-in hardware (driver root with the mock NVML library, /proc/devices)."""
     return SimulatedNode(cluster.node(NODE), CLIQUE)
 
 
@@ -60,7 +60,6 @@ def chart_rbac(cluster: LocalCluster, compute_domain_crds: None, sim: SimulatedN
                         {"name": "DRIVER_ROOT_CTR_PATH", "value": str(sim.driver_root)},
                         {"name": "CDI_ROOT", "value": str(sim.cdi_root)},
                         {"name": "ALT_PROC_DEVICES_PATH", "value": str(sim.proc_devices)},
-                        {"name": "FAKE_NVML_CONFIG", "value": str(sim.nvml)},
                     ],
                 }
             },

@@ -1,14 +1,16 @@
 """The kubelet plugin as a real process on the harness' real kubelets: harness plus mode-independent checks.
 
-``SimulatedNode`` lays out a node's stand-in hardware under its host dir (fake NVML file, fake
-``/proc/devices``, a driver root with regular files for ``/dev/nvidia*`` and the fabric-imex-mgmt
-capability, a CDI root); ``PluginProcess`` runs the ``compute-domain-kubelet-plugin`` console script
-for it, pointed at the node's kubelet directories, with a kubeconfig of its own whose user holds only
-the plugin's RBAC (upstream's kubelet-plugin ClusterRole and driver-namespace Role). The mode modules
-(``test_kubeletplugin_drivermanaged``, ``test_kubeletplugin_hostmanaged``) import this harness.
+``SimulatedNode`` lays out a node's stand-in hardware under its host dir (``devices.driverroot_fake``:
+a driver root with the mock NVML library and its GB200 profile, regular files for ``/dev/nvidia*`` and
+the fabric-imex-mgmt capability; a fake ``/proc/devices``; a CDI root); ``PluginProcess`` runs the
+``compute-domain-kubelet-plugin`` console script for it, pointed at the node's kubelet directories,
+with a kubeconfig of its own whose user holds only the plugin's RBAC (upstream's kubelet-plugin
+ClusterRole and driver-namespace Role). The mode modules (``test_kubeletplugin_drivermanaged``,
+``test_kubeletplugin_hostmanaged``) import this harness.
 
 Checks here: registration with the kubelet, the published ResourceSlice (owner, pool, devices), the
-gRPC health endpoint, metrics, and a clean SIGTERM shutdown (sockets gone, exit 0, slice left).
+gRPC health endpoint, metrics, a clean SIGTERM shutdown (sockets gone, exit 0, slice left), and a
+broken NVML profile stopping startup with a clear reason.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from typing import Any
 
 import pytest
 
+from imexdra.devices import driverroot_fake
 from imexdra.kubeletplugin.checkpoint import Checkpoint, unmarshal
+from imexdra.localcluster.binaries import nvml_mock_library
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.kubeconfig import write_kubeconfig
 from imexdra.localcluster.nodes import Node
@@ -155,30 +159,18 @@ class SimulatedNode:
 
     def __post_init__(self) -> None:
         self.base = self.node.host_dir / "imexdra"
-        self.driver_root = self.base / "driver-root"
         self.cdi_root = self.base / "cdi"
-        self.nvml = self.base / "nvml.yaml"
-        self.proc_devices = self.base / "proc-devices"
-        cluster_uuid, _, clique_id = (self.clique or "").rpartition(".")
-        fabric = {"clusterUUID": cluster_uuid, "cliqueID": int(clique_id)} if self.clique else None
-        self.nvml.parent.mkdir(parents=True, exist_ok=True)
-        self.nvml.write_text(json.dumps({"nodeName": self.node.name, "fabric": fabric}))
-        self.proc_devices.write_text(
-            "Character devices:\n195 nvidia-frontend\n235 nvidia-caps-imex-channels\n236 nvidia-caps\n\n"
-            "Block devices:\n  8 sd\n"
+        fabric = driverroot_fake.Fabric.parse(self.clique) if self.clique else None
+        hardware = driverroot_fake.write_node_hardware(
+            self.base, driverroot_fake.Tray(self.node.name, fabric), nvml_library=nvml_mock_library()
         )
-        for dev in (
-            "nvidia0",
-            "nvidiactl",
-            "nvidia-caps-imex-channels/channel0",
-            "nvidia-caps/nvidia-cap512",
-        ):
-            path = self.driver_root / "dev" / dev
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
-        capability = self.driver_root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt"
-        capability.parent.mkdir(parents=True, exist_ok=True)
-        capability.write_text("DeviceFileMinor: 512\nDeviceFileMode: 438\nDeviceFileModify: 0\n")
+        self.driver_root = hardware.driver_root
+        self.proc_devices = hardware.proc_devices
+
+    @property
+    def nvml_profile(self) -> Path:
+        """The mock NVML library's profile in the driver root."""
+        return self.driver_root / driverroot_fake.NVML_LIBRARY_DIR / driverroot_fake.NVML_MOCK_PROFILE
 
     @property
     def plugin_dir(self) -> Path:
@@ -218,8 +210,8 @@ class PluginProcess:
             "KUBELET_PLUGINS_DIRECTORY_PATH": str(node.plugins_dir),
             "CDI_ROOT": str(self.sim.cdi_root),
             "DRIVER_ROOT_CTR_PATH": str(self.sim.driver_root),
-            "NVIDIA_DRIVER_ROOT": "/",
-            "FAKE_NVML_CONFIG": str(self.sim.nvml),
+            # A host process sees the driver root where the host has it: CDI host paths are its files.
+            "NVIDIA_DRIVER_ROOT": str(self.sim.driver_root),
             "ALT_PROC_DEVICES_PATH": str(self.sim.proc_devices),
             "FEATURE_GATES": "HostManagedIMEX=true," if self.host_managed else "",
             "HEALTHCHECK_PORT": str(self.health_port),
@@ -354,3 +346,26 @@ async def test_sigterm_shuts_down_cleanly_and_the_kubelet_retires_the_slice(
     await eventually(
         "kubelet wipes the slice", lambda: not node_slices(cluster, "node-1"), within=120, interval=2
     )
+
+
+def test_a_broken_nvml_profile_stops_startup_with_the_reason(cluster: LocalCluster) -> None:
+    """NVML init failing (the mock refuses its profile, code 999) ends startup with exit 1 and says why."""
+    node = cluster.node("node-0")
+    sim = SimulatedNode(node, CLIQUE)
+    sim.nvml_profile.write_text("fabric.clique=1\n")  # a typo: the key is fabric.clique_id
+    process = PluginProcess(sim, plugin_kubeconfig(cluster, node))
+    logged_before = process.log.stat().st_size if process.log.exists() else 0
+    process.start()
+    try:
+        assert process.process is not None
+        assert process.process.wait(timeout=60) == 1
+    finally:
+        SimulatedNode(node, CLIQUE)  # a valid profile again for whoever uses node-0 next
+    with process.log.open() as log:
+        log.seek(logged_before)
+        output = log.read()
+    # The library's own line names the file and the key, the plugin's names the NVML call and code.
+    assert f"nvml-mock: {sim.nvml_profile}:1:" in output and "fabric.clique" in output
+    assert "using NVML library" in output
+    failure = next(line for line in output.splitlines() if "kubelet plugin failed" in line)
+    assert "nvmlInitWithFlags" in failure and "code 999" in failure

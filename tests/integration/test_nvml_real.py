@@ -14,7 +14,8 @@ Covered: the entry points the library exports versus those pynvml resolves; a GB
 clique ID; the defaults; each fabric state; fabric call NOT_SUPPORTED; fabric status errors; GPUs that
 disagree; NVML errors from init, count, driver version and each per-GPU call (permanent vs retryable);
 codes pynvml has no text for; a failing shutdown; a profile changed between sessions; a library that is
-missing, not a library, or not NVML; and the mock's own refusal of a bad or missing profile.
+missing, not a library, or not NVML; the mock's own refusal of a bad or missing profile; and the
+driver root a simulated node gets (``devices.driverroot_fake``) read back as the tray it describes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from imexdra.devices import driverroot_fake
+from imexdra.devices.driverroot import find_nvml_library
 from imexdra.localcluster.binaries import NVML_MOCK_LIBRARY, nvml_mock_library
 
 PROBE = Path(__file__).with_name("nvml_probe.py")
@@ -344,3 +347,21 @@ def test_bad_profile_fails_init_loudly(tray: Tray, run: Run, profile: str | None
     assert error(outcome)["code"] == 999
     assert outcome["error"]["message"].startswith("NVML nvmlInitWithFlags failed")
     assert f"nvml-mock: {library.parent}/{complaint}" in probe.stderr
+
+
+@pytest.mark.parametrize("fabric", [True, False], ids=["rack-tray", "no-fabric-tray"])
+def test_simulated_node_driver_root(tmp_path: Path, mock_library: Path, run: Run, fabric: bool) -> None:
+    """A simulated node's driver root (driverroot_fake) reads back through nvml_real as the tray it says."""
+    tray = driverroot_fake.Tray("gb200-07", driverroot_fake.Fabric(CLUSTER, CLIQUE) if fabric else None)
+    root = driverroot_fake.write_driver_root(tmp_path / "driver-root", tray, nvml_library=mock_library)
+    library = find_nvml_library(root)
+    assert not (root / driverroot_fake.NVML_LIBRARY_DIR / NVML_MOCK_LIBRARY).is_symlink()
+    gpus, version, found = run(library, GPUS, DRIVER_VERSION, clique()).outcomes
+    assert [gpu["uuid"] for gpu in value(gpus)] == [driverroot_fake.gpu_uuid("gb200-07", i) for i in range(4)]
+    assert {gpu["name"] for gpu in value(gpus)} == {"NVIDIA GB200"}
+    assert value(version) == driverroot_fake.DRIVER_VERSION
+    if fabric:
+        assert value(found) == CLIQUE_ID
+    else:
+        assert value(found) == ""
+        assert [gpu["fabric"] for gpu in value(gpus)] == [None] * 4

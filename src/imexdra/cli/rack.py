@@ -1,10 +1,11 @@
 """A simulated GB200 NVL72 rack on the local cluster, with imexdra installed by its Helm chart.
 
-Each node is a real kubelet on fakecri with its own fake hardware: a fake NVML file (4 GPUs in the
-rack's NVLink clique, or no fabric), a fake ``/proc/devices`` with the IMEX channel major, a CDI
-directory, and ``nvidia.com/gpu: 4``. The chart's pods run as host processes: fakecri maps the image
-to this virtualenv's console scripts (plus fake ``nvidia-imex``/``nvidia-imex-ctl`` on PATH) and
-rewrites the pods' host paths to the node's own directories.
+Each node is a real kubelet on fakecri with its own fake hardware: a driver root holding the mock NVML
+library with a GB200 tray profile (4 GPUs in the rack's NVLink clique, or no fabric; docs/driver-root.md),
+a fake ``/proc/devices`` with the IMEX channel major, a CDI directory, and ``nvidia.com/gpu: 4``. The
+chart's pods run as host processes: fakecri maps the image to this virtualenv's console scripts (plus
+fake ``nvidia-imex``/``nvidia-imex-ctl`` on PATH) and rewrites the pods' host paths to the node's own
+directories.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from typing import Any
 import yaml
 
 import imexdra
-from imexdra.devices.driverroot_fake import write_driver_root
+from imexdra.devices import driverroot_fake
 from imexdra.devices.fakeimex.install import install_fake_imex
-from imexdra.devices.procfs_fake import write_proc_devices
 from imexdra.localcluster.addons import start_mpi_operator
+from imexdra.localcluster.binaries import nvml_mock_library
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.nodes import GPU_NODE_LABELS, HostImage, Node, NodeSpec
 
@@ -90,17 +91,14 @@ def new_rack_cluster(config: RackConfig, run_dir: Path | None = None) -> LocalCl
 
 
 def write_node_hardware(node: Node, config: RackConfig, index: int) -> None:
-    """Write the node's fake NVML file and ``/proc/devices`` under its simulated host paths."""
-    sim = node.host_dir / "sim"
-    fabric = None
-    if index not in config.no_fabric_nodes:
-        fabric = {"clusterUUID": config.cluster_uuid, "cliqueID": config.clique, "state": "completed"}
-    sim.mkdir(parents=True, exist_ok=True)
-    (sim / "nvml.yaml").write_text(
-        yaml.safe_dump({"nodeName": node.name, "gpuCount": GPUS_PER_NODE, "fabric": fabric})
+    """Write the node's driver root and ``/proc/devices`` under its simulated host paths."""
+    fabric = (
+        None
+        if index in config.no_fabric_nodes
+        else driverroot_fake.Fabric(config.cluster_uuid, config.clique)
     )
-    write_proc_devices(sim / "proc-devices")
-    write_driver_root(sim / "driver-root")
+    tray = driverroot_fake.Tray(name=node.name, fabric=fabric, gpus=GPUS_PER_NODE)
+    driverroot_fake.write_node_hardware(node.host_dir / "sim", tray, nvml_library=nvml_mock_library())
 
 
 def create_host_placeholders() -> None:
@@ -111,8 +109,7 @@ def create_host_placeholders() -> None:
     """
     sim = Path(SIM_DIR)
     (sim / "driver-root").mkdir(parents=True, exist_ok=True)
-    for name in ("nvml.yaml", "proc-devices"):
-        (sim / name).touch(exist_ok=True)
+    (sim / "proc-devices").touch(exist_ok=True)
 
 
 def advertise_gpus(cluster: LocalCluster, node: Node) -> None:
@@ -125,9 +122,6 @@ def advertise_gpus(cluster: LocalCluster, node: Node) -> None:
 
 def chart_values(config: RackConfig) -> dict[str, Any]:
     """Helm values for the simulated rack (a ComputeDomain-only install), with ``extra_values`` merged in."""
-    sim_env = [
-        {"name": "FAKE_NVML_CONFIG", "value": f"{SIM_DIR}/nvml.yaml"},
-    ]
     values: dict[str, Any] = {
         "image": {"repository": IMAGE_REPOSITORY, "tag": IMAGE_TAG, "pullPolicy": "IfNotPresent"},
         "resources": {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}},
@@ -137,16 +131,7 @@ def chart_values(config: RackConfig) -> dict[str, Any]:
         # Host-process pods share the host's network namespace: bind servers to each pod's own IP, and
         # keep clear of :8080, where the MPI Operator (a host process here) hard-codes its health server.
         "controller": {"leaderElection": {"enabled": True}, "metrics": {"httpEndpoint": "$(POD_IP):8090"}},
-        "kubeletPlugin": {
-            "metrics": {"computeDomainHttpEndpoint": "$(POD_IP):8081"},
-            "containers": {
-                "computeDomains": {
-                    "env": sim_env,
-                    "extraVolumeMounts": [{"name": "imexdra-sim", "mountPath": SIM_DIR, "readOnly": True}],
-                }
-            },
-            "extraVolumes": [{"name": "imexdra-sim", "hostPath": {"path": SIM_DIR, "type": "Directory"}}],
-        },
+        "kubeletPlugin": {"metrics": {"computeDomainHttpEndpoint": "$(POD_IP):8081"}},
     }
     return _deep_merge(values, config.extra_values)
 

@@ -1,14 +1,31 @@
-"""A simulated GB200 node's driver root: the NVIDIA device nodes and capability files the plugin reads.
+"""A simulated GB200 compute tray's hardware files: the one writer of a simulated node's driver root.
+
+The driver root is laid out like an NVIDIA driver install (docs/driver-root.md)::
+
+    dev/nvidia0..3, nvidiactl, nvidia-uvm, nvidia-caps/..., nvidia-caps-imex-channels/channel0
+    proc/driver/nvidia/capabilities/fabric-imex-mgmt
+    usr/lib64/libnvidia-ml.so.1     a copy of the mock NVML library (tools/nvml-mock)
+    usr/lib64/nvml-mock-profile     the tray's GPUs and NVLink fabric, read by that library
 
 Regular files stand in for the character devices (a simulated node has no NVIDIA driver); the plugin
-accepts them only in simulated mode. ``procfs_fake`` writes the matching ``/proc/devices``.
+accepts them only in upstream's mock mode (``ALT_PROC_DEVICES_PATH``), whose ``/proc/devices`` stand-in
+``write_node_hardware`` writes beside the driver root. The library is copied, never linked: it finds its
+profile beside its own resolved path (docs/nvml-mock.md), so each tray needs a file of its own.
 """
 
 from __future__ import annotations
 
+import shutil
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
-from imexdra.devices.procfs_fake import DEFAULT_FABRIC_MGMT_MINOR, write_fabric_mgmt_capability
+from imexdra.devices.driverroot import NVML_LIBRARY
+from imexdra.devices.procfs_fake import (
+    DEFAULT_FABRIC_MGMT_MINOR,
+    write_fabric_mgmt_capability,
+    write_proc_devices,
+)
 
 FAKE_DEVICE_NODES = (
     "nvidia0",
@@ -22,13 +39,95 @@ FAKE_DEVICE_NODES = (
 )
 
 FABRIC_MGMT_CAPABILITY = "proc/driver/nvidia/capabilities/fabric-imex-mgmt"
+NVML_LIBRARY_DIR = "usr/lib64"
+"""First of the directories ``driverroot.find_nvml_library`` searches (a RHEL-style install)."""
+NVML_MOCK_PROFILE = "nvml-mock-profile"
+DRIVER_VERSION = "570.170.01"
+GPU_NAME = "NVIDIA GB200"
+GPUS_PER_TRAY = 4
 
 
-def write_driver_root(root: Path) -> Path:
-    """Populate ``root`` with the device nodes and the fabric-imex-mgmt capability; return ``root``."""
+@dataclass(frozen=True, slots=True)
+class Fabric:
+    """The NVLink fabric a tray's GPUs registered with: clique ID ``<cluster_uuid>.<clique>``."""
+
+    cluster_uuid: str
+    clique: int
+
+    @classmethod
+    def parse(cls, clique_id: str) -> Fabric:
+        """``Fabric`` from a clique ID such as ``7c9a3e1f-...-1b2c3d4e5f60.32766``."""
+        cluster_uuid, _, clique = clique_id.rpartition(".")
+        return cls(str(uuid.UUID(cluster_uuid)), int(clique))
+
+
+@dataclass(frozen=True, slots=True)
+class Tray:
+    """One simulated GB200 compute tray; ``fabric`` None is a tray without NVLink fabric support."""
+
+    name: str
+    fabric: Fabric | None
+    gpus: int = GPUS_PER_TRAY
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHardware:
+    """Where ``write_node_hardware`` put a node's files."""
+
+    driver_root: Path
+    proc_devices: Path
+
+
+def gpu_uuid(tray: str, index: int) -> str:
+    """A stable GPU UUID per tray and index, so every node's GPUs differ as on real hardware."""
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'imexdra-fake-gpu/{tray}/{index}')}"
+
+
+def nvml_profile(tray: Tray) -> str:
+    """The tray as a mock NVML profile (format in docs/nvml-mock.md)."""
+    lines = [
+        f"# simulated GB200 compute tray {tray.name}",
+        f"driver_version={DRIVER_VERSION}",
+        f"gpu_count={tray.gpus}",
+        f"name={GPU_NAME}",
+    ]
+    if tray.fabric is None:
+        # What a GPU without NVLink fabric answers: the fabric-info call is not supported.
+        lines.append("error.nvmlDeviceGetGpuFabricInfo=NOT_SUPPORTED")
+    else:
+        lines += [
+            f"fabric.cluster_uuid={tray.fabric.cluster_uuid}",
+            f"fabric.clique_id={tray.fabric.clique}",
+            "fabric.state=completed",
+        ]
+    lines += [f"gpu.{index}.uuid={gpu_uuid(tray.name, index)}" for index in range(tray.gpus)]
+    return "\n".join(lines) + "\n"
+
+
+def write_driver_root(root: Path, tray: Tray, *, nvml_library: Path) -> Path:
+    """Populate ``root`` as the tray's driver install; ``nvml_library`` is the mock to copy in.
+
+    Returns ``root``. Rewriting an existing root replaces the profile (and the library copy).
+    """
     for name in FAKE_DEVICE_NODES:
         path = root / "dev" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(exist_ok=True)
     write_fabric_mgmt_capability(root / FABRIC_MGMT_CAPABILITY)
+    library_dir = root / NVML_LIBRARY_DIR
+    library_dir.mkdir(parents=True, exist_ok=True)
+    # Copy to a temporary name and rename: a plugin that has the old copy loaded keeps it intact.
+    staged = library_dir / f".{NVML_LIBRARY}.tmp"
+    shutil.copyfile(nvml_library, staged)
+    staged.chmod(0o755)
+    staged.replace(library_dir / NVML_LIBRARY)
+    (library_dir / NVML_MOCK_PROFILE).write_text(nvml_profile(tray), encoding="utf-8")
     return root
+
+
+def write_node_hardware(base: Path, tray: Tray, *, nvml_library: Path) -> NodeHardware:
+    """Write a node's driver root and its ``/proc/devices`` stand-in under ``base``."""
+    hardware = NodeHardware(driver_root=base / "driver-root", proc_devices=base / "proc-devices")
+    write_driver_root(hardware.driver_root, tray, nvml_library=nvml_library)
+    write_proc_devices(hardware.proc_devices)
+    return hardware

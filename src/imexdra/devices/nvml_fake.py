@@ -1,8 +1,10 @@
-"""A fake NVML for simulated nodes and tests: a GB200 compute tray described by a small file.
+"""A fake NVML for unit tests: a GB200 compute tray described by a small file.
 
-Each simulated node gets its own file (JSON or YAML; JSON is valid YAML) whose path comes from the
-component's configuration. The file is re-read on every call, so a test harness can change a node's
-fabric at runtime (e.g. to exercise the periodic clique refresh). File format, all keys optional::
+No component selects it: the kubelet plugin always reads NVML through ``nvml_real`` and nvidia-ml-py,
+on a simulated node from the mock ``libnvidia-ml.so.1`` in its driver root (docs/driver-root.md). This
+fake serves unit tests of the code above the ``Nvml`` Protocol (clique rules, refresh, fuzzing) that
+need no C library. The file (JSON or YAML; JSON is valid YAML) is re-read on every call, so a test can
+change the fabric between calls. File format, all keys optional::
 
     driverVersion: "570.170.01"   # nvmlSystemGetDriverVersion (default 570.170.01)
     nodeName: node-a              # seeds the generated GPU UUIDs (default: the file's path)

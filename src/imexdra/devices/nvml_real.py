@@ -34,6 +34,11 @@ class PynvmlNvml:
     def __init__(self, *, library_path: Path | None = None) -> None:
         self._library_path = library_path
 
+    @property
+    def library_path(self) -> Path | None:
+        """The library file this backend loads (None: ``libnvidia-ml.so.1`` by soname)."""
+        return self._library_path
+
     def gpus(self) -> list[Gpu]:
         """Enumerate GPUs by index with UUID, name and fabric info."""
         with self._session() as pynvml:

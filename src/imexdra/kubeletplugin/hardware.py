@@ -2,13 +2,13 @@
 
 Backends are chosen once, at startup (kubelet-plugin.md §2 step 7, §3):
 
-- NVML: the host library under the container driver root (``libnvidia-ml.so.1``), or, on a simulated
-  node, ``FakeNvml`` reading the node file given by ``--fake-nvml-config``;
+- NVML: the library under the container driver root (``libnvidia-ml.so.1``), through nvidia-ml-py —
+  on a simulated node the mock library in its driver root (docs/driver-root.md);
 - IMEX device nodes: ``/proc/devices`` and ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt``; with
   ``ALT_PROC_DEVICES_PATH`` set (upstream's mock mode) that file replaces ``/proc/devices`` and the
   capability is read under the container driver root instead;
-- ``/dev``: under the container driver root when it has one (the dev root); a simulated node's dev
-  root holds regular files standing in for device nodes.
+- ``/dev``: under the container driver root when it has one (the dev root); in mock mode the dev root
+  may hold regular files standing in for device nodes.
 
 ``CliqueTracker`` owns the node's clique ID: discovered at startup (errors are fatal), refreshed every
 10 minutes, never cleared by a refresh that finds none (§15.11).
@@ -28,7 +28,6 @@ from imexdra.common.errors import PermanentError
 from imexdra.devices.devnodes import nvidia_device_nodes
 from imexdra.devices.driverroot import dev_root, find_nvml_library
 from imexdra.devices.nvml import Nvml, clique_id, driver_version_at_least
-from imexdra.devices.nvml_fake import FakeNvml
 from imexdra.devices.nvml_real import PynvmlNvml
 from imexdra.devices.procfs import FABRIC_IMEX_MGMT_CAPABILITY, PROC_DEVICES, HostImexDevices
 from imexdra.kubeletplugin.cdi import DriverRoots, Spec, base_spec
@@ -46,15 +45,13 @@ class HardwareSettings:
 
     container_driver_root: Path
     host_driver_root: Path
-    #: A simulated node's NVML file; None means the real NVML library.
-    fake_nvml_config: Path | None = None
     #: ``ALT_PROC_DEVICES_PATH``: upstream's mock mode.
     alt_proc_devices: Path | None = None
 
     @property
     def simulated(self) -> bool:
-        """Whether this node's devices are stand-ins (fake NVML or mock procfs)."""
-        return self.fake_nvml_config is not None or self.alt_proc_devices is not None
+        """Whether this node's devices are stand-ins (upstream's mock mode)."""
+        return self.alt_proc_devices is not None
 
     @property
     def roots(self) -> DriverRoots:
@@ -63,10 +60,10 @@ class HardwareSettings:
 
 
 def open_nvml(settings: HardwareSettings) -> Nvml:
-    """The NVML backend: the fake node file, or the library under the container driver root."""
-    if settings.fake_nvml_config is not None:
-        return FakeNvml(settings.fake_nvml_config)
-    return PynvmlNvml(library_path=find_nvml_library(settings.container_driver_root))
+    """The NVML backend: ``libnvidia-ml.so.1`` under the container driver root, through nvidia-ml-py."""
+    library = find_nvml_library(settings.container_driver_root)
+    _log.info("using NVML library", path=str(library))
+    return PynvmlNvml(library_path=library)
 
 
 def open_imex_devices(settings: HardwareSettings) -> HostImexDevices:

@@ -1,16 +1,14 @@
 """Entry point of ``compute-domain-kubelet-plugin``: upstream's flags and variables, then ``plugin.run``.
 
 Flags and environment variables are upstream's (kubelet-plugin.md §1.1, through the option groups of
-``imexdra.api.config``). Two more select a simulated node's hardware:
+``imexdra.api.config``), including upstream's mock mode, ``--alt-proc-devices-path`` /
+``ALT_PROC_DEVICES_PATH``: this file replaces ``/proc/devices``, the fabric-imex-mgmt capability is read
+under the container driver root, and the dev root may hold regular files in place of device nodes.
+NVML is always the ``libnvidia-ml.so.1`` under the container driver root (on a simulated node, the
+mock library its driver root holds: docs/driver-root.md).
 
-- ``--fake-nvml-config`` / ``FAKE_NVML_CONFIG``: the node's fake NVML file (format in
-  ``imexdra.devices.nvml_fake``) instead of the NVML library under the container driver root;
-- ``--alt-proc-devices-path`` / ``ALT_PROC_DEVICES_PATH``: upstream's mock mode — this file replaces
-  ``/proc/devices`` and the fabric-imex-mgmt capability is read under the container driver root.
-
-Either one also lets the dev root hold regular files in place of device nodes. The process logs its
-settings and the resolved feature gates first; it exits 0 after a signal-initiated shutdown and 1
-when startup or a service fails.
+The process logs its settings and the resolved feature gates first; it exits 0 after a
+signal-initiated shutdown and 1 when startup or a service fails.
 """
 
 from __future__ import annotations
@@ -55,14 +53,6 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 @imex_options
 @kubelet_plugin_options
 @click.option(
-    "--fake-nvml-config",
-    envvar="FAKE_NVML_CONFIG",
-    show_envvar=True,
-    type=_FILE,
-    default=None,
-    help="Simulated node: fake NVML file to read instead of the NVML library.",
-)
-@click.option(
     "--alt-proc-devices-path",
     envvar="ALT_PROC_DEVICES_PATH",
     show_envvar=True,
@@ -79,7 +69,6 @@ def main(
     node_name: str,
     imex: ImexSettings,
     kubelet_plugin: KubeletPluginSettings,
-    fake_nvml_config: Path | None,
     alt_proc_devices_path: Path | None,
 ) -> None:
     """The per-node DRA kubelet plugin for IMEX channels (driver compute-domain.nvidia.com)."""
@@ -103,7 +92,6 @@ def main(
         hardware=HardwareSettings(
             container_driver_root=kubelet_plugin.container_driver_root,
             host_driver_root=kubelet_plugin.nvidia_driver_root,
-            fake_nvml_config=fake_nvml_config,
             alt_proc_devices=alt_proc_devices_path,
         ),
     )
@@ -117,7 +105,6 @@ def main(
         kubeletRegistrarDirectoryPath=str(kubelet_plugin.kubelet_registrar_directory_path),
         cdiRoot=str(kubelet_plugin.cdi_root),
         healthcheckPort=kubelet_plugin.healthcheck_port,
-        fakeNvmlConfig=str(fake_nvml_config) if fake_nvml_config else None,
         altProcDevicesPath=str(alt_proc_devices_path) if alt_proc_devices_path else None,
     )
     try:

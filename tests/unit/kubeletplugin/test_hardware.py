@@ -8,6 +8,7 @@ import pytest
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.common.errors import PermanentError
 from imexdra.devices.nvml_fake import FakeNvml
+from imexdra.devices.nvml_real import PynvmlNvml
 from imexdra.devices.procfs import DeviceDiscoveryError
 from imexdra.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
 from imexdra.kubeletplugin.hardware import (
@@ -34,7 +35,6 @@ def simulated(tmp_path: Path) -> HardwareSettings:
     return HardwareSettings(
         container_driver_root=root,
         host_driver_root=Path("/"),
-        fake_nvml_config=nvml_file(tmp_path / "nvml.json"),
         alt_proc_devices=write_proc_devices(tmp_path / "proc-devices", imex_channels_major=240),
     )
 
@@ -55,12 +55,22 @@ def test_missing_channel_major_is_fatal(tmp_path: Path) -> None:
         open_imex_devices(settings)
 
 
-def test_fake_nvml_selected_by_its_file(tmp_path: Path) -> None:
-    """A fake NVML file selects FakeNvml; without one the library is looked up under the driver root."""
-    assert isinstance(open_nvml(simulated(tmp_path)), FakeNvml)
-    real = HardwareSettings(container_driver_root=tmp_path / "empty", host_driver_root=Path("/"))
+@pytest.mark.parametrize("mock_mode", [True, False], ids=["mock-mode", "real-node"])
+def test_nvml_is_the_library_under_the_driver_root(tmp_path: Path, mock_mode: bool) -> None:
+    """NVML is always nvidia-ml-py over libnvidia-ml.so.1 under the driver root, mock mode or not."""
+    settings = simulated(tmp_path)
+    if not mock_mode:
+        settings = HardwareSettings(
+            container_driver_root=settings.container_driver_root, host_driver_root=Path("/")
+        )
     with pytest.raises(DeviceDiscoveryError, match=r"libnvidia-ml\.so\.1 not found"):
-        open_nvml(real)
+        open_nvml(settings)
+    library = settings.container_driver_root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+    library.parent.mkdir(parents=True)
+    library.touch()
+    nvml = open_nvml(settings)
+    assert isinstance(nvml, PynvmlNvml)
+    assert nvml.library_path == library
 
 
 @pytest.mark.parametrize(

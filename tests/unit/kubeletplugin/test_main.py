@@ -12,7 +12,6 @@ from tests.unit.api.cli import ALL_GROUPS, env_vars
 
 ISOLATED: dict[str, str | None] = {
     **dict.fromkeys(env_vars(ALL_GROUPS)),
-    "FAKE_NVML_CONFIG": None,
     "ALT_PROC_DEVICES_PATH": None,
 }
 
@@ -21,8 +20,8 @@ def run(args: list[str], env: dict[str, str]) -> Result:
     return CliRunner().invoke(main, args, env={**ISOLATED, **env})
 
 
-def test_help_lists_upstream_flags_and_the_simulation_switches() -> None:
-    """Upstream's flag and env names are there, plus the two that select a simulated node's hardware."""
+def test_help_lists_upstream_flags_and_mock_mode() -> None:
+    """Upstream's flag and env names are there, with upstream's mock mode and no simulation-only switch."""
     result = run(["--help"], {})
     assert result.exit_code == 0
     for text in (
@@ -34,11 +33,10 @@ def test_help_lists_upstream_flags_and_the_simulation_switches() -> None:
         "--healthcheck-port",
         "--feature-gates",
         "--imex-mode",
-        "--fake-nvml-config",
-        "FAKE_NVML_CONFIG",
         "ALT_PROC_DEVICES_PATH",
     ):
         assert text in result.output
+    assert "FAKE_NVML" not in result.output
 
 
 def test_node_name_is_required() -> None:
@@ -70,12 +68,14 @@ def test_startup_logs_gates_then_fails_without_channel_major(
     tmp_path: Path, gates: str, forced: bool
 ) -> None:
     """Resolved gates are logged first; a node without the IMEX channel major exits 1 before any API call."""
-    nvml = tmp_path / "nvml.yaml"
-    nvml.write_text("fabric: null\n")
+    # The NVML library is only located before the channel major is read, not loaded: any file will do.
+    library = tmp_path / "driver-root" / "usr/lib64/libnvidia-ml.so.1"
+    library.parent.mkdir(parents=True)
+    library.touch()
     env = {
         "NODE_NAME": "node-a",
         "FEATURE_GATES": gates,
-        "FAKE_NVML_CONFIG": str(nvml),
+        "DRIVER_ROOT_CTR_PATH": str(tmp_path / "driver-root"),
         "ALT_PROC_DEVICES_PATH": str(write_proc_devices(tmp_path / "proc-devices", imex_channels_major=None)),
         "KUBELET_PLUGINS_DIRECTORY_PATH": str(tmp_path / "plugins"),
         "KUBELET_REGISTRAR_DIRECTORY_PATH": str(tmp_path / "registry"),
