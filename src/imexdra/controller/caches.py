@@ -103,6 +103,11 @@ class Caches:
         keys = self.domains.store.index_keys(DOMAIN_INDEX, uid)
         return keys[0] if keys else None
 
+    def terminating(self, key: str) -> bool:
+        """Whether the cached domain under work-queue ``key`` is being deleted."""
+        cd = self.domains.store.get(key)
+        return cd is not None and cd.metadata is not None and cd.metadata.deletionTimestamp is not None
+
     def known_domains(self) -> set[str]:
         """UIDs of every cached ComputeDomain."""
         return {uid for cd in self.domains.store.objects() if (uid := own_uid(cd))}

@@ -5,7 +5,8 @@ workers at once, and adding a queued key again is free):
 
 - ComputeDomain add/update → the domain, at once (create→Ready latency is one reconcile);
 - daemon pods, cliques, claim templates, DaemonSets, nodes → the owning domain (by the CD label), after
-  the batching window ``config.debounce_seconds``, so a burst of daemon events costs one reconcile;
+  the batching window ``config.debounce_seconds``, so a burst of daemon events costs one reconcile
+  (at once while the domain is terminating: each teardown step waits for the previous one's event);
 - anything labelled for an unknown domain, or a domain vanishing → a sweep (``cleanup``) a second later;
 - every ``config.resync_seconds``: every domain again (informer resync) and a sweep.
 
@@ -130,6 +131,10 @@ class Controller:
             key = self.caches.domain_key(uid)
             if key is None:
                 self.queue.add_after(SWEEP_KEY, SWEEP_DELAY_SECONDS)
+            elif self.caches.terminating(key):
+                # A teardown advances one object per event (template deleted, finalizer removed, ...):
+                # a batching window per step would add up to a fixed delay on every deletion.
+                self.queue.add(key)
             else:
                 self.queue.add_after(key, self.config.debounce_seconds)
 
