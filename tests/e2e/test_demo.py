@@ -1,0 +1,73 @@
+"""``imexdra demo`` as a user runs it: the real command, driver-managed and ``--host-managed``.
+
+The command is run as a subprocess (its own process group, as from a shell). It must finish with exit
+code 0, print each step, the user's view and each worker's injected channel, and leave nothing behind:
+its run directory is removed and none of its processes outlive it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imexdra.cli import demo
+
+IMEXDRA = Path(sys.executable).parent / "imexdra"
+CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
+
+
+def run_dirs() -> set[Path]:
+    """The local clusters' run directories that exist now."""
+    return set(Path("/tmp").glob("imx-*"))
+
+
+def processes_naming(fragment: str) -> list[str]:
+    """Command lines of running processes that contain ``fragment``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile
+        if fragment in cmdline:
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("args", "mode"),
+    [((), "driver-managed IMEX"), (("--host-managed",), "HostManagedIMEX")],
+    ids=["driver-managed", "host-managed"],
+)
+def test_demo_runs_the_seed_job_and_cleans_up(args: tuple[str, ...], mode: str) -> None:
+    """Exit 0; the header, every step done, four workers with channel0; no run dir or process left."""
+    before = run_dirs()
+    result = subprocess.run(
+        [str(IMEXDRA), "demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        start_new_session=True,
+    )
+    out = result.stdout
+    assert result.returncode == 0, f"{out[-4000:]}\n{result.stderr[-4000:]}"
+    assert f"imexdra demo: 4-node simulated GB200 rack, {mode}" in out
+    steps = [line for line in out.splitlines() if line.startswith("[")]
+    dones = [line for line in out.splitlines() if line.strip().startswith("done in ")]
+    assert len(steps) >= 4 and len(dones) == len(steps)
+    assert f"create ComputeDomain {demo.DOMAIN} and MPIJob {demo.JOB} (4 workers x 4 GPUs)" in out
+    assert "delete the MPIJob and the ComputeDomain" in out
+    assert f"$ kubectl get computedomain -n {demo.WORKLOAD_NAMESPACE} -o wide" in out
+    injected = out.split("IMEX channel injected into each worker container:")[1]
+    assert injected.count(CHANNEL0) == 4
+    assert "logs in" not in out  # a successful run keeps nothing
+    assert run_dirs() - before == set()
+    strays = [c for c in processes_naming("/tmp/imx-") if not any(str(d) in c for d in before)]
+    assert strays == []
