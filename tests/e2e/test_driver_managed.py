@@ -1,14 +1,60 @@
 """Driver-managed IMEX end to end on a simulated rack: the seed flow with real daemon pods.
 
-The controller's per-domain DaemonSet runs ``compute-domain-daemon`` on both nodes as host processes
-(with the fake nvidia-imex); the workers' channels are prepared only once their node's daemon is ready.
+The controller's per-domain DaemonSet runs ``compute-domain-daemon`` on both nodes as host processes;
+the workers' channels are prepared only once their node's daemon is ready. Each daemon runs the node's
+(fake) nvidia-imex from its driver root, which reaches the container only as a mount of the base CDI
+spec, as on a real node: the image has none, the test host has none at ``/usr/bin``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY
 from imexdra.cli import demo, rack
+from imexdra.devices.fakeimex.install import install_fake_imex
 from imexdra.localcluster.cluster import LocalCluster
-from tests.e2e.helpers import get_json, injected_channel_devices, run_seed_job, wait_until
+from tests.e2e.helpers import (
+    PLUGIN_SELECTOR,
+    apply,
+    channel_pod,
+    compute_domain,
+    container_log,
+    driver_pods,
+    fresh_namespace,
+    get_json,
+    injected_channel_devices,
+    is_ready,
+    log_events,
+    run_seed_job,
+    wait_until,
+)
+
+BASE_SPEC = "k8s.compute-domain.nvidia.com-device_base.yaml"
+DAEMON_SELECTOR = COMPUTE_DOMAIN_LABEL_KEY  # every domain's daemon pods carry the label
+
+
+def container_pid(cluster: LocalCluster, pod: dict[str, Any]) -> int:
+    """The host PID of the pod's (only, latest) container, from its node's runtime record."""
+    node = cluster.node(pod["spec"]["nodeName"])
+    created = [r for r in node.cri_records("CreateContainer") if r["pod_uid"] == pod["metadata"]["uid"]]
+    started = {r["container_id"]: r["pid"] for r in node.cri_records("StartContainer")}
+    return int(started[created[-1]["container_id"]])
+
+
+def imex_seen_by_daemon(cluster: LocalCluster, pod: dict[str, Any]) -> bool:
+    """Whether the daemon container's /usr/bin/nvidia-imex is its node's driver-root file (the CDI mount)."""
+    root = Path(f"/proc/{container_pid(cluster, pod)}/root")  # the path as the container resolves it
+    node_file = cluster.node(pod["spec"]["nodeName"]).host_dir / "sim/driver-root/usr/bin/nvidia-imex"
+    return all(
+        (root / "usr/bin" / name).samefile(node_file.with_name(name))
+        for name in ("nvidia-imex", "nvidia-imex-ctl")
+    )
 
 
 def test_seed_mpijob_with_imex_daemons(driver_managed_rack: LocalCluster) -> None:
@@ -42,6 +88,16 @@ def test_seed_mpijob_with_imex_daemons(driver_managed_rack: LocalCluster) -> Non
         f"resource.nvidia.com/computeDomain={domain['metadata']['uid']}",
     )
     assert len(daemon_pods["items"]) == 2
+    assert not Path("/usr/bin/nvidia-imex").exists()  # nothing on the host's PATH to fall back on
+    for pod in daemon_pods["items"]:
+        assert imex_seen_by_daemon(cluster, pod), pod["metadata"]["name"]
+        [found] = [
+            e for e in log_events(container_log(cluster, pod)) if e.get("event") == "imex_binaries_found"
+        ]
+        assert (found["nvidia_imex"], found["nvidia_imex_ctl"]) == (
+            "/usr/bin/nvidia-imex",
+            "/usr/bin/nvidia-imex-ctl",
+        )
 
     cluster.kubectl("delete", "mpijob", demo.JOB, "-n", demo.WORKLOAD_NAMESPACE, timeout=120)
     cluster.kubectl("delete", "computedomain", demo.DOMAIN, "-n", demo.WORKLOAD_NAMESPACE, timeout=180)
@@ -54,3 +110,81 @@ def test_seed_mpijob_with_imex_daemons(driver_managed_rack: LocalCluster) -> Non
             and not get_json(cluster, "computedomaincliques", "-n", rack.DRIVER_NAMESPACE)["items"]
         ),
     )
+
+
+@pytest.fixture
+def namespace(driver_managed_rack: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, emptied afterwards."""
+    yield from fresh_namespace(driver_managed_rack, request)
+
+
+@pytest.fixture
+def node_without_imex(driver_managed_rack: LocalCluster) -> Iterator[str]:
+    """gb200-01's driver install without nvidia-imex/nvidia-imex-ctl (its plugin restarted to see it).
+
+    Afterwards the programs are back and the plugin restarted again, so the rack is whole.
+    """
+    cluster, node = driver_managed_rack, "gb200-01"
+    programs = cluster.node(node).host_dir / "sim/driver-root/usr/bin"
+    for name in ("nvidia-imex", "nvidia-imex-ctl"):
+        (programs / name).unlink()
+    restart_plugin(cluster, node)
+    yield node
+    install_fake_imex(programs)
+    restart_plugin(cluster, node)
+
+
+def restart_plugin(cluster: LocalCluster, node: str) -> None:
+    """Delete the node's kubelet plugin pod and wait for its replacement to be Ready (a new base spec)."""
+    [old] = [p for p in driver_pods(cluster, PLUGIN_SELECTOR) if p["spec"]["nodeName"] == node]
+    cluster.kubectl("delete", "pod", old["metadata"]["name"], "-n", rack.DRIVER_NAMESPACE, timeout=120)
+    wait_until(
+        f"a new kubelet plugin Ready on {node}",
+        lambda: [
+            p
+            for p in driver_pods(cluster, PLUGIN_SELECTOR)
+            if p["spec"]["nodeName"] == node
+            and p["metadata"]["uid"] != old["metadata"]["uid"]
+            and is_ready(p)
+        ],
+    )
+
+
+def test_a_driver_root_without_imex_fails_the_daemon_saying_why(
+    driver_managed_rack: LocalCluster, node_without_imex: str, namespace: str
+) -> None:
+    """No nvidia-imex in the driver root: no CDI mount, the plugin warns, the daemon exits saying why."""
+    cluster = driver_managed_rack
+    plugin = next(
+        p for p in driver_pods(cluster, PLUGIN_SELECTOR) if p["spec"]["nodeName"] == node_without_imex
+    )
+    warnings = [e for e in log_events(container_log(cluster, plugin)) if e.get("level") == "warning"]
+    assert any("IMEX daemons on this node cannot start" in e["event"] for e in warnings)
+    base = yaml.safe_load(
+        (cluster.node(node_without_imex).host_dir / rack.CDI_ROOT.lstrip("/") / BASE_SPEC).read_text()
+    )
+    assert "mounts" not in base.get("containerEdits", {})
+
+    apply(cluster, compute_domain("no-imex", namespace, "no-imex-channel"))
+    apply(cluster, channel_pod("worker", namespace, "no-imex-channel", node=node_without_imex))
+
+    def failed_daemon_log() -> list[str] | None:
+        pods = get_json(cluster, "pods", "-n", rack.DRIVER_NAMESPACE, "-l", DAEMON_SELECTOR)["items"]
+        for pod in pods:
+            if pod["spec"].get("nodeName") != node_without_imex:
+                continue
+            terminated = [
+                s for s in pod["status"].get("containerStatuses", []) if s["lastState"].get("terminated")
+            ]
+            if terminated:
+                return [
+                    e["error"]
+                    for e in log_events(container_log(cluster, pod))
+                    if e.get("event") == "daemon_failed"
+                ]
+        return None
+
+    [error] = wait_until("the daemon on the node without IMEX exited", failed_daemon_log)
+    assert error.startswith("nvidia-imex and nvidia-imex-ctl not found in this container")
+    assert "NVIDIA driver install must provide them" in error and "nvidiaDriverRoot" in error
+    assert get_json(cluster, "pod", "worker", "-n", namespace)["status"].get("phase") == "Pending"

@@ -320,7 +320,7 @@ def daemon_set_pod(cluster: LocalCluster, daemon_set: str) -> str:
 async def test_daemon_claim_gets_management_access_and_its_domain_dir(
     cluster: LocalCluster, plugin: PluginProcess, namespace: str
 ) -> None:
-    """A pod of the domain's daemon DaemonSet gets device=all and the daemon's CDI edits."""
+    """A pod of the domain's daemon DaemonSet gets device=all (with the driver's IMEX) and its CDI edits."""
     await plugin.wait_registered()
     domain_uid = create_domain(cluster, namespace)
     daemons = f"computedomain-daemon-{domain_uid}"
@@ -348,7 +348,18 @@ async def test_daemon_claim_gets_management_access_and_its_domain_dir(
         edits["mounts"][0]["hostPath"] == str(domain_dir) and edits["mounts"][0]["containerPath"] == "/imexd"
     )
     assert domain_dir.is_dir()
-    assert (plugin.sim.cdi_root / "k8s.compute-domain.nvidia.com-device_base.yaml").exists()
+    # device=all brings the driver's IMEX programs from the driver root (here: the host's view of it).
+    base = yaml.safe_load(
+        (plugin.sim.cdi_root / "k8s.compute-domain.nvidia.com-device_base.yaml").read_text()
+    )
+    assert [(m["hostPath"], m["containerPath"], m["options"]) for m in base["containerEdits"]["mounts"]] == [
+        (
+            str(plugin.sim.driver_root / "usr/bin" / name),
+            f"/usr/bin/{name}",
+            ["ro", "nosuid", "nodev", "bind"],
+        )
+        for name in ("nvidia-imex", "nvidia-imex-ctl")
+    ]
     assert LABEL not in node_labels(cluster, NODE)  # daemon claims never label the node
 
     cluster.kubectl("delete", "daemonset", daemons, "-n", DRIVER_NAMESPACE, "--wait=false")

@@ -1,11 +1,12 @@
 """A simulated GB200 NVL72 rack on the local cluster, with imexdra installed by its Helm chart.
 
-Each node is a real kubelet on fakecri with its own fake hardware: a driver root holding the mock NVML
-library with a GB200 tray profile (4 GPUs in the rack's NVLink clique, or no fabric; docs/driver-root.md),
-a fake ``/proc/devices`` with the IMEX channel major, a CDI directory, and ``nvidia.com/gpu: 4``. The
-chart's pods run as host processes: fakecri maps the image to this virtualenv's console scripts (plus
-fake ``nvidia-imex``/``nvidia-imex-ctl`` on PATH) and rewrites the pods' host paths to the node's own
-directories.
+Each node is a real kubelet on fakecri with its own fake hardware: a driver root laid out like an
+NVIDIA driver install (docs/driver-root.md) holding the mock NVML library with a GB200 tray profile
+(4 GPUs in the rack's NVLink clique, or no fabric) and the fake ``nvidia-imex``/``nvidia-imex-ctl``, a
+fake ``/proc/devices`` with the IMEX channel major, a CDI directory, and ``nvidia.com/gpu: 4``. The
+chart's pods run as host processes: fakecri maps the image to this virtualenv's console scripts,
+rewrites the pods' host paths to the node's own directories and applies the CDI specs' mounts, so a
+daemon finds the driver's ``nvidia-imex`` at ``/usr/bin`` as on a real node.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import yaml
 
 import imexdra
 from imexdra.devices import driverroot_fake
-from imexdra.devices.fakeimex.install import install_fake_imex
 from imexdra.localcluster.addons import start_mpi_operator
 from imexdra.localcluster.binaries import nvml_mock_library
 from imexdra.localcluster.cluster import LocalCluster
@@ -75,12 +75,9 @@ def new_rack_cluster(config: RackConfig, run_dir: Path | None = None) -> LocalCl
     """A not yet started LocalCluster shaped as the rack, running imexdra images as host processes."""
     venv_bin = Path(sys.executable).parent
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix="imx-", dir="/tmp"))
-    fake = install_fake_imex(run_dir / "fake-bin")
-    # Like an image that ships nvidia-imex at a fixed path: the daemon runs the fake binaries.
-    image = HostImage(
-        path=(str(venv_bin), str(fake.directory)),
-        env={"NVIDIA_IMEX_BINARY": str(fake.imex), "NVIDIA_IMEX_CTL_BINARY": str(fake.ctl)},
-    )
+    # The image holds imexdra's programs only: a daemon gets nvidia-imex from the node's driver root,
+    # through the base CDI spec's mounts, which fakecri applies in the container's mount namespace.
+    image = HostImage(path=(str(venv_bin),))
     return LocalCluster(
         nodes_specs=node_specs(config),
         run_dir=run_dir,

@@ -110,10 +110,12 @@ def run(settings: GlobalSettings) -> None:
 def check(settings: GlobalSettings) -> None:
     """Exit 0 when this node's IMEX daemon is ready (the pod's probe)."""
     from imexdra.daemon.check import check as run_check
+    from imexdra.daemon.imexbinaries import locate
     from imexdra.devices.imex_real import SubprocessImex
 
-    files = settings.files
-    imex = SubprocessImex(files.imexd.config, imex_binary=files.nvidia_imex, ctl_binary=files.nvidia_imex_ctl)
+    # Found as ``run`` finds it (/usr/bin first); a missing one makes the query fail, naming it.
+    ctl = locate("nvidia-imex-ctl") or "nvidia-imex-ctl"
+    imex = SubprocessImex(settings.files.imexd.config, ctl_binary=ctl)
     result = asyncio.run(run_check(imex, clique_id=settings.daemon.clique_id))
     if result.message:
         click.echo(result.message, err=not result.ok)

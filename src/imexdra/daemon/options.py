@@ -1,8 +1,8 @@
-"""Options of the daemon beyond upstream's: where its files and the IMEX binaries are.
+"""Options of the daemon beyond upstream's: where its files are.
 
-Upstream hard-codes ``/imexd``, ``/etc/hosts`` and ``nvidia-imex``/``nvidia-imex-ctl`` from ``PATH``;
-those stay the defaults. They are options because several simulated daemons share one host in the
-local cluster and tests, and because an operator debugging a node may want to point at other binaries.
+Upstream hard-codes ``/imexd`` and ``/etc/hosts``; those stay the defaults. They are options because
+several daemons share one host in the local cluster's integration tests. The IMEX programs are not
+options: they are the driver's, mounted by the base CDI spec (``daemon.imexbinaries``).
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ _PATH = click.Path(path_type=Path)
 
 @dataclass(frozen=True, slots=True)
 class DaemonFiles:
-    """The daemon's IMEX directory, the hosts file it manages and the IMEX executables."""
+    """The daemon's IMEX directory and the hosts file it manages."""
 
     imexd_dir: Path
     hosts_file: Path
-    nvidia_imex: str
-    nvidia_imex_ctl: str
 
     def __post_init__(self) -> None:
         """Require absolute paths for the files shared with IMEX."""
@@ -54,17 +52,5 @@ daemon_file_options = OptionGroup(
         type=_PATH,
         default=Path("/etc/hosts"),
         help="Hosts file holding the compute-domain-daemon-NNNN mappings (DNS-names mode).",
-    ),
-    option(
-        "--nvidia-imex",
-        envvar="NVIDIA_IMEX_BINARY",
-        default="nvidia-imex",
-        help="The nvidia-imex executable (looked up on PATH unless a path).",
-    ),
-    option(
-        "--nvidia-imex-ctl",
-        envvar="NVIDIA_IMEX_CTL_BINARY",
-        default="nvidia-imex-ctl",
-        help="The nvidia-imex-ctl executable (looked up on PATH unless a path).",
     ),
 )

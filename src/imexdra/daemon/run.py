@@ -4,6 +4,8 @@
 2. Label its own pod with its clique ID (empty on a node without an NVLink fabric): the controller
    learns from that label, the pod's IP and its Ready condition everything it publishes.
 3. Without a clique: run no IMEX, wait for SIGTERM (upstream's "noop mode"; ``check`` always passes).
+   With one, the driver's ``nvidia-imex``/``nvidia-imex-ctl`` must be in the container (mounted by the
+   base CDI spec, ``daemon.imexbinaries``); checked before any API call, a missing one fails the run.
 4. Render ``imexd.cfg`` (and, in DNS-names mode, the static ``nodes.cfg``) into the IMEX directory.
 5. Run three services until SIGTERM or a failure: the membership watcher (clique object, or the
    ComputeDomain status with ``ComputeDomainCliques`` off), the update loop (hosts file / node list,
@@ -31,6 +33,7 @@ from imexdra.common.atomicfile import write_atomic
 from imexdra.common.errors import ConfigError
 from imexdra.common.kube import make_client
 from imexdra.common.tasks import stop_on_signals, supervise
+from imexdra.daemon.imexbinaries import ImexBinaries, find_imex_binaries
 from imexdra.daemon.imexconfig import DEFAULT_TEMPLATE, dns_nodes_config, render_imex_config
 from imexdra.daemon.membership import Identity
 from imexdra.daemon.options import DaemonFiles
@@ -96,7 +99,9 @@ def prepare_imexd(config: RunConfig) -> None:
     _log.info("imex_config_written", config=str(paths.config), template_found=paths.template.exists())
 
 
-def imex_services(config: RunConfig, client: AsyncClient) -> dict[str, Coroutine[Any, Any, None]]:
+def imex_services(
+    config: RunConfig, client: AsyncClient, binaries: ImexBinaries
+) -> dict[str, Coroutine[Any, Any, None]]:
     """The watcher, the update loop and the supervisor, wired together."""
     me = config.identity
     d = config.daemon
@@ -107,7 +112,7 @@ def imex_services(config: RunConfig, client: AsyncClient) -> dict[str, Coroutine
             client, me, name=d.compute_domain_name, namespace=d.compute_domain_namespace
         )
     files = config.files
-    imex = SubprocessImex(files.imexd.config, imex_binary=files.nvidia_imex, ctl_binary=files.nvidia_imex_ctl)
+    imex = SubprocessImex(files.imexd.config, imex_binary=binaries.imex, ctl_binary=binaries.ctl)
     supervisor = ImexSupervisor(imex, stop_grace=IMEX_STOP_GRACE)
     updater = Updater(
         paths=files.imexd,
@@ -135,8 +140,11 @@ async def _until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -
 async def run_daemon(config: RunConfig) -> None:
     """The ``run`` subcommand; returns on SIGTERM/SIGINT, raises on failure."""
     config.validate()
-    stop = stop_on_signals()
     d = config.daemon
+    binaries = find_imex_binaries() if d.clique_id else None
+    if binaries is not None:
+        _log.info("imex_binaries_found", nvidia_imex=binaries.imex, nvidia_imex_ctl=binaries.ctl)
+    stop = stop_on_signals()
     client = make_client(
         field_manager="compute-domain-daemon",
         kubeconfig=config.kube_client.kubeconfig,
@@ -147,12 +155,12 @@ async def run_daemon(config: RunConfig) -> None:
         labelled = label_own_pod(client, name=d.pod_name, namespace=d.pod_namespace, clique_id=d.clique_id)
         if not await _until_stopped(labelled, stop):
             return
-        if not d.clique_id:
+        if binaries is None:
             _log.info("no_fabric_noop_mode", reason="clique ID is empty: this node runs no IMEX daemon")
             await stop.wait()
             return
         await asyncio.to_thread(prepare_imexd, config)
-        await supervise(imex_services(config, client), stop=stop, grace=IMEX_STOP_GRACE + 5.0)
+        await supervise(imex_services(config, client, binaries), stop=stop, grace=IMEX_STOP_GRACE + 5.0)
     finally:
         await client.close()
     _log.info("exiting")

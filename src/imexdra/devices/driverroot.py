@@ -5,10 +5,16 @@ The plugin runs in a container with the host's driver install mounted at the con
 ``nvidia-imex-ctl`` is looked up under the dev root. Lookups try ``<root>/<name>`` first, then each
 search directory in order; a candidate counts only if it resolves (symlinks followed) to a regular
 file, so a directory named like the library cannot shadow the real file further down the list.
+
+``driver_binaries`` finds the driver programs the base CDI spec mounts into containers
+(``nvidia-imex`` and ``nvidia-imex-ctl``, docs/driver-root.md): only the search directories count and
+the file must be executable; its path is kept as found under the root (not resolved), because the
+container runtime resolves it on the host, where the driver root's own symlinks point right.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +30,8 @@ LIBRARY_DIRS = (
 )
 BINARY_DIRS = ("/opt/bin", "/usr/bin", "/usr/sbin", "/bin", "/sbin")
 NVML_LIBRARY = "libnvidia-ml.so.1"
+IMEX_BINARIES = ("nvidia-imex", "nvidia-imex-ctl")
+"""The driver programs the compute-domain daemon runs, which the base CDI spec carries."""
 
 
 def find_file(root: Path, name: str, search_dirs: Sequence[str]) -> Path:
@@ -57,6 +65,21 @@ def find_nvidia_smi(driver_root: Path) -> Path:
 def find_nvidia_imex_ctl(dev_root_path: Path) -> Path:
     """``nvidia-imex-ctl`` under the dev root (host-managed readiness only)."""
     return find_file(dev_root_path, "nvidia-imex-ctl", BINARY_DIRS)
+
+
+def driver_binaries(driver_root: Path, names: Sequence[str] = IMEX_BINARIES) -> dict[str, Path]:
+    """Each of ``names`` found as an executable file in the driver root's binary directories.
+
+    Names not found are left out: the caller decides whether a missing program matters.
+    """
+    found: dict[str, Path] = {}
+    for name in names:
+        for directory in BINARY_DIRS:
+            candidate = driver_root / directory.lstrip("/") / name
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                found[name] = candidate
+                break
+    return found
 
 
 def dev_root(driver_root: Path) -> Path:

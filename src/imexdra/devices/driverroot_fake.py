@@ -6,6 +6,8 @@ The driver root is laid out like an NVIDIA driver install (docs/driver-root.md):
     proc/driver/nvidia/capabilities/fabric-imex-mgmt
     usr/lib64/libnvidia-ml.so.1     a copy of the mock NVML library (tools/nvml-mock)
     usr/lib64/nvml-mock-profile     the tray's GPUs and NVLink fabric, read by that library
+    usr/bin/nvidia-imex             the fake IMEX daemon and its control tool (devices.fakeimex),
+    usr/bin/nvidia-imex-ctl         which the base CDI spec mounts into IMEX daemon containers
 
 Regular files stand in for the character devices (a simulated node has no NVIDIA driver); the plugin
 accepts them only in upstream's mock mode (``ALT_PROC_DEVICES_PATH``), whose ``/proc/devices`` stand-in
@@ -20,7 +22,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from imexdra.devices.driverroot import NVML_LIBRARY
+from imexdra.devices.driverroot import IMEX_BINARIES, NVML_LIBRARY
+from imexdra.devices.fakeimex.install import install_fake_imex
 from imexdra.devices.procfs_fake import (
     DEFAULT_FABRIC_MGMT_MINOR,
     write_fabric_mgmt_capability,
@@ -42,6 +45,7 @@ FABRIC_MGMT_CAPABILITY = "proc/driver/nvidia/capabilities/fabric-imex-mgmt"
 NVML_LIBRARY_DIR = "usr/lib64"
 """First of the directories ``driverroot.find_nvml_library`` searches (a RHEL-style install)."""
 NVML_MOCK_PROFILE = "nvml-mock-profile"
+IMEX_BINARY_DIR = "usr/bin"
 DRIVER_VERSION = "570.170.01"
 GPU_NAME = "NVIDIA GB200"
 GPUS_PER_TRAY = 4
@@ -68,6 +72,8 @@ class Tray:
     name: str
     fabric: Fabric | None
     gpus: int = GPUS_PER_TRAY
+    imex: bool = True
+    """Whether the driver install ships ``nvidia-imex``/``nvidia-imex-ctl`` (False: a broken install)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +128,12 @@ def write_driver_root(root: Path, tray: Tray, *, nvml_library: Path) -> Path:
     staged.chmod(0o755)
     staged.replace(library_dir / NVML_LIBRARY)
     (library_dir / NVML_MOCK_PROFILE).write_text(nvml_profile(tray), encoding="utf-8")
+    binaries = root / IMEX_BINARY_DIR
+    if tray.imex:
+        install_fake_imex(binaries)
+    else:
+        for name in IMEX_BINARIES:
+            (binaries / name).unlink(missing_ok=True)
     return root
 
 

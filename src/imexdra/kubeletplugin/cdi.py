@@ -6,8 +6,9 @@ the minimum ``cdiVersion``, the CDI library's validation rules, and the CDI devi
 the kubelet. No I/O here: ``cdifiles`` renders and writes the files.
 
 Names: vendor ``k8s.compute-domain.nvidia.com``; the base spec has class ``device`` with one device
-``all``; a claim spec has class ``claim`` and one device ``<claimUID>-<deviceName>`` per prepared
-device whose group has edits.
+``all`` (every NVIDIA device node) and, at spec level, the driver's ``nvidia-imex``/``nvidia-imex-ctl``
+mounted read-only at ``/usr/bin`` when the driver root has them (docs/driver-root.md); a claim spec has
+class ``claim`` and one device ``<claimUID>-<deviceName>`` per prepared device whose group has edits.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -32,6 +33,10 @@ BASE_DEVICE_NAME = "all"
 BASE_SPEC_ID = "base"
 DAEMON_MOUNT_PATH = "/imexd"
 DAEMON_MOUNT_OPTIONS = ("rw", "nosuid", "nodev", "bind")
+#: Where the base spec puts the driver's programs in a container, and how (as the NVIDIA container
+#: toolkit mounts driver binaries: read-only, no setuid, no devices).
+DRIVER_BINARY_DIR = "/usr/bin"
+DRIVER_BINARY_MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
 
 _T = TypeVar("_T")
 _KIND_PART = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?")
@@ -151,6 +156,18 @@ def char_device_node(device: CharDevice) -> DeviceNode:
 def channel_edits(channels: Iterable[CharDevice]) -> ContainerEdits:
     """Edits giving a container the IMEX channel device nodes."""
     return ContainerEdits(device_nodes=tuple(char_device_node(channel) for channel in channels))
+
+
+def driver_binary_mounts(binaries: Mapping[str, Path]) -> tuple[Mount, ...]:
+    """Read-only bind mounts of driver programs (``name -> file under the container driver root``).
+
+    Each lands at ``/usr/bin/<name>``, where the compute-domain daemon looks first; the root transform
+    later moves the host path under the host driver root.
+    """
+    return tuple(
+        Mount(str(path), posixpath.join(DRIVER_BINARY_DIR, name), DRIVER_BINARY_MOUNT_OPTIONS)
+        for name, path in sorted(binaries.items())
+    )
 
 
 def daemon_edits(

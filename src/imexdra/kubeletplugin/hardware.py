@@ -26,11 +26,11 @@ import structlog
 from imexdra.api.featuregates import FeatureGates, Gate
 from imexdra.common.errors import PermanentError
 from imexdra.devices.devnodes import nvidia_device_nodes
-from imexdra.devices.driverroot import dev_root, find_nvml_library
+from imexdra.devices.driverroot import IMEX_BINARIES, dev_root, driver_binaries, find_nvml_library
 from imexdra.devices.nvml import Nvml, clique_id, driver_version_at_least
 from imexdra.devices.nvml_real import PynvmlNvml
 from imexdra.devices.procfs import FABRIC_IMEX_MGMT_CAPABILITY, PROC_DEVICES, HostImexDevices
-from imexdra.kubeletplugin.cdi import DriverRoots, Spec, base_spec
+from imexdra.kubeletplugin.cdi import ContainerEdits, DriverRoots, Spec, base_spec, driver_binary_mounts
 
 _log = structlog.get_logger(__name__)
 
@@ -92,12 +92,28 @@ def check_driver_version(nvml: Nvml) -> str:
     return version
 
 
-def build_base_spec(settings: HardwareSettings) -> Spec:
-    """The base CDI spec (device ``all``: every NVIDIA device node under the dev root)."""
+def build_base_spec(settings: HardwareSettings, *, runs_imex_daemons: bool = True) -> Spec:
+    """The base CDI spec: every NVIDIA device node, and the driver's IMEX programs at ``/usr/bin``.
+
+    Device ``all`` lists the device nodes under the dev root; at spec level, ``nvidia-imex`` and
+    ``nvidia-imex-ctl`` from the driver root are bind-mounted read-only for every container using the
+    spec (the compute-domain daemons). A driver root without them gives a spec without those mounts;
+    with ``runs_imex_daemons`` (driver-managed mode) that is logged as a warning, and a daemon on this
+    node fails saying what is missing (docs/driver-root.md).
+    """
     nodes = nvidia_device_nodes(
         dev_root(settings.container_driver_root), require_char_device=not settings.simulated
     )
-    return base_spec(nodes, roots=settings.roots)
+    binaries = driver_binaries(settings.container_driver_root)
+    missing = [name for name in IMEX_BINARIES if name not in binaries]
+    if missing and runs_imex_daemons:
+        _log.warning(
+            "driver programs not found in the driver root; IMEX daemons on this node cannot start",
+            missing=missing,
+            driver_root=str(settings.container_driver_root),
+        )
+    common = ContainerEdits(mounts=driver_binary_mounts(binaries))
+    return base_spec(nodes, roots=settings.roots, common_edits=common)
 
 
 class CliqueTracker:

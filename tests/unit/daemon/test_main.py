@@ -93,6 +93,27 @@ def test_run_requires_cdi_identity() -> None:
     assert "CDI container edits did not apply" in result.stderr
 
 
+@pytest.mark.skipif(
+    Path("/usr/bin/nvidia-imex").exists(), reason="this host has an NVIDIA driver's nvidia-imex in /usr/bin"
+)
+def test_run_without_the_drivers_imex_fails_naming_what_is_missing(tmp_path: Path) -> None:
+    """With a clique but no nvidia-imex in the container, ``run`` exits 1 before any API call, saying why."""
+    env = {
+        "NODE_NAME": "node-a",
+        "CLIQUE_ID": "u.1",
+        "COMPUTE_DOMAIN_UUID": "cd-uid",
+        "COMPUTE_DOMAIN_NAME": "cd",
+        "POD_NAME": "pod",
+        "POD_NAMESPACE": "driver",
+        "POD_IP": "10.0.0.7",
+        "PATH": str(tmp_path),  # nothing there: the image does not ship IMEX
+    }
+    result = daemon_cli("run", env=env)
+    assert result.returncode == 1
+    assert "nvidia-imex and nvidia-imex-ctl not found in this container" in result.stdout + result.stderr
+    assert "driver root" in result.stdout + result.stderr
+
+
 def config(tmp_path: Path, gates: str) -> RunConfig:
     daemon = DaemonSettings(
         clique_id="u.1",
@@ -105,9 +126,7 @@ def config(tmp_path: Path, gates: str) -> RunConfig:
         pod_namespace="driver",
         max_nodes_per_imex_domain=4,
     )
-    files = DaemonFiles(
-        imexd_dir=tmp_path / "imexd", hosts_file=tmp_path / "hosts", nvidia_imex="x", nvidia_imex_ctl="y"
-    )
+    files = DaemonFiles(imexd_dir=tmp_path / "imexd", hosts_file=tmp_path / "hosts")
     return RunConfig(daemon, "node-a", resolve_feature_gates(gates), files, KubeClientSettings(None, 5.0, 10))
 
 

@@ -8,6 +8,7 @@ from imexdra.devices.driverroot import (
     BINARY_DIRS,
     LIBRARY_DIRS,
     dev_root,
+    driver_binaries,
     find_file,
     find_nvidia_smi,
     find_nvml_library,
@@ -70,3 +71,34 @@ def test_dev_root(tmp_path: Path, has_dev: bool, expected_is_root: bool) -> None
     if has_dev:
         (tmp_path / "dev").mkdir()
     assert dev_root(tmp_path) == (tmp_path if expected_is_root else Path("/"))
+
+
+def executable(path: Path) -> Path:
+    touch(path).chmod(0o755)
+    return path
+
+
+def test_driver_binaries_found_in_the_binary_dirs_unresolved(tmp_path: Path) -> None:
+    """Each program is found as an executable in the binary dirs; its path is kept as found."""
+    imex = executable(tmp_path / "opt/nvidia/nvidia-imex")
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/nvidia-imex").symlink_to("../../opt/nvidia/nvidia-imex")
+    ctl = executable(tmp_path / "bin/nvidia-imex-ctl")
+    found = driver_binaries(tmp_path)
+    assert found == {"nvidia-imex": tmp_path / "usr/bin/nvidia-imex", "nvidia-imex-ctl": ctl}
+    assert found["nvidia-imex"].resolve() == imex
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["absent", "not-executable", "directory", "at-the-root-only"],
+)
+def test_driver_binaries_absent(tmp_path: Path, layout: str) -> None:
+    """Missing, non-executable, a directory, or outside the binary dirs: not a driver program."""
+    if layout == "not-executable":
+        touch(tmp_path / "usr/bin/nvidia-imex").chmod(0o644)
+    elif layout == "directory":
+        (tmp_path / "usr/bin/nvidia-imex").mkdir(parents=True)
+    elif layout == "at-the-root-only":
+        executable(tmp_path / "nvidia-imex")
+    assert driver_binaries(tmp_path) == {}

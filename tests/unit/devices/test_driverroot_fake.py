@@ -1,11 +1,11 @@
-"""A simulated node's hardware files: driver root layout, the mock NVML profile, /proc/devices."""
+"""A simulated node's hardware files: driver root layout, mock NVML profile, IMEX programs, /proc/devices."""
 
 from pathlib import Path
 
 import pytest
 
 from imexdra.devices.devnodes import nvidia_device_nodes
-from imexdra.devices.driverroot import find_nvml_library
+from imexdra.devices.driverroot import driver_binaries, find_nvml_library
 from imexdra.devices.driverroot_fake import (
     NVML_MOCK_PROFILE,
     Fabric,
@@ -84,3 +84,18 @@ def test_node_hardware_is_what_mock_mode_reads(tmp_path: Path) -> None:
     devices = HostImexDevices(proc_devices=hardware.proc_devices, fabric_mgmt_capability=capability)
     assert devices.channel(0).path == "/dev/nvidia-caps-imex-channels/channel0"
     assert devices.fabric_mgmt().path == "/dev/nvidia-caps/nvidia-cap512"
+
+
+@pytest.mark.parametrize("imex", [True, False], ids=["driver-with-imex", "driver-without-imex"])
+def test_driver_root_ships_the_fake_imex_programs(tmp_path: Path, imex: bool) -> None:
+    """usr/bin/nvidia-imex and nvidia-imex-ctl are the fakes, unless the tray models a broken install."""
+    original = tmp_path / "libnvidia-ml.so.1"
+    original.write_bytes(b"mock")
+    root = write_driver_root(tmp_path / "root", Tray("n", None), nvml_library=original)
+    write_driver_root(root, Tray("n", None, imex=imex), nvml_library=original)
+    found = driver_binaries(root)
+    if imex:
+        assert found == {name: root / "usr/bin" / name for name in ("nvidia-imex", "nvidia-imex-ctl")}
+        assert "imexdra.devices.fakeimex.daemon" in found["nvidia-imex"].read_text()
+    else:
+        assert found == {}

@@ -1,9 +1,11 @@
-"""Hardware selection for real and simulated nodes, driver-version gate, clique tracking, base CDI spec."""
+"""NVML selection, mock mode, driver-version gate, clique tracking, base CDI spec (devices, IMEX programs)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+import structlog.testing
 
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.common.errors import PermanentError
@@ -11,6 +13,7 @@ from imexdra.devices.nvml_fake import FakeNvml
 from imexdra.devices.nvml_real import PynvmlNvml
 from imexdra.devices.procfs import DeviceDiscoveryError
 from imexdra.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
+from imexdra.kubeletplugin.cdi import Mount
 from imexdra.kubeletplugin.hardware import (
     CliqueTracker,
     HardwareSettings,
@@ -129,3 +132,46 @@ def test_base_spec_of_a_simulated_node(tmp_path: Path) -> None:
     paths = [node.path for node in device.container_edits.device_nodes]
     assert paths == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-caps-imex-channels/channel0"]
     assert "NVIDIA_VISIBLE_DEVICES=void" in spec.container_edits.env
+
+
+def with_devices(settings: HardwareSettings) -> HardwareSettings:
+    for dev in ("nvidia0", "nvidiactl"):
+        (settings.container_driver_root / "dev" / dev).parent.mkdir(parents=True, exist_ok=True)
+        (settings.container_driver_root / "dev" / dev).touch()
+    return settings
+
+
+def test_base_spec_mounts_the_drivers_imex_programs(tmp_path: Path) -> None:
+    """nvidia-imex and nvidia-imex-ctl from the driver root: read-only at /usr/bin, host paths on the host."""
+    settings = dataclasses.replace(
+        with_devices(simulated(tmp_path)), host_driver_root=Path("/run/nvidia/driver")
+    )
+    for name in ("nvidia-imex", "nvidia-imex-ctl"):
+        program = settings.container_driver_root / "usr/bin" / name
+        program.parent.mkdir(parents=True, exist_ok=True)
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o755)
+    spec = build_base_spec(settings)
+    options = ("ro", "nosuid", "nodev", "bind")
+    assert spec.container_edits.mounts == (
+        Mount("/run/nvidia/driver/usr/bin/nvidia-imex", "/usr/bin/nvidia-imex", options),
+        Mount("/run/nvidia/driver/usr/bin/nvidia-imex-ctl", "/usr/bin/nvidia-imex-ctl", options),
+    )
+    [device] = spec.devices
+    assert device.container_edits.mounts == ()
+
+
+@pytest.mark.parametrize("runs_imex_daemons", [True, False], ids=["driver-managed", "host-managed"])
+def test_base_spec_without_the_programs(tmp_path: Path, runs_imex_daemons: bool) -> None:
+    """A driver root without them: no mounts; driver-managed nodes warn that daemons cannot start."""
+    settings = with_devices(simulated(tmp_path))
+    with structlog.testing.capture_logs() as logs:
+        spec = build_base_spec(settings, runs_imex_daemons=runs_imex_daemons)
+    assert spec.container_edits.mounts == ()
+    warned = [entry for entry in logs if entry["log_level"] == "warning"]
+    if runs_imex_daemons:
+        [warning] = warned
+        assert "IMEX daemons on this node cannot start" in warning["event"]
+        assert warning["missing"] == ["nvidia-imex", "nvidia-imex-ctl"]
+    else:
+        assert warned == []

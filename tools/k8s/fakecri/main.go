@@ -7,8 +7,10 @@
 //     events as JSON lines in --record, so tests can see exactly what the kubelet asked for;
 //   - runs containers whose image is listed in --exec-config as real host processes, each in a private
 //     mount namespace where the container's mounts (hostPath, projected service-account tokens, ...)
-//     are bind-mounted at their container paths; host paths are first rewritten with --host-path-map
-//     so every simulated node sees its own /var/lib/kubelet, /proc/devices, CDI dir and so on;
+//     and the mounts of its CDI devices are bind-mounted at their container paths; host paths are
+//     first rewritten with --host-path-map so every simulated node sees its own /var/lib/kubelet,
+//     /proc/devices, CDI dir, driver root and so on. A file mount point missing on the host is created
+//     in a per-container overlay of its directory, never on the host (overlay.go);
 //   - reports such a container as exited (with its exit code) when the process ends, kills it on
 //     StopContainer, and runs exec probes for it as real commands in the same mount layout.
 //

@@ -19,6 +19,10 @@ type bindMount struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"readOnly"`
+	NoSuid   bool   `json:"noSuid,omitempty"`
+	NoDev    bool   `json:"noDev,omitempty"`
+	// MustExist refuses a missing source, as runc does; kubelet mounts are created when missing.
+	MustExist bool `json:"mustExist,omitempty"`
 }
 
 type helperSpec struct {
@@ -69,8 +73,9 @@ func runMountHelper(args []string) {
 	sort.SliceStable(mounts, func(i, j int) bool {
 		return strings.Count(filepath.Clean(mounts[i].Target), "/") < strings.Count(filepath.Clean(mounts[j].Target), "/")
 	})
+	overlaid := map[string]bool{}
 	for _, m := range mounts {
-		if err := bind(m); err != nil {
+		if err := bind(m, overlaid); err != nil {
 			fail("mount %s at %s: %v", m.Source, m.Target, err)
 		}
 	}
@@ -88,9 +93,9 @@ func runMountHelper(args []string) {
 	}
 }
 
-func bind(m bindMount) error {
+func bind(m bindMount, overlaid map[string]bool) error {
 	info, err := os.Stat(m.Source)
-	if os.IsNotExist(err) {
+	if os.IsNotExist(err) && !m.MustExist {
 		// The kubelet creates DirectoryOrCreate hostPaths itself; a missing plain source is made a dir.
 		if err := os.MkdirAll(m.Source, 0o755); err != nil {
 			return err
@@ -104,25 +109,26 @@ func bind(m bindMount) error {
 		if err := os.MkdirAll(m.Target, 0o755); err != nil {
 			return err
 		}
-	} else {
-		if err := os.MkdirAll(filepath.Dir(m.Target), 0o755); err != nil {
-			return err
-		}
-		if _, err := os.Stat(m.Target); os.IsNotExist(err) {
-			f, err := os.OpenFile(m.Target, os.O_CREATE|os.O_WRONLY, 0o644)
-			if err != nil {
-				return err
-			}
-			f.Close()
-		}
+	} else if err := fileMountPoint(m.Target, overlaid); err != nil {
+		return err
 	}
 	if err := syscall.Mount(m.Source, m.Target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
 		return err
 	}
+	var flags uintptr
 	// The test host's own root (e.g. a chart's default driver root "/") is shared by every simulated
 	// node and the machine itself: never let a container write or delete through it.
 	if m.ReadOnly || filepath.Clean(m.Source) == "/" {
-		flags := uintptr(syscall.MS_BIND | syscall.MS_REMOUNT | syscall.MS_RDONLY | syscall.MS_REC)
+		flags |= syscall.MS_RDONLY
+	}
+	if m.NoSuid {
+		flags |= syscall.MS_NOSUID
+	}
+	if m.NoDev {
+		flags |= syscall.MS_NODEV
+	}
+	if flags != 0 {
+		flags |= syscall.MS_BIND | syscall.MS_REMOUNT | syscall.MS_REC
 		if err := syscall.Mount("", m.Target, "", flags, ""); err != nil {
 			return err
 		}

@@ -145,9 +145,11 @@ func (r *runtime) containerSpec(containerID string) (*containerSpec, error) {
 			return nil, err
 		}
 		spec.cdiEnv = edits.Env
+		// As runc applies a CDI mount: the source must exist, and its options hold.
 		for _, m := range edits.Mounts {
 			spec.mounts = append(spec.mounts, bindMount{
 				Source: r.rewrite(m.HostPath), Target: m.ContainerPath, ReadOnly: hasOption(m.Options, "ro"),
+				NoSuid: hasOption(m.Options, "nosuid"), NoDev: hasOption(m.Options, "nodev"), MustExist: true,
 			})
 		}
 		// Device nodes of simulated hardware do not exist on this host; they are recorded, not created.
