@@ -18,13 +18,18 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import yaml
 from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -34,7 +39,8 @@ from imexdra.api.computedomain import (
     ComputeDomainSpec,
     ResourceClaimTemplateReference,
 )
-from imexdra.api.constants import CLIQUE_LABEL_KEY, AllocationMode
+from imexdra.api.computedomainclique import ComputeDomainClique
+from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY, AllocationMode
 from imexdra.controller import rbac
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.processes import free_port, tail
@@ -341,3 +347,65 @@ async def label_as_daemon(kube: AsyncClient, pod: str, namespace: str, clique_id
         namespace=namespace,
         patch_type=PatchType.MERGE,
     )
+
+
+class TeardownWatch:
+    """The steps of one domain's teardown as watches see them, in etcd order.
+
+    Records ``(resourceVersion, step)`` for: ``<kind> <name> deleting`` (deletionTimestamp first seen),
+    ``<kind> <name> gone`` (DELETED) and ``node <name> unlabelled`` (the node left the domain-label
+    selector). resourceVersions are etcd revisions, one counter for every resource of the cluster,
+    so they order events of different kinds. Use as ``async with``; entering returns once every watch
+    has seen the objects that exist now.
+    """
+
+    def __init__(self, kube: AsyncClient, uid: str, *, user_namespace: str, driver_namespace: str) -> None:
+        label: dict[str, Any] = {COMPUTE_DOMAIN_LABEL_KEY: uid}
+        self._uid = uid
+        self._watches: list[tuple[str, Callable[[], Any]]] = [
+            ("ComputeDomain", lambda: kube.watch(ComputeDomain, namespace=user_namespace)),
+            ("ResourceClaimTemplate", lambda: kube.watch(ResourceClaimTemplate, namespace="*", labels=label)),
+            ("DaemonSet", lambda: kube.watch(DaemonSet, namespace=driver_namespace, labels=label)),
+            (
+                "ComputeDomainClique",
+                lambda: kube.watch(ComputeDomainClique, namespace=driver_namespace, labels=label),
+            ),
+            ("node", lambda: kube.watch(Node, labels=label)),
+        ]
+        self.steps: list[tuple[int, str]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> TeardownWatch:
+        armed = [asyncio.Event() for _ in self._watches]
+        self._tasks = [
+            asyncio.create_task(self._follow(kind, watch, ready))
+            for (kind, watch), ready in zip(self._watches, armed, strict=True)
+        ]
+        await asyncio.wait_for(asyncio.gather(*(ready.wait() for ready in armed)), timeout=30)
+        return self
+
+    async def __aexit__(self, *exc: object | TracebackType) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _follow(self, kind: str, watch: Callable[[], Any], armed: asyncio.Event) -> None:
+        deleting: set[str] = set()
+        async for event, obj in watch():
+            armed.set()
+            meta = obj.metadata
+            if kind == "ComputeDomain" and meta.uid != self._uid:
+                continue
+            where = f"{kind} {meta.name}"
+            if kind == "ResourceClaimTemplate":
+                where = f"{(meta.labels or {}).get(TARGET_LABEL_KEY, '')} {where}"
+            rv = int(meta.resourceVersion)
+            if event == "DELETED":
+                self.steps.append((rv, f"{where} unlabelled" if kind == "node" else f"{where} gone"))
+            elif meta.deletionTimestamp is not None and where not in deleting:
+                deleting.add(where)
+                self.steps.append((rv, f"{where} deleting"))
+
+    def when(self, prefix: str, outcome: str = "gone") -> list[int]:
+        """The resourceVersions of the steps ``<prefix>... <outcome>`` (gone, deleting or unlabelled)."""
+        return [rv for rv, step in self.steps if step.startswith(prefix) and step.endswith(f" {outcome}")]

@@ -9,7 +9,8 @@ labelling nodes ``resource.nvidia.com/computeDomain=<uid>`` for the kubelet plug
 ``resource.nvidia.com/computeDomain.cliqueID`` on each daemon pod for the daemon announcing itself.
 
 Aspects covered: create → finalizer, both templates, the DaemonSet, Ready; daemons join one clique with
-stable indices and the status follows readiness; a daemon replaced on its node keeps its index;
+stable indices and the status follows readiness, and their domain's teardown happens in the documented
+order as watches see it; a daemon replaced on its node keeps its index;
 a non-fabric daemon appears with index -1; a name clash is reported as a Warning Event; objects of
 vanished domains are swept; a deleted template is recreated; delete → everything removed, node labels
 included, and the domain disappears.
@@ -32,6 +33,7 @@ from imexdra.api.computedomain import ComputeDomain
 from imexdra.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
     ControllerProcess,
+    TeardownWatch,
     apply_objects,
     compute_domain,
     events_of,
@@ -252,7 +254,28 @@ async def test_daemons_join_one_clique_with_stable_indices(
     daemons = await eventually("node-0 rejoined", published, within=30)
     assert {n: i for n, (i, _, _) in daemons.items()} == index  # the freed index is the lowest free one
     await eventually("pair Ready again", lambda: has_status(kube, "pair", "Ready"), within=30)
-    await delete_and_wait_gone(cluster, kube, "pair", uid)
+    async with TeardownWatch(kube, uid, user_namespace=USER_NS, driver_namespace=DRIVER_NS) as teardown:
+        await delete_and_wait_gone(cluster, kube, "pair", uid)
+        await eventually("the domain's DELETED event", lambda: teardown.when("ComputeDomain pair"))
+    assert_teardown_order(teardown)
+
+
+def assert_teardown_order(teardown: TeardownWatch) -> None:
+    """The deletion order of docs (controller/deletion.py), as the watches saw it in etcd order.
+
+    Node labels go before the workload template; the workload template before the daemon template and
+    the DaemonSet; the DaemonSet before the cliques; everything before the domain itself.
+    """
+    [domain_gone] = teardown.when("ComputeDomain pair")
+    [workload_gone] = teardown.when("Workload ResourceClaimTemplate pair-channel")
+    [daemon_template_gone] = teardown.when("Daemon ResourceClaimTemplate")
+    unlabelled = teardown.when("node", "unlabelled")
+    [daemon_set_gone] = teardown.when("DaemonSet computedomain-daemon-")
+    cliques_gone = teardown.when("ComputeDomainClique")
+    assert len(unlabelled) == len(NODES) and len(cliques_gone) == 1, teardown.steps
+    assert max(unlabelled) < workload_gone < min(daemon_template_gone, daemon_set_gone), teardown.steps
+    assert daemon_set_gone < cliques_gone[0] < domain_gone, teardown.steps
+    assert max(rv for rv, _ in teardown.steps) == domain_gone
 
 
 async def test_non_fabric_daemon_is_reported_with_index_minus_one(
