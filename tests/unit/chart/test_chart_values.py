@@ -141,6 +141,11 @@ GUARDS = {
     "deprecated-namespace-value": ({"namespace": "gpu-operator"}, "install with `--namespace gpu-operator`"),
     "obsolete-nvidiaCtkPath": ({"nvidiaCtkPath": "/usr/bin/nvidia-ctk"}, "nvidiaCtkPath is obsolete"),
     "webhook": ({"webhook": {"enabled": True}}, "this chart has no admission webhook"),
+    "pprof-path": (nested("controller.metrics.profilePath", "/debug/pprof"), "serves no pprof profiles"),
+    "gpu-metrics-endpoint": (
+        nested("kubeletPlugin.metrics.gpuHttpEndpoint", ":9090"),
+        "this chart ships no GPU kubelet plugin",
+    ),
     "host-mode-without-gate": (
         nested("resources.computeDomains.imex.mode", "hostManaged"),
         "requires featureGates.HostManagedIMEX=true",
