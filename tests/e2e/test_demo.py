@@ -7,7 +7,6 @@ its run directory is removed and none of its processes outlive it.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from imexdra.cli import demo
+from tests.processes import processes_mentioning
 
 IMEXDRA = Path(sys.executable).parent / "imexdra"
 CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
@@ -23,21 +23,6 @@ CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
 def run_dirs() -> set[Path]:
     """The local clusters' run directories that exist now."""
     return set(Path("/tmp").glob("imx-*"))
-
-
-def processes_naming(fragment: str) -> list[str]:
-    """Command lines of running processes that contain ``fragment``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue  # gone meanwhile
-        if fragment in cmdline:
-            found.append(cmdline)
-    return found
 
 
 @pytest.mark.parametrize(
@@ -69,5 +54,6 @@ def test_demo_runs_the_seed_job_and_cleans_up(args: tuple[str, ...], mode: str) 
     assert injected.count(CHANNEL0) == 4
     assert "logs in" not in out  # a successful run keeps nothing
     assert run_dirs() - before == set()
-    strays = [c for c in processes_naming("/tmp/imx-") if not any(str(d) in c for d in before)]
+    running = processes_mentioning("/tmp/imx-").values()
+    strays = [c for c in running if not any(str(d) in c for d in before)]
     assert strays == []

@@ -6,14 +6,14 @@ later rack until it was killed by hand; ``exit_on_sigterm`` makes ``with LocalCl
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+
+from tests.processes import processes_mentioning
 
 pytestmark = pytest.mark.integration
 
@@ -24,21 +24,6 @@ with LocalCluster(nodes_specs=[]) as cluster:
     print("run_dir", cluster.run_dir, flush=True)
     time.sleep(600)
 """
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """PIDs whose command line contains ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(int(entry.name))
-    return found
 
 
 def test_sigterm_to_the_owner_stops_every_cluster_process() -> None:
@@ -57,7 +42,7 @@ def test_sigterm_to_the_owner_stops_every_cluster_process() -> None:
         deadline = time.monotonic() + 10
         while processes_mentioning(run_dir) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert processes_mentioning(run_dir) == []
+        assert processes_mentioning(run_dir) == {}
     finally:
         if owner.poll() is None:  # a failure before the SIGTERM: let the owner clean up all the same
             owner.send_signal(signal.SIGTERM)
