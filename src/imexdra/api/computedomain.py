@@ -3,7 +3,7 @@
 ``ComputeDomain`` works with every ``AsyncClient`` verb (create, get, list, watch, patch, replace,
 delete, apply); ``ComputeDomain.Status`` is its status subresource (get, patch, replace). Field names
 on the wire, optional/required fields and omit-when-empty rules match upstream exactly
-(api-and-controller.md §1.1), so objects written by upstream decode here and vice versa:
+(docs/compatibility.md §2.1), so objects written by upstream decode here and vice versa:
 
 - ``status.nodes`` is left out when empty (upstream e2e checks that the key disappears); with a JSON
   merge patch an omitted key means "unchanged", so clear nodes with ``replace`` on the status

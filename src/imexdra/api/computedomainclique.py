@@ -1,7 +1,7 @@
 """The ComputeDomainClique custom resource as a typed msgspec model usable with lightkube's clients.
 
 A clique object lists the IMEX daemons of one ComputeDomain that share one NVLink clique; it lives in
-the driver namespace and is named ``<ComputeDomain UID>.<clique ID>`` (api-and-controller.md §1.2). It
+the driver namespace and is named ``<ComputeDomain UID>.<clique ID>`` (docs/compatibility.md §2.2). It
 has no spec and no status subresource: the payload is the top-level ``daemons`` list, which is left
 out when empty. Every daemon entry always carries ``index`` and ``status``.
 """

@@ -1,4 +1,4 @@
-"""Names every component must agree on, verbatim from upstream (api-and-controller.md §0, §2, §7.3).
+"""Names every component must agree on, verbatim from upstream (docs/compatibility.md §2.2).
 
 Drop-in compatibility depends on these strings: a cluster that ran the upstream driver carries them in
 finalizers, labels, DeviceClasses and opaque configs, so they are never renamed here. Note that the

@@ -1,16 +1,17 @@
 """Feature gates: upstream's registry plus ``HostManagedIMEX``, parsing, forced overrides, validation.
 
-The registry holds every gate upstream's binaries accept (api-and-controller.md §5), GPU-side and
+The registry holds every gate upstream's binaries accept (docs/compatibility.md §2.8), GPU-side and
 Kubernetes logging gates included, because one ``FEATURE_GATES`` value is shared by all containers
 of the chart and the controller renders its full effective map into every daemon. Gates that only the
 GPU driver or Go's klog act on are accepted and carried along, and do nothing here.
 
 ``resolve_feature_gates`` turns ``--feature-gates``/``FEATURE_GATES`` text into ``FeatureGates`` in
-the order seed 004 §6 requires: parse, apply the ``HostManagedIMEX`` overrides (which force
-``IMEXDaemonsWithDNSNames`` and ``ComputeDomainCliques`` off), then check the dependency rules, so the
-"ComputeDomainCliques requires IMEXDaemonsWithDNSNames" rule holds trivially in host-managed mode. It is
-pure; ``log_feature_gates`` reports the result (forced overrides, deprecated aliases) once logging is
-configured. Upstream's gate name ``HostManagedIMEXDaemon`` is a deprecated alias of ``HostManagedIMEX``.
+the order the HostManagedIMEX design requires (docs/compatibility.md §3.4): parse, apply the
+``HostManagedIMEX`` overrides (which force ``IMEXDaemonsWithDNSNames`` and ``ComputeDomainCliques``
+off), then check the dependency rules, so the "ComputeDomainCliques requires IMEXDaemonsWithDNSNames"
+rule holds trivially in host-managed mode. It is pure; ``log_feature_gates`` reports the result
+(forced overrides, deprecated aliases) once logging is configured. Upstream's gate name
+``HostManagedIMEXDaemon`` is a deprecated alias of ``HostManagedIMEX``.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def resolve_feature_gates(spec: str) -> FeatureGates:
 def apply_host_managed_overrides(
     values: Mapping[Gate, bool],
 ) -> tuple[dict[Gate, bool], tuple[GateOverride, ...]]:
-    """Force the daemon-related gates off when HostManagedIMEX is on (seed 004 §6).
+    """Force the daemon-related gates off when HostManagedIMEX is on (docs/compatibility.md §3.4).
 
     Only gates that are on are forced (and reported); the input is not modified.
     """

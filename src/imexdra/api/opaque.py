@@ -1,7 +1,7 @@
 """The opaque device configurations of the ComputeDomain driver: decoding, validation and encoding.
 
 Two kinds travel in ``ResourceClaim`` opaque configs under ``apiVersion: resource.nvidia.com/v1beta1``
-(api-and-controller.md §1.3, kubelet-plugin.md §6.4): ``ComputeDomainChannelConfig`` (the controller
+(docs/compatibility.md §2.3, docs/data-path.md §7.2): ``ComputeDomainChannelConfig`` (the controller
 writes it into the workload ResourceClaimTemplate) and ``ComputeDomainDaemonConfig`` (daemon template).
 ``domainID`` is the ComputeDomain's UID, not its name.
 

@@ -1,6 +1,6 @@
 """The project's error tree: every failure a component reports is one of these.
 
-The split follows the reference's permanent-vs-retryable contract (kubelet-plugin.md §6.9): a
+The split is the permanent-vs-retryable contract of docs/errors.md (what each component does with it): a
 ``PermanentError`` stops retries and its message is surfaced to the user (e.g. as a pod event through
 the kubelet); a ``RetryableError`` is retried with backoff until a deadline. Library exceptions are
 wrapped at the edge with ``raise ... from`` so callers only ever branch on these types.

@@ -2,7 +2,7 @@
 
 Why a file lock: more than one plugin process can run on a node (a rolling update starts the new pod
 before the old one is gone), and prepare/unprepare must not interleave across them
-(kubelet-plugin.md §6.2). ``fcntl.flock`` locks belong to the open file description, so two
+(docs/architecture.md §4). ``fcntl.flock`` locks belong to the open file description, so two
 acquisitions inside one process exclude each other as well — this doubles as the in-process lock.
 
 Acquisition polls a non-blocking ``flock`` every ``poll_interval`` seconds until ``acquire_timeout``

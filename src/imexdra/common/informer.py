@@ -1,6 +1,6 @@
 """Informers: keep a :class:`~imexdra.common.store.Store` in step with the API server and fan out events.
 
-The reflector loop is client-go's, written for lightkube (which has none, ecosystem.md §1.5):
+The reflector loop is client-go's, written for lightkube, which has none (docs/architecture.md §6):
 
 1. LIST in pages (a consistent read), diff the result against the store, emit add/update/delete;
 2. WATCH from the list's resourceVersion with ``allowWatchBookmarks=true`` and a jittered

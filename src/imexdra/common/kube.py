@@ -7,7 +7,7 @@
   ``RetryableError``/``PermanentError`` subclasses that keep the HTTP status, reason and Retry-After.
 - :func:`retry_on_conflict` re-runs a read-modify-write on 409 Conflict with short jittered backoff.
 - :func:`http_client` and :func:`collection_path` are the only accessors of lightkube internals (the
-  informer needs raw streaming requests that lightkube does not offer, ecosystem.md §1.4); lightkube is
+  informer needs raw streaming requests that lightkube does not offer, docs/architecture.md §6); lightkube is
   pinned exactly and a unit test guards these attributes.
 """
 

@@ -3,7 +3,7 @@
 One implementation of "wait longer after each failure" and "no more than N per second" so every
 retry path in the project behaves the same. Jitter is always applied *downwards* (a delay never
 exceeds its cap): correlated retries of many peers are what turned upstream's 409s into storms
-(user-pain.md §2.1, upstream commit 3bb26bff), and a hard cap keeps worst-case latency predictable.
+(upstream commit 3bb26bff), and a hard cap keeps worst-case latency predictable.
 """
 
 from __future__ import annotations

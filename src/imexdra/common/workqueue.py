@@ -10,10 +10,10 @@ Semantics (client-go ``workqueue.TypedRateLimitingInterface``):
   (5 ms doubling to 60 s) and an overall token bucket (10/s, burst 100); ``forget`` resets the item;
 - ``shut_down`` stops accepting items; ``get`` hands out what is already queued, then raises.
 
-Upstream's controller queue deliberately does not de-duplicate (every event is its own item,
-api-and-controller.md §3.11, §11 item 14); we key by object so a burst of events for one object costs
-one reconcile, which is level-triggered anyway. The backoff cap is 60 s rather than client-go's 1000 s,
-upstream having found the long cap to slow large formations (user-pain.md §2.1).
+Upstream's controller queue deliberately does not de-duplicate (every event is its own item); we
+key by object so a burst of events for one object costs one reconcile, which is level-triggered
+anyway. The backoff cap is 60 s rather than client-go's 1000 s, upstream having found the long cap to
+slow large formations (upstream commit 5d0641fb; docs/compatibility.md §3.1).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The controller's view of the cluster: one informer per kind and scope, read through overlays.
 
-What is watched (api-and-controller.md §3.3, minus what HostManagedIMEX never needs, seed 004 §6):
+What is watched (upstream's set, minus what HostManagedIMEX never needs, docs/data-path.md §10):
 
 | Kind | Scope | Selector | Driver-managed | Host-managed |
 |---|---|---|---|---|

@@ -1,8 +1,8 @@
 """Removes objects that carry the label of a ComputeDomain that no longer exists.
 
 Such objects are left behind when a domain's finalizer was removed by hand, by an older driver, or by a
-crash in a window the deletion path cannot see. Upstream sweeps every 10 minutes (api-and-controller.md
-§3.9); here a sweep also runs at start and about a second after any watched object shows up with an
+crash in a window the deletion path cannot see. Upstream sweeps every 10 minutes; here a sweep also
+runs at start and about a second after any watched object shows up with an
 unknown domain UID, so leftovers disappear promptly. A sweep works from the caches and writes only for
 what it finds:
 
@@ -11,8 +11,9 @@ what it finds:
 - node labels: remove, but only once the UID has been unknown for ``NODE_LABEL_GRACE_SECONDS``: the
   kubelet plugin labels nodes for domains it has just read, which our cache may not show yet.
 
-Under HostManagedIMEX only workload claim templates are watched, hence swept (seed 004 §6: no sweep
-for objects of a previous driver-managed install).
+Under HostManagedIMEX only workload claim templates are watched, hence swept: objects of a previous
+driver-managed install are not swept, switching modes deletes them first (docs/host-managed.md).
+The sweep's place among the cleanups: docs/data-path.md §12.
 """
 
 from __future__ import annotations

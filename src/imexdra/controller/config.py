@@ -17,7 +17,7 @@ from imexdra.api.featuregates import FeatureGates, Gate
 CONTROLLER_NAME = "compute-domain.nvidia.com/controller"
 
 #: Batching window for daemon-pod and clique events of one domain: a burst of daemons starting within
-#: this window costs one clique write and one status write (user-pain.md §2.1: no N-writer storms).
+#: this window costs one clique write and one status write (no N-writer storms, docs/architecture.md §5).
 DEFAULT_DEBOUNCE_SECONDS = 0.15
 
 #: Least time between two membership publications (clique and status writes) of one domain: while

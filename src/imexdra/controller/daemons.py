@@ -3,7 +3,7 @@
 Single writer: every shared object has exactly one writer. The controller alone writes
 ComputeDomainClique objects and ComputeDomain status; a daemon writes nothing but labels on its own
 pod. That removes upstream's N-daemons-compare-and-swap-one-object pattern and its 409/429 storms
-(user-pain.md §2.1, upstream issues #816, #1107, #1418).
+(docs/architecture.md §5; upstream issues #816, #1107, #1418).
 
 What a daemon pod provides
 --------------------------

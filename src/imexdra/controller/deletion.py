@@ -2,8 +2,7 @@
 
 Given what the caches show about a terminating domain's objects, ``plan_deletion`` says what may be
 done now; the reconciler executes that and runs again when the caches change. The order is upstream's
-(api-and-controller.md §3.5, §11 item 11; seed 004 §6 for host-managed, where the daemon side is
-simply empty):
+(docs/data-path.md §13; for a host-managed domain the daemon side is simply empty):
 
 1. delete the workload ResourceClaimTemplate, the daemon ResourceClaimTemplate and the DaemonSet;
 2. remove the domain's label from every node carrying it;

@@ -10,7 +10,7 @@ Index rules (the central assignment upstream issue #1107 asks for; contract in `
 - every other member gets the lowest free index, in node-name order;
 - members that do not fit stay unplaced (upstream's daemon blocked forever; here an Event says so).
 
-Global status (api-and-controller.md §3.7): host-managed → Ready; otherwise NotReady if fewer nodes
+Global status (docs/data-path.md §9.3): host-managed → Ready; otherwise NotReady if fewer nodes
 than ``spec.numNodes`` or any node NotReady, else Ready.
 """
 

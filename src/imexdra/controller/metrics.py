@@ -1,7 +1,7 @@
 """The controller's Prometheus metrics.
 
 - ``nvidia_dra_compute_domain_info{status}``: ComputeDomains per global status, upstream's gauge. Unlike
-  upstream (api-and-controller.md §11 item 16) it counts every domain this process reconciled, not only
+  upstream (docs/compatibility.md §3.1) it counts every domain this process reconciled, not only
   those whose status it happened to rewrite, so it is right after a restart too; a domain is forgotten
   when its finalizer is removed.
 - ``imexdra_controller_api_writes_total{resource,verb,code}``: every write the controller sends, by

@@ -1,6 +1,6 @@
 """The least-privilege RBAC rules the controller needs, as data (for the chart and the tests).
 
-Compared with upstream's (api-and-controller.md §7.4): ``patch`` replaces ``update`` everywhere (the
+Compared with upstream's (docs/compatibility.md §3.1): ``patch`` replaces ``update`` everywhere (the
 controller never sends whole objects, see ``writes``), pods are read only in the managed namespaces
 instead of cluster-wide, cliques get ``create``/``patch``/``delete`` because the controller is their
 only writer, and Events are written through ``events.k8s.io``. Nothing is read with ``get``: the

@@ -1,6 +1,6 @@
 """Level-triggered reconcile of one ComputeDomain: create its objects, or tear them down in order.
 
-Live domain (api-and-controller.md §3.4; seed 004 §6 under HostManagedIMEX):
+Live domain (docs/data-path.md §2; §10 under HostManagedIMEX):
 
 1. add the finalizer ``resource.nvidia.com/computeDomain``;
 2. ensure, concurrently, the workload ResourceClaimTemplate and (driver-managed only) the daemon
@@ -99,7 +99,7 @@ class Reconciler:
     # -- live domain ---------------------------------------------------------------------------
 
     async def _ensure(self, cd: ComputeDomain) -> float | None:
-        # The finalizer first (upstream's and seed 004's order): nothing exists that it does not guard.
+        # The finalizer first (upstream's order, in both IMEX modes): nothing exists that it does not guard.
         if not has_finalizer(cd):
             cd = await self._writer.add_finalizer(cd, self._caches.domain_view)
         steps: list[Awaitable[float | None]] = [self._ensure_workload_template(cd)]

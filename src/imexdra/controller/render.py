@@ -1,10 +1,10 @@
 """The objects the controller creates for a ComputeDomain, rendered exactly as upstream's templates.
 
-Pure functions of a ComputeDomain and the controller configuration (api-and-controller.md §2):
+Pure functions of a ComputeDomain and the controller configuration (docs/data-path.md §2, §9.1):
 
 - the workload ResourceClaimTemplate, in the domain's namespace, named by
   ``spec.channel.resourceClaimTemplate.name``, with a ComputeDomainChannelConfig carrying the domain UID
-  and allocation mode (always ``Single`` under HostManagedIMEX, seed 004 §6);
+  and the spec's allocation mode (kept under HostManagedIMEX too, docs/compatibility.md §3.4);
 - the daemon ResourceClaimTemplate and the daemon DaemonSet, both ``computedomain-daemon-<uid>`` in the
   driver namespace (driver-managed mode only).
 
@@ -82,8 +82,9 @@ def domain_uid(cd: ComputeDomain) -> str:
 def channel_allocation_mode(cd: ComputeDomain) -> AllocationMode:
     """The allocation mode written into the workload claim: the spec's, in both IMEX modes.
 
-    Under HostManagedIMEX the template stays the same (seed 004 §6); the kubelet plugin rejects ``All``
-    at prepare time with a permanent error (§14.3), so the user sees why instead of a silent downgrade.
+    Under HostManagedIMEX the template stays the same; the kubelet plugin rejects ``All`` at prepare
+    time with a permanent error, so the user sees why instead of a silent downgrade
+    (docs/compatibility.md §3.4).
     """
     if cd.spec is None:
         return AllocationMode.SINGLE

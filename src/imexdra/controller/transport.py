@@ -3,7 +3,7 @@
 Why: through lightkube and httpx2 one API request costs about 4 ms of CPU on the target machine (URL
 parsing three times, anyio and httpcore layers); the same request over a plain TLS stream costs about
 0.3 ms and a third of the latency. Every ComputeDomain costs the controller several writes, so for
-bursts of hundreds of domains (user-pain.md §2.1) the controller sends its writes here. Reads stay on
+bursts of hundreds of domains the controller sends its writes here (docs/architecture.md §6). Reads stay on
 the informers (``common.informer``); Events and the Lease stay on the common client.
 
 Scope, deliberately small: JSON bodies, ``Content-Length`` or chunked responses, a pool of persistent

@@ -1,6 +1,6 @@
 """Options only the controller takes: its identity, the daemon it renders, and leader election.
 
-Names, variables and defaults are upstream's (api-and-controller.md §3.1), including the lease name
+Names, variables and defaults are upstream's (docs/compatibility.md §2.8), including the lease name
 default that the chart overrides and the Go duration syntax of the leader-election timings.
 """
 

@@ -1,6 +1,6 @@
 """Options only the compute-domain daemon takes: its pod and the ComputeDomain it serves.
 
-Names and variables are upstream's (api-and-controller.md §4.1). The pod fields come from the
+Names and variables are upstream's (docs/compatibility.md §2.8). The pod fields come from the
 DaemonSet's downward API; ``CLIQUE_ID`` and the ``COMPUTE_DOMAIN_*`` variables are injected through
 CDI by the kubelet plugin, so they are optional here (``check`` runs without them) and the ``run``
 command decides what it needs.
