@@ -1,6 +1,7 @@
 """The per-node DRA kubelet plugin for IMEX channels (driver ``compute-domain.nvidia.com``).
 
-Module map (kubelet-plugin.md is the specification; seed 004 §7 for HostManagedIMEX):
+Module map (docs/data-path.md follows one claim through these modules, §10 there for HostManagedIMEX;
+docs/compatibility.md is the contract with upstream):
 
 - ``main``: the ``compute-domain-kubelet-plugin`` command; ``plugin``: startup, services, shutdown;
   ``hardware``: NVML / procfs / dev-root backends (real or simulated) and the clique ID.
@@ -10,9 +11,10 @@ Module map (kubelet-plugin.md is the specification; seed 004 §7 for HostManaged
 - ``driver``: the ``Driver`` — ``pu.lock`` per attempt, error classes — with ``retries`` (45 s
   budget, upstream backoff); ``devicestate``: prepare/unprepare of one claim; ``configs``: opaque
   config decoding and precedence; ``applyconfig``: channel and daemon claims, both IMEX modes.
-- ``domains``: ComputeDomain cache, daemon readiness from cliques/status, node labels; ``claims``:
-  ResourceClaim GETs; ``slicepublisher`` and ``slices``: the node's ResourceSlice; ``cleanup``:
-  stale claims, tombstones and domain directories.
+- ``domains``: ComputeDomain cache, daemon readiness from cliques/status, node labels;
+  ``daemonowners``: who may hold a daemon claim; ``claims``: ResourceClaim GETs; ``slicepublisher``
+  and ``slices``: the node's ResourceSlice; ``cleanup``: stale claims, tombstones and domain
+  directories.
 - ``checkpoint`` / ``checkpointstore``: the Go-compatible prepared-claims checkpoint and its file;
   ``gojson`` and ``claimstatus`` make our bytes match Go's.
 - ``cdi`` / ``cdifiles``: CDI base and per-claim specs, and their files; ``paths``: the on-disk layout.

@@ -1,20 +1,20 @@
 """Applying one config group of a claim: the checks, side effects and CDI edits of each claim kind.
 
-Channel claims, driver-managed (kubelet-plugin.md §6.5): exactly one result; channel 0 must not be
+Channel claims, driver-managed (docs/data-path.md §7.4): exactly one result; channel 0 must not be
 held by another prepared claim (whichever channel was allocated); the ComputeDomain must exist in the
 claim's namespace; the node gets ``resource.nvidia.com/computeDomain=<CD UID>`` (which schedules the
 domain's IMEX daemon here); the local daemon must be Ready; then the edits are channel 0, or all 2048
 channels for ``allocationMode: All`` — none on a node without an NVLink clique.
 
-Channel claims under HostManagedIMEX (seed 004 §7.2, in that order): exactly one result;
+Channel claims under HostManagedIMEX (docs/data-path.md §10, in that order): exactly one result;
 ``allocationMode`` empty or ``Single`` (anything else is permanent); the channel-0 checkpoint conflict
 check; the namespace assertion; a non-empty local clique ID (permanent otherwise, naming the missing
 NVLink clique); then channel 0's device node. No node label, no readiness wait, no daemon settings.
 
-Daemon claims (§6.6): refused permanently under HostManagedIMEX; else ``admit`` — before anything is
-written — holds them to the domain's own IMEX daemon pods (``DaemonClaimOwners``, docs/tenancy.md);
-then one device, the per-domain ``/imexd`` directory, and the daemon's environment, mount and (with a
-clique) fabric-management node.
+Daemon claims (docs/data-path.md §7.5): refused permanently under HostManagedIMEX; else ``admit`` —
+before anything is written — holds them to the domain's own IMEX daemon pods (``DaemonClaimOwners``,
+docs/tenancy.md); then one device, the per-domain ``/imexd`` directory, and the daemon's environment,
+mount and (with a clique) fabric-management node.
 
 The collaborators that reach the API are Protocols, implemented in ``domains``.
 """
@@ -111,7 +111,7 @@ class AppliedConfig:
 
 @contextlib.contextmanager
 def _retryable(what: str) -> Iterator[None]:
-    """API and I/O failures of ``what`` are retryable (§6.9), whatever their HTTP status."""
+    """API and I/O failures of ``what`` are retryable (docs/errors.md §2), whatever their HTTP status."""
     try:
         yield
     except (PermanentError, OSError) as error:
@@ -214,7 +214,8 @@ class ConfigApplier:
         )
 
     async def _assert_namespace(self, domain_uid: str, claim: ClaimRef) -> None:
-        # Any failure here is permanent, "not found" included (§6.5 step 3, §15.6).
+        # Any failure here is permanent, "not found" included: the tenant boundary fails closed
+        # (docs/errors.md §2).
         try:
             domain = await self.domains.get(domain_uid)
         except DriverError as error:
@@ -250,7 +251,7 @@ class ConfigApplier:
 
 
 def assert_channel_not_allocated(checkpoint: Checkpoint, channel: int) -> None:
-    """Fail (retryably) if a prepared claim holds IMEX channel ``channel`` (§6.5 step 2).
+    """Fail (retryably) if a prepared claim holds IMEX channel ``channel`` (docs/data-path.md §7.4).
 
     Only PrepareCompleted entries count; daemon devices are ignored.
     """

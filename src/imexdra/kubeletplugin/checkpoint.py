@@ -1,7 +1,7 @@
 """The prepared-claims checkpoint (V2), byte-compatible with the upstream Go plugin.
 
 Owns the in-memory model (``Checkpoint`` → ``PreparedClaim`` → groups → devices), its exact JSON
-layout, the two checksums, and reading every format upstream reads (kubelet-plugin.md §8):
+layout, the two checksums, and reading every format upstream reads (docs/compatibility.md §2.5):
 
 - writing (``marshal``): regenerate ``v1`` from ``v2`` (PrepareCompleted claims only), then the
   top-level checksum over ``{"checksum":0,"v1":...}`` and v2's own over v2 with ``"checksum":0``;

@@ -6,11 +6,11 @@ is the caller's ``pu.lock`` (``imexdra.common.flock``). Writes are atomic with m
 dot-prefixed temporary file, as the kubelet's checkpoint manager does.
 
 Durability: writes are not fsynced by default (``durable=False``), unlike the kubelet's manager. The
-records only matter within one boot — a different boot ID voids them all (§2 step 7.8) — and within a
-boot the page cache already outlives a crashed or killed process. Only a power loss could leave a torn
-file, and that file predates the next boot: ``initialize`` sets such a file aside and starts empty,
-exactly what the boot-ID check would have done with a readable one. This keeps two fsyncs off every
-prepare (kubelet-plugin bench: tens of milliseconds on a busy disk).
+records only matter within one boot — a different boot ID voids them all (docs/data-path.md §12) —
+and within a boot the page cache already outlives a crashed or killed process. Only a power loss could
+leave a torn file, and that file predates the next boot: ``initialize`` sets such a file aside and
+starts empty, exactly what the boot-ID check would have done with a readable one. This keeps two
+fsyncs off every prepare (kubelet-plugin bench: tens of milliseconds on a busy disk).
 
 A checkpoint of the current boot that fails to parse or verify is never overwritten here: ``read()``
 copies it aside to ``checkpoint.json.corrupt-<fnv32>`` (once per distinct content) and raises
@@ -19,7 +19,7 @@ copies it aside to ``checkpoint.json.corrupt-<fnv32>`` (once per distinct conten
 Reads are cached: the file is only re-parsed when its inode, size or mtime changed (every write
 replaces the inode), so a prepare's read-modify-write cycles cost one parse at most.
 
-The transition helpers implement the claim lifecycle of kubelet-plugin.md §6.3/§6.8/§9:
+The transition helpers implement the claim lifecycle of docs/data-path.md §7, §11 and §12:
 PrepareStarted → PrepareCompleted (or → PrepareAborted on unprepare), expired aborted entries pruned.
 """
 
@@ -97,7 +97,7 @@ class CheckpointStore:
             return result
 
     async def initialize(self, boot_id: str, *, booted_at: float | None = None) -> Checkpoint:
-        """Startup validation (§2 step 7.8): keep records from this boot, drop those of an earlier one.
+        """Startup validation: keep records from this boot, drop those of an earlier one.
 
         A missing file becomes an empty checkpoint carrying ``boot_id``; an empty stored boot ID is
         filled in; a different one means the node rebooted, so every prepared-claim record is void. An

@@ -1,13 +1,13 @@
 """A ``resource.k8s.io/v1`` ResourceClaimStatus shaped exactly as Go would re-marshal it.
 
 The checkpoint stores each claim's full status, and the Go plugin checksums its re-marshalling of
-the Go structs (kubelet-plugin.md §8.3). ``canonical_claim_status()`` therefore turns a status dict
+the Go structs (docs/compatibility.md §2.5). ``canonical_claim_status()`` therefore turns a status dict
 from any source (raw API JSON, a typed client's ``to_dict()``) into what a Go round trip yields:
 struct field order, ``omitempty`` rules, Go zero values for missing non-omitempty fields, sorted map
 keys, and unknown fields dropped (Go's decoder drops them too). Payloads that Go keeps verbatim
 (``opaque.parameters``, ``data``) pass through untouched.
 
-Compare statuses only in canonical form (the PrepareAborted "same status" check, §6.3 step 3).
+Compare statuses only in canonical form (the PrepareAborted "same status" check, docs/data-path.md §7.1).
 The field tables follow the k8s.io/api v0.36 Go types.
 """
 

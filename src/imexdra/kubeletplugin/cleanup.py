@@ -1,12 +1,12 @@
 """Background cleanup: stale partially prepared claims, expired tombstones, orphaned domain directories.
 
-Stale claims (kubelet-plugin.md §9), once at start and every 10 minutes: a PrepareStarted entry whose
+Stale claims (docs/data-path.md §12), once at start and every 10 minutes: a PrepareStarted entry whose
 ResourceClaim is gone (NotFound) or was replaced (other UID) will never be unprepared by the kubelet,
 so it is unprepared here, which also drops its node label; then PrepareAborted tombstones older than
 90 s are forgotten. Entries without a name (legacy) are skipped; other API errors wait for the next
 pass. PrepareCompleted entries are the kubelet's to unprepare and are never touched.
 
-Domain directories (§6.7), every 10 minutes but not at start: ``domains/<UID>`` of a ComputeDomain that
+Domain directories, every 10 minutes but not at start: ``domains/<UID>`` of a ComputeDomain that
 no longer exists is removed. Nothing is removed before the ComputeDomain cache has synced.
 """
 

@@ -1,9 +1,9 @@
-"""A claim's opaque device configs and the allocation results each one applies to (kubelet-plugin.md §6.4).
+"""A claim's opaque device configs and the allocation results each one applies to (docs/data-path.md §7.2).
 
 Works on the claim's ``status`` as raw JSON (what the API server returned or the checkpoint stored):
 
 - ``allocation_results`` reads ``status.allocation.devices.results``; a missing status or allocation
-  yields nothing (legacy checkpoint entries have no status — upstream panics there, §15.30);
+  yields nothing (legacy checkpoint entries have no status — upstream panics there);
 - ``opaque_device_configs`` reads ``status.allocation.devices.config``: class-sourced configs first,
   then claim-sourced ones, other drivers' configs skipped, ours decoded (strictly for Prepare,
   leniently for data read back from the checkpoint);
@@ -12,11 +12,11 @@ Works on the claim's ``status`` as raw JSON (what the API server returned or the
   naming the result's request wins over untargeted ones, and naming a request of the wrong device
   type is an error, while an untargeted config of the wrong type is skipped.
 
-Error classes follow §6.9: a config that does not decode or validate is permanent (``ConfigError``);
-an unknown ``source``, a non-opaque config, a device this node cannot prepare or a config aimed at
-the wrong device type is retryable, as upstream classifies them. A status of a shape no API server
-produces (a list where an object belongs, a number where the request names belong) is a permanent
-``MalformedStatusError``, never a crash: Go's decoder would refuse it just as firmly.
+Error classes follow docs/errors.md §3.5: a config that does not decode or validate is permanent
+(``ConfigError``); an unknown ``source``, a non-opaque config, a device this node cannot prepare or a
+config aimed at the wrong device type is retryable, as upstream classifies them. A status of a shape
+no API server produces (a list where an object belongs, a number where the request names belong) is a
+permanent ``MalformedStatusError``, never a crash: Go's decoder would refuse it just as firmly.
 """
 
 from __future__ import annotations

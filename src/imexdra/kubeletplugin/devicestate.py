@@ -1,6 +1,6 @@
 """Prepare and unprepare of one claim: checkpoint lifecycle, config groups and CDI claim specs.
 
-Callers hold ``pu.lock`` (``driver``). Prepare (kubelet-plugin.md §6.3):
+Callers hold ``pu.lock`` (``driver``). Prepare (docs/data-path.md §7):
 
 1. a PrepareCompleted entry is returned as stored — a restarted plugin answers the same;
 2. a PrepareAborted entry with an equal status is a permanent "stale prepare";
@@ -13,9 +13,9 @@ Callers hold ``pu.lock`` (``driver``). Prepare (kubelet-plugin.md §6.3):
    the devices. A failure after PrepareStarted leaves that entry, for unprepare or the stale-claim
    cleanup to find.
 
-Unprepare (§6.8): nothing to do for an unknown or PrepareAborted claim; otherwise undo the groups
-(the node label goes when no other claim on the node still uses that domain), delete a
-PrepareCompleted entry or turn a PrepareStarted one into a PrepareAborted tombstone, and delete the
+Unprepare (docs/data-path.md §11): nothing to do for an unknown or PrepareAborted claim; otherwise
+undo the groups (the node label goes when no other claim on the node still uses that domain), delete
+a PrepareCompleted entry or turn a PrepareStarted one into a PrepareAborted tombstone, and delete the
 claim's CDI spec.
 """
 
@@ -184,7 +184,7 @@ class DeviceState:
 
     async def _legacy_status(self, ref: ClaimRef) -> Mapping[str, Any]:
         # Entries converted from old checkpoints carry no status: the API server has to say what
-        # was allocated, and if it cannot, nothing can be undone safely (permanent, §6.8 step 2).
+        # was allocated, and if it cannot, nothing can be undone safely (permanent, docs/errors.md §3.5).
         try:
             claim = await self._get_claim(ref.namespace, ref.name)
         except Exception as error:
@@ -215,7 +215,7 @@ def _prepared_group(uid: str, group: ConfigGroup, applied: AppliedConfig) -> Pre
 
 
 def validate_no_overlap(checkpoint: Checkpoint, uid: str, status: Mapping[str, Any]) -> None:
-    """Fail (retryably) if another prepared claim holds one of ``status``'s devices (§6.3 step 4).
+    """Fail (retryably) if another prepared claim holds one of ``status``'s devices (docs/data-path.md §7.3).
 
     Admin-access allocations on either side, other drivers, the same claim and claims that are not
     PrepareCompleted are ignored.

@@ -1,16 +1,16 @@
 """The plugin's view of ComputeDomains, their IMEX daemons' readiness, and its own Node's labels.
 
 - ``ComputeDomainCache``: an informer over ComputeDomains in all namespaces, indexed by UID (10 min
-  resync), as upstream's ComputeDomain manager (kubelet-plugin.md §6.7). Lookups wait for the first
-  LIST, so a claim prepared right after registration is never refused as "ComputeDomain not found"
-  merely because the cache was still empty (upstream's §15.6 race).
+  resync), as upstream's ComputeDomain manager. Lookups wait for the first LIST, so a claim prepared
+  right after registration is never refused as "ComputeDomain not found" merely because the cache
+  was still empty (upstream's race, docs/compatibility.md §3.2).
 - ``CliqueReadiness``: is this node's daemon of a domain Ready? In this project the controller alone
   writes ComputeDomainClique objects and ComputeDomain status (single writer). The node is ready when
   the clique ``<CD UID>.<clique ID>`` in the driver namespace lists this node's daemon as Ready (gate
   ``ComputeDomainCliques``), or when the domain's ``status.nodes`` does (the path for nodes without a
   clique). The status is read from the cache first: it costs no request, and either source suffices.
 - ``NodeLabeler``: the ``resource.nvidia.com/computeDomain`` label by GET + full Update with retry on
-  409, as upstream (§15.28), so upstream's RBAC (nodes ``update``) suffices; a change is first tried
+  409, as upstream, so upstream's RBAC (nodes ``update``) suffices; a change is first tried
   on the node as this process last saw it, so labelling usually costs one request. The optional
   ``nvidia.com/gpu.clique`` label uses merge patches (``patch``), as upstream.
 """

@@ -1,6 +1,6 @@
 """The DRA node service, ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin``, over a ``Driver``.
 
-Mirrors the Go kubeletplugin library (kubelet-plugin.md §12.2, §12.3, §12.5):
+Mirrors the Go kubeletplugin library (docs/data-path.md §5, docs/compatibility.md §2.7):
 
 - Prepare first GETs every claim (concurrently here) and fails the *whole call* if one cannot be
   read, is not allocated, or was replaced (UID mismatch) — the kubelet retries the pod later. Then

@@ -1,6 +1,6 @@
 """The IMEX driver behind the gRPC servers: per-claim locking, retries, error classes, metrics.
 
-Implements ``driverapi.Driver`` (kubelet-plugin.md §6.1, §6.9). Each claim attempt takes the
+Implements ``driverapi.Driver`` (docs/errors.md §3). Each claim attempt takes the
 node-global ``pu.lock`` (10 s timeout), runs ``DeviceState`` and releases the lock, so a channel claim
 waiting for its IMEX daemon never blocks the daemon's own claim. An error decides the claim's fate by
 its class: the first ``DriverError`` in its cause chain that is a ``PermanentError`` ends the claim
@@ -41,7 +41,7 @@ def first_driver_error_is_permanent(error: BaseException) -> bool:
     """Whether the outermost ``DriverError`` in ``error``'s chain (itself first) is permanent.
 
     A retryable error raised while handling a permanent one (e.g. an API 403 wrapped as retryable,
-    as §6.9 wants API errors) stays retryable; foreign exceptions are skipped over.
+    as docs/errors.md §2 wants API errors) stays retryable; foreign exceptions are skipped over.
     """
     seen: set[int] = set()
     current: BaseException | None = error

@@ -3,7 +3,7 @@
 The gRPC servers (``draservice``, ``server``) translate kubelet calls into these plain types and call
 a ``Driver``; they know nothing about IMEX. The driver answers per claim: a result for a claim that
 is done (devices, or an error that stops the kubelet's retry for this call), and no entry at all for
-a claim it gave up on within the call's budget (kubelet-plugin.md §6.1, §15.1).
+a claim it gave up on within the call's budget (docs/errors.md §3.3).
 
 ``ClaimGetter`` is the one Kubernetes API dependency of the gRPC layer (the library's step (1), GET
 each ResourceClaim before preparing); it is injected so the kube client can be wired in later.

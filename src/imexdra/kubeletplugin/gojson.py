@@ -1,7 +1,7 @@
 """Go ``encoding/json``-compatible bytes and the kubelet checkpoint checksum.
 
 The upstream plugin (Go) accepts a checkpoint only if the checksum of its *own* re-marshalling
-matches (kubelet-plugin.md §8.3, §15.19). So files we write must be byte-identical to Go's output:
+matches (docs/compatibility.md §2.5). So files we write must be byte-identical to Go's output:
 
 - ``encode()``: compact separators, object keys in the given (insertion) order — callers build dicts
   in Go struct order and sort Go-map keys —, Go string escaping (``<``, ``>``, ``&``, U+2028/2029

@@ -1,4 +1,4 @@
-"""The plugin's gRPC health endpoint (``grpc.health.v1.Health/Check``, kubelet-plugin.md §10.1).
+"""The plugin's gRPC health endpoint (``grpc.health.v1.Health/Check``, docs/compatibility.md §2.7).
 
 Enabled by ``--healthcheck-port >= 0`` (0 picks a free port); Helm's startup and liveness probes call
 it with service ``liveness``. A check does what the kubelet does: ``GetInfo`` on the registration

@@ -1,4 +1,4 @@
-"""The kubelet plugin's Prometheus metrics, upstream's names and labels (kubelet-plugin.md §10.2).
+"""The kubelet plugin's Prometheus metrics, upstream's names and labels (docs/compatibility.md §2.10).
 
 Served with the shared machinery's metrics (``imexdra.common.metrics``) from the default registry:
 

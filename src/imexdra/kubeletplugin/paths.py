@@ -1,4 +1,4 @@
-"""Where the plugin's files and sockets live on the node (kubelet-plugin.md §0, §12.5).
+"""Where the plugin's files and sockets live on the node (upstream's layout, docs/compatibility.md §2.7).
 
 One place for the on-disk layout so the gRPC servers, checkpoint, lock and daemon directories agree:
 

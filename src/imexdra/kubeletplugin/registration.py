@@ -1,4 +1,4 @@
-"""The kubelet plugin-registration service (``pluginregistration.Registration``, reference §12.1).
+"""The kubelet plugin-registration service (``pluginregistration.Registration``, docs/compatibility.md §2.7).
 
 The kubelet's plugin watcher sees our socket appear in the registrar directory, calls ``GetInfo``
 and then ``NotifyRegistrationStatus``. ``GetInfo`` answers as the Go kubeletplugin library does:

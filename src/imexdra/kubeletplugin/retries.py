@@ -1,4 +1,4 @@
-"""Each claim of one gRPC call tried until done, with upstream's budget and backoff (kubelet-plugin.md §6.1).
+"""Each claim of one gRPC call tried until done, with upstream's budget and backoff (docs/errors.md §3.3).
 
 Per call: a 45 s budget; claims are attempted one at a time (concurrency only comes from concurrent
 calls, serialised per claim by ``pu.lock``); an attempt either finishes the claim — success, or an

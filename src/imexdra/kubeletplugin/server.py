@@ -1,6 +1,6 @@
 """The kubelet-facing gRPC servers on their unix sockets: our equivalent of the Go kubeletplugin helper.
 
-``KubeletPluginServer`` owns two ``grpc.aio`` servers (reference §12.5):
+``KubeletPluginServer`` owns two ``grpc.aio`` servers (docs/data-path.md §5):
 
 - the DRA server on ``<plugins dir>/<driver>/dra.sock`` (v1 and v1beta1 ``DRAPlugin``), started first;
 - the registration server on ``<registrar dir>/<driver>-reg.sock``, started once the DRA socket

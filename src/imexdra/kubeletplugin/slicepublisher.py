@@ -1,6 +1,6 @@
 """Keeps this node's ResourceSlice as published, after restarts and after the kubelet wipes it.
 
-One pool named after the node, one slice (kubelet-plugin.md §4, §12.6): created with generateName
+One pool named after the node, one slice (docs/compatibility.md §2.4): created with generateName
 ``00000-compute-domain.nvidia.com-<node>-``, owned by the Node (``controller: true``, so it goes with
 the Node), generation 1 at first. A watch of this driver's slices on this node re-runs the sync after
 any change: an unchanged slice costs nothing; a changed one is updated in place at the same generation;

@@ -1,8 +1,8 @@
 """The node's allocatable devices and the device list it publishes in its ResourceSlice.
 
-Allocatable: ``channel-0 .. channel-2047`` and ``daemon-0`` (kubelet-plugin.md §2 step 7.3, §3.2).
-Published (§4): ``channel-0`` and ``daemon-0``; under HostManagedIMEX only ``channel-0`` — the host
-runs nvidia-imex, so no daemon device exists (seed 004 §7). Each device carries exactly two
+Allocatable: ``channel-0 .. channel-2047`` and ``daemon-0``. Published (docs/data-path.md §4):
+``channel-0`` and ``daemon-0``; under HostManagedIMEX only ``channel-0`` — the host runs nvidia-imex,
+so no daemon device exists (docs/data-path.md §10). Each device carries exactly two
 attributes in the driver's own domain, written unqualified as upstream does: ``type`` (string
 ``channel``/``daemon``) and ``id`` (int), i.e. ``compute-domain.nvidia.com/type`` and ``.../id``.
 
