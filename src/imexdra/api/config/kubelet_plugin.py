@@ -1,7 +1,7 @@
 """Options only the kubelet plugin takes: kubelet directories, CDI, driver root, health check.
 
 Names, variables and defaults are upstream's (docs/compatibility.md §2.8); so are the derived socket
-and data paths (§2.7 there), which the kubelet relies on to find the plugin.
+and data paths (docs/compatibility.md §2.7), which the kubelet relies on to find the plugin.
 """
 
 from __future__ import annotations
