@@ -5,8 +5,8 @@
 - the accessors read the few fields both commands need from typed objects, tolerating the ``None``s
   the API models allow, so the report modules stay free of defensive noise;
 - :func:`detect_imex_mode` tells driver-managed from host-managed installs by the DeviceClasses the
-  chart installs (host-managed IMEX omits the daemon class, seed 004), since the CLI cannot see the
-  controller's feature gates;
+  chart installs (host-managed IMEX omits the daemon class, docs/host-managed.md), since the CLI
+  cannot see the controller's feature gates;
 - :func:`format_table` renders aligned text tables.
 
 Nothing here writes to the cluster: both commands are read-only.

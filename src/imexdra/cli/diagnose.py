@@ -7,8 +7,8 @@ in driver-managed mode the per-domain daemon DaemonSet and its pods, then each w
 is stuck, the node it landed on (clique label, another domain's node label) and the newest scheduler
 and kubelet events quoting the reason (permanent Prepare errors end up there, DEVELOPERS.md rule 4).
 
-Host-managed IMEX (seed 004) has no daemons, no node labels and an always-Ready status, so the daemon,
-node-label and readiness checks are skipped there.
+Host-managed IMEX (docs/host-managed.md) has no daemons, no node labels and a status that is Ready once
+the workload template exists, so the daemon, node-label and readiness checks are skipped there.
 """
 
 from __future__ import annotations

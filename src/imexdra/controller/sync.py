@@ -79,8 +79,8 @@ class MembershipSync:
         """
         uid = domain_uid(cd)
         if self._config.host_managed:
-            # Seed 004: Ready means the workload claim template exists (not one held by someone else's
-            # template of that name, which the reconciler reports as ClaimTemplateConflict); no nodes.
+            # Ready means the workload claim template exists (docs/host-managed.md), not someone else's
+            # template of that name, which the reconciler reports as ClaimTemplateConflict; no nodes.
             ready = self._has_workload_template(uid)
             await self._publish_status(
                 cd, ComputeDomainStatus(status=membership.READY if ready else membership.NOT_READY)

@@ -1,7 +1,7 @@
 """``compute-domain-daemon check``: the startup, liveness and readiness probe of a daemon pod.
 
-Upstream semantics (api-and-controller.md §4.9): a daemon without a clique (no NVLink fabric) runs no
-IMEX and always passes; otherwise ``nvidia-imex-ctl -c <imexd.cfg> -q`` must exit 0 and print exactly
+Upstream semantics (docs/data-path.md §9.2, §9.3): a daemon without a clique (no NVLink fabric) runs
+no IMEX and always passes; otherwise ``nvidia-imex-ctl -c <imexd.cfg> -q`` must exit 0 and print exactly
 ``READY`` and a newline. The pod's Ready condition, which the controller publishes as the daemon's status, is
 therefore exactly "this node's IMEX daemon is ready".
 """

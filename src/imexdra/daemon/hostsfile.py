@@ -5,7 +5,7 @@ changes are hosts-file rewrites plus SIGUSR1. The file belongs to the pod (the k
 per-pod ``/etc/hosts``), but on a simulated node several daemons may share one host, hence the path is
 configurable.
 
-Rules, upstream's minus its quirks (api-and-controller.md §11 item 22):
+Rules, upstream's minus its quirks (docs/compatibility.md §3.3):
 
 - every line mentioning ``compute-domain-daemon-`` is ours and is dropped (a stale or user line must
   not shadow a mapping), every other line is kept verbatim;

@@ -1,7 +1,7 @@
 """The files nvidia-imex reads from the daemon's directory: ``imexd.cfg`` and ``nodes.cfg``.
 
 ``imexd.cfg`` is rendered from ``imexd.cfg.tmpl`` (copied there by the kubelet plugin, as upstream
-does) or, when that file is absent, from the same template built in here (api-and-controller.md §4.3).
+does) or, when that file is absent, from the same template built in here (docs/compatibility.md §3.3).
 The template uses Go template placeholders; only the two upstream defines are known, and any other
 placeholder is an error rather than being left in the config for IMEX to trip over.
 

@@ -1,7 +1,7 @@
 """Entry point of ``compute-domain-daemon``: global flags, then ``run`` or ``check``.
 
 Global flags precede the subcommand, as upstream's (``compute-domain-daemon -v $(LOG_VERBOSITY) run``);
-every flag has its upstream environment variable (api-and-controller.md §4.1), plus ``--kubeconfig``
+every flag has its upstream environment variable (docs/compatibility.md §2.8), plus ``--kubeconfig``
 and the client rate limits (unset: in-cluster config, client-go's 5 QPS / burst 10) and the file
 locations of ``daemon.options``. ``check`` is run by the kubelet as a probe (every second while the
 pod starts), so it loads nothing it does not need: no API client, no structured logging (it prints its

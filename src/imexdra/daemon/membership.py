@@ -1,6 +1,6 @@
 """Who is in this daemon's IMEX domain, as the controller published it (pure functions).
 
-The controller is the single writer of membership (README "single writer"): it derives one entry per
+The controller is the single writer of membership (docs/architecture.md §5): it derives one entry per
 daemon pod (node = ``spec.nodeName``, IP = ``status.podIP``, readiness = the pod's Ready condition),
 assigns each a stable per-clique index, and writes the entries into the ComputeDomainClique
 ``<CD UID>.<clique ID>`` (or, with ``ComputeDomainCliques`` off, into ``ComputeDomain.status.nodes``).

@@ -1,15 +1,15 @@
 """What to do when membership changes: which files to rewrite and what to tell IMEX (pure).
 
 IMEX reads its config and node list only at start; SIGUSR1 makes it re-read the node list and
-re-resolve names without losing its state (user-pain.md §4.6). Hence, per mode:
+re-resolve names without losing its state (docs/hardware.md §7.1). Hence, per mode (docs/data-path.md §9.4):
 
 - DNS names (gate ``IMEXDaemonsWithDNSNames``): ``nodes.cfg`` is static; a membership change is a
   hosts-file rewrite and a *reload* (SIGUSR1). The exception is a change of this daemon's own index:
   IMEX fixes its node ID at start, so a reload would leave it answering under the wrong ID (upstream
   issue #1418); that is a *restart*. IMEX is *started* once this daemon's own entry exists, without
-  waiting for peers (api-and-controller.md §4.6).
+  waiting for peers.
 - IP addresses (gate off): ``nodes.cfg`` lists the peers' IPs, so any change is a *restart*; IMEX
-  starts only once exactly ``numNodes`` daemons are listed, when ``numNodes`` is set (§4.7).
+  starts only once exactly ``numNodes`` daemons are listed, when ``numNodes`` is set.
 
 Until this daemon's own entry is published nothing is written or started.
 """

@@ -1,4 +1,4 @@
-"""``compute-domain-daemon run``: the daemon's whole life (api-and-controller.md §4.2, single writer).
+"""``compute-domain-daemon run``: the daemon's whole life (docs/data-path.md §9.2, docs/architecture.md §5).
 
 1. Check the CDI-injected identity (``COMPUTE_DOMAIN_UUID`` empty → upstream's CDI error).
 2. Label its own pod with its clique ID (empty on a node without an NVLink fabric): the controller
@@ -13,7 +13,7 @@
 
 The daemon writes nothing but its pod label; it does not remove itself from its clique on shutdown
 (the controller drops a terminating pod at once). Unlike upstream, a failure exits non-zero so the
-kubelet restarts the container (upstream exits 0 even after fatal errors, §11 item 21).
+kubelet restarts the container (upstream exits 0 even after fatal errors, docs/compatibility.md §3.3).
 """
 
 from __future__ import annotations

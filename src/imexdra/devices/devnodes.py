@@ -1,7 +1,7 @@
 """The NVIDIA device nodes present under a dev root (the ``/dev`` boundary).
 
-The base CDI spec's ``all`` device lists every NVIDIA char device the host has (kubelet-plugin.md
-§7.1): ``/dev/nvidia*``, ``/dev/nvidia-caps/nvidia-cap*`` and
+The base CDI spec's ``all`` device lists every NVIDIA char device the host has
+(docs/hardware.md §4): ``/dev/nvidia*``, ``/dev/nvidia-caps/nvidia-cap*`` and
 ``/dev/nvidia-caps-imex-channels/channel*``, minus the ``nvidia-fs*``, ``nvidia-nvswitch*`` and
 ``nvidia-nvlink*`` families. A simulated node's dev root holds regular files instead of device
 nodes (creating char devices needs privileges), so ``require_char_device=False`` accepts those.

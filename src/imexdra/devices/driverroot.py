@@ -1,4 +1,4 @@
-"""Finding driver files under the NVIDIA driver root (kubelet-plugin.md §3.1).
+"""Finding driver files under the NVIDIA driver root (docs/hardware.md §5, docs/driver-root.md).
 
 The plugin runs in a container with the host's driver install mounted at the container driver root
 (``/driver-root`` under Helm). NVML must be loaded from there, ``nvidia-smi`` must exist there, and

@@ -25,7 +25,7 @@ from imexdra.common.errors import RetryableError
 #: What ``nvidia-imex-ctl -q`` prints, byte for byte, when the local daemon is ready.
 READY_OUTPUT = "READY\n"
 #: IMEX processes SIGUSR1 at most once per this many seconds and ignores extra signals
-#: (user-pain.md §4.6), so a supervisor must space its signals at least this far apart.
+#: (docs/hardware.md §7.1), so a supervisor must space its signals at least this far apart.
 SIGUSR1_MIN_INTERVAL = 5.0
 
 #: Config keys the driver and the fake binaries read (names as in NVIDIA's config.cfg).

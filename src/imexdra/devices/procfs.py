@@ -3,8 +3,9 @@
 Owns the ``ImexDevices`` Protocol and its one implementation, ``HostImexDevices``, which reads:
 
 - ``/proc/devices`` for the majors of ``nvidia-caps-imex-channels`` (the IMEX channels) and
-  ``nvidia-caps`` (the fabric-imex-mgmt capability) — kubelet-plugin.md §3.2;
-- ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt`` for the capability's minor and mode (§3.3).
+  ``nvidia-caps`` (the fabric-imex-mgmt capability) — docs/hardware.md §1, §2;
+- ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt`` for the capability's minor and mode
+  (docs/hardware.md §3).
 
 There is no fake class: a simulated node is this same class pointed at other files (upstream does the
 same with ``ALT_PROC_DEVICES_PATH``); ``procfs_fake`` writes such files. The channel count is fixed at

@@ -1,6 +1,6 @@
 """Writers for the procfs files of a simulated node, read back by ``procfs.HostImexDevices``.
 
-The contents mirror what upstream's mock setup produces (kubelet-plugin.md §11): a ``/proc/devices``
+The contents mirror what upstream's mock setup produces (docs/hardware.md §8): a ``/proc/devices``
 with ``nvidia-caps-imex-channels`` at 235 and ``nvidia-caps`` at 236 inserted before
 ``Block devices:``, and a fabric-imex-mgmt capability with minor 512 and mode 438 (0o666).
 """

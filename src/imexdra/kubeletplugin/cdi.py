@@ -1,4 +1,4 @@
-"""CDI specs for IMEX claims, built as pure data (kubelet-plugin.md §7, §14).
+"""CDI specs for IMEX claims, built as pure data (docs/data-path.md §8, docs/compatibility.md §2.6).
 
 Owns the CDI data model, the container edits of channel and daemon devices, the base and per-claim
 specs, upstream's normalisation (dedupe, sort by path depth then path), the driver-root transform,
@@ -312,7 +312,7 @@ def _path_key(path: str) -> tuple[int, str]:
 
 
 def minimum_version(spec: Spec) -> str:
-    """The lowest cdiVersion that can express ``spec`` (§14)."""
+    """The lowest cdiVersion that can express ``spec`` (docs/compatibility.md §2.6)."""
     all_edits = [spec.container_edits, *(d.container_edits for d in spec.devices)]
     needs = ["0.3.0"]
     if any(m.type for e in all_edits for m in e.mounts):

@@ -1,6 +1,6 @@
 """The node's hardware as the plugin sees it: NVML, IMEX device nodes, the clique ID, the base CDI spec.
 
-Backends are chosen once, at startup (kubelet-plugin.md §2 step 7, §3):
+Backends are chosen once, at startup (docs/data-path.md §14, docs/hardware.md):
 
 - NVML: the library under the container driver root (``libnvidia-ml.so.1``), through nvidia-ml-py —
   on a simulated node the mock library in its driver root (docs/driver-root.md);
@@ -11,7 +11,7 @@ Backends are chosen once, at startup (kubelet-plugin.md §2 step 7, §3):
   may hold regular files standing in for device nodes.
 
 ``CliqueTracker`` owns the node's clique ID: discovered at startup (errors are fatal), refreshed every
-10 minutes, never cleared by a refresh that finds none (§15.11).
+10 minutes, never cleared by a refresh that finds none (docs/hardware.md §6.2).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Entry point of ``compute-domain-kubelet-plugin``: upstream's flags and variables, then ``plugin.run``.
 
-Flags and environment variables are upstream's (kubelet-plugin.md §1.1, through the option groups of
-``imexdra.api.config``), including upstream's mock mode, ``--alt-proc-devices-path`` /
+Flags and environment variables are upstream's (docs/compatibility.md §2.8, through the option groups
+of ``imexdra.api.config``), including upstream's mock mode, ``--alt-proc-devices-path`` /
 ``ALT_PROC_DEVICES_PATH``: this file replaces ``/proc/devices``, the fabric-imex-mgmt capability is read
 under the container driver root, and the dev root may hold regular files in place of device nodes.
 NVML is always the ``libnvidia-ml.so.1`` under the container driver root (on a simulated node, the

@@ -1,6 +1,6 @@
 """The plugin process: startup in upstream's order, the long-running services, and a clean shutdown.
 
-Startup (kubelet-plugin.md §2), any failure is fatal: plugin data dir and CDI root; hardware (NVML,
+Startup (docs/data-path.md §14), any failure is fatal: plugin data dir and CDI root; hardware (NVML,
 the IMEX channel major, the clique ID, the driver version in driver-managed mode); the base CDI spec;
 the checkpoint, validated against the boot ID; the API client and the ComputeDomain watch;
 then the gRPC servers — the registration socket appears last, and from then on the kubelet may call.
@@ -8,9 +8,9 @@ Services then run until SIGTERM/SIGINT/SIGHUP/SIGQUIT or until one fails: the wa
 publishing, stale-claim cleanup, domain-directory cleanup, clique refresh, the optional gRPC health
 server and the metrics/probe HTTP server. SIGUSR2 dumps every stack to /tmp/goroutine-stacks.dump.
 
-Shutdown (§10.3): the services stop, the gRPC servers stop (sockets removed, so the kubelet sees the
-plugin go), the ``nvidia.com/gpu.clique`` label is removed when this plugin manages it; the
-ResourceSlice is left for the kubelet and the Node owner reference, as upstream does.
+Shutdown (docs/data-path.md §14): the services stop, and the ``nvidia.com/gpu.clique`` label is
+removed when this plugin manages it; the gRPC servers stop (sockets removed, so the kubelet sees the
+plugin go); the ResourceSlice is left for the kubelet and the Node owner reference, as upstream does.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class _Parts:
 async def _assemble(
     config: PluginConfig, client: AsyncClient, nvml: Nvml, devices: HostImexDevices
 ) -> _Parts:
-    """Startup steps 7.6-7.9 and 9: clique ID, base CDI spec, checkpoint, caches, prepare machinery."""
+    """Startup steps 5-8 (docs/data-path.md §14): clique ID, base CDI spec, checkpoint, prepare machinery."""
     labeler = NodeLabeler(client, config.node_name)
     cliques = CliqueTracker(nvml, config.gates, on_change=_gpu_clique_labeller(config, labeler))
     await asyncio.to_thread(cliques.discover)

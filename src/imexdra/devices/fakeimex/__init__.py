@@ -1,7 +1,7 @@
 """Simulated ``nvidia-imex`` and ``nvidia-imex-ctl`` for tests and the demo (not product behaviour).
 
 The fakes are separate programs, like the real ones, and reproduce the IMEX behaviour the driver
-depends on (user-pain.md §4):
+depends on (docs/hardware.md §7):
 
 - ``daemon`` (``python -m imexdra.devices.fakeimex.daemon -c <config>``; the node itself is in
   ``server``): reads its config only at start; reads and resolves the node list at start and again on

@@ -1,6 +1,6 @@
 """The fake ``nvidia-imex-ctl`` (``python -m imexdra.devices.fakeimex.ctl``).
 
-Supported invocations, with the real tool's output shapes (user-pain.md §4.5):
+Supported invocations, with the real tool's output shapes (docs/hardware.md §7.2):
 
 - ``-q``: one line, ``READY`` when the local daemon is ready (otherwise its state, e.g. ``NOT_READY``);
 - ``-N``: the connectivity legend, a timestamp, one ``Node #i - <address> - <state> - Version: <v>``
