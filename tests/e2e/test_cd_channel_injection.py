@@ -1,6 +1,6 @@
 """Upstream's test_cd_imex_chan_inject.bats and test_cd_misc.bats on a driver-managed simulated rack.
 
-Covered (api-and-controller.md §10, the scenarios that need no real GPU):
+Covered (the scenarios that need no real GPU):
 
 - channel injection, single: the workload container gets ``channel0`` through CDI; deletion completes;
 - channel injection, ``allocationMode: All``: every one of the 2048 channels is injected;

@@ -1,4 +1,4 @@
-"""HostManagedIMEX end to end on a simulated rack: the seed flow and seed 004 §14.3.
+"""HostManagedIMEX end to end on a simulated rack (docs/host-managed.md).
 
 The rack: gb200-00 and gb200-01 share an NVLink clique, gb200-02 has no fabric. imexdra is installed
 with ``featureGates.HostManagedIMEX=true``; the host's own nvidia-imex is out of the driver's scope.
@@ -171,7 +171,7 @@ def _start_host_imex(cluster: LocalCluster, node: str) -> tuple[ManagedProcess, 
 
 
 def test_stopping_host_imex_is_not_acted_on(host_managed_rack: LocalCluster, namespace: str) -> None:
-    """Seed 004 §14.3: host nvidia-imex stops under a running workload; the driver does nothing about it.
+    """Host nvidia-imex stops under a running workload; the driver does nothing about it.
 
     Checked: the host service stays stopped (nothing restarts it), no pod restarts, the workload keeps
     running, and the kubelet plugin logs nothing about nvidia-imex. The seed's other half (the workload's

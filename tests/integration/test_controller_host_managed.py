@@ -1,4 +1,4 @@
-"""The controller under HostManagedIMEX on the real control plane (seed 004 §6, test plan §14.1 and §14.2).
+"""The controller under HostManagedIMEX on the real control plane (docs/data-path.md §10, host-managed.md).
 
 The real ``compute-domain-controller`` binary runs as a subprocess with ``HostManagedIMEX=true``,
 authenticated as a ServiceAccount holding only the controller's RBAC. Aspects covered: the resolved
@@ -86,7 +86,7 @@ async def test_create_makes_only_the_workload_template_and_is_ready(
     cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
 ) -> None:
     """Finalizer, workload template with the spec's ChannelConfig (All stays All: the plugin rejects it
-    at prepare, seed 004 §14.3), Ready despite numNodes; nothing else."""
+    at prepare, docs/data-path.md §10), Ready despite numNodes; nothing else."""
     cd = await ready_domain(kube, "train-a", num_nodes=4, mode=AllocationMode.ALL)
     assert cd.metadata is not None and cd.status is not None
     uid = cd.metadata.uid

@@ -1,4 +1,4 @@
-"""HostManagedIMEX end to end on the real kubelets (seed 004 §7, §14.3 kubelet-side cases).
+"""HostManagedIMEX end to end on the real kubelets (docs/data-path.md §10, docs/host-managed.md).
 
 node-0 has an NVLink clique, node-1 has none; both plugins run with ``HostManagedIMEX=true``. The test
 stands in for the controller by creating the workload ResourceClaimTemplate.

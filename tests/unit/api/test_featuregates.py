@@ -1,9 +1,9 @@
 """Feature gates: the registry, parsing, AllAlpha/AllBeta, dependency rules and HostManagedIMEX overrides.
 
-Aspects covered: names/defaults/stages match upstream (plus HostManagedIMEX per seed 004); the
+Aspects covered: names/defaults/stages match upstream (plus HostManagedIMEX, docs/compatibility.md §3.4); the
 ``--feature-gates`` syntax Go accepts (whitespace, trailing commas, ParseBool spellings) and what it
 rejects; the deprecated ``HostManagedIMEXDaemon`` alias; the dependency and exclusivity rules; the
-seed 004 §14.1 ordering (overrides first, then validation); rendering and logging.
+HostManagedIMEX ordering (overrides first, then validation); rendering and logging.
 """
 
 import pytest
@@ -55,7 +55,7 @@ REGISTRY = [
 
 @pytest.mark.parametrize(("name", "default", "stage", "since"), REGISTRY, ids=[name for name, *_ in REGISTRY])
 def test_registry_matches_upstream(name: str, default: bool, stage: Stage, since: str | None) -> None:
-    """Every gate has upstream's default, stage and introduction version (HostManagedIMEX per seed 004)."""
+    """Every gate has upstream's default, stage and introduction version (HostManagedIMEX is ours)."""
     spec = GATES[Gate(name)]
     assert (spec.default, spec.stage, spec.since) == (default, stage, since)
     assert resolve_feature_gates("").enabled(Gate(name)) is default
@@ -226,7 +226,7 @@ def test_valid_combinations_and_stage_wide_gates(spec: str, gate: Gate, expected
     ids=["gate-only", "dns-names-already-off", "cliques-on-dns-off", "both-explicitly-on"],
 )
 def test_host_managed_overrides_run_before_validation(spec: str) -> None:
-    """Seed 004 §14.1: with HostManagedIMEX on, both daemon gates end up false and validation passes."""
+    """With HostManagedIMEX on, both daemon gates end up false and validation passes."""
     gates = resolve_feature_gates(spec)
     assert gates.enabled(Gate.HOST_MANAGED_IMEX)
     assert not gates.enabled(Gate.IMEX_DAEMONS_WITH_DNS_NAMES)
@@ -235,7 +235,7 @@ def test_host_managed_overrides_run_before_validation(spec: str) -> None:
 
 
 def test_validation_alone_would_reject_what_overrides_fix() -> None:
-    """Seed 004 §14.1 ordering: the unresolved values break the Cliques rule; the resolved ones pass."""
+    """Overrides come first: the unresolved values break the Cliques rule; the resolved ones pass."""
     values = {gate: spec.default for gate, spec in GATES.items()}
     values |= {Gate.HOST_MANAGED_IMEX: True, Gate.IMEX_DAEMONS_WITH_DNS_NAMES: False}
     with pytest.raises(ConfigError, match="requires IMEXDaemonsWithDNSNames"):

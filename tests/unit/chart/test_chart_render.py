@@ -1,6 +1,6 @@
 """What ``helm template`` renders: objects per install mode, DeviceClasses, env wiring, host paths.
 
-Includes seed 004 §14.2's chart checks for HostManagedIMEX (default channel class present; daemon
+Includes the chart checks for HostManagedIMEX (docs/host-managed.md) (default channel class present; daemon
 class, daemon RBAC and ServiceAccount absent; FEATURE_GATES in controller and kubelet plugin), for
 the gate, its deprecated alias, AllAlpha and upstream's ``imex.mode=hostManaged``.
 """
@@ -27,7 +27,7 @@ PLUGIN = ("DaemonSet", "compute-domains")
 DAEMON_SA = "compute-domain-daemon-service-account"
 PYPROJECT = Path(__file__).parents[3] / "pyproject.toml"
 
-# Upstream's exact selectors (api-and-controller.md §7.3).
+# Upstream's exact selectors (docs/compatibility.md §2.2).
 CHANNEL_CEL = (
     "device.driver == 'compute-domain.nvidia.com' && "
     "device.attributes['compute-domain.nvidia.com'].type == 'channel' && "
@@ -133,7 +133,7 @@ def test_device_class_api_version(api_versions: tuple[str, ...], expected: str) 
 
 @pytest.mark.parametrize("values", HOST_MANAGED.values(), ids=HOST_MANAGED.keys())
 def test_host_managed_imex_drops_daemon_objects(values: dict[str, Any]) -> None:
-    """Seed 004 §14.2: channel class kept, daemon class and daemon SA/RBAC gone, FEATURE_GATES wired."""
+    """Host-managed: channel class kept, daemon class and daemon SA/RBAC gone, FEATURE_GATES wired."""
     rendered = render(values)
     assert ("DeviceClass", DEVICE_CLASS_DEFAULT_CHANNEL) in rendered.kinds()
     assert _daemon_objects(rendered) == set()

@@ -105,7 +105,7 @@ def test_missing_daemonset_in_driver_managed_mode() -> None:
 
 
 def test_host_managed_mode_expects_no_daemons() -> None:
-    """Host-managed (seed 004): no DaemonSet is normal, and Ready only means admitted (info)."""
+    """Host-managed (docs/host-managed.md): no DaemonSet is normal, and Ready only means admitted (info)."""
     findings = diagnose(view(imex_mode=ImexMode.HOST_MANAGED, daemonsets=[], daemon_pods=[]))
     assert problems(findings) == []
     assert any(f.severity is Severity.INFO and "host-managed" in f.message for f in findings)

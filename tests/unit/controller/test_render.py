@@ -1,4 +1,4 @@
-"""The objects the controller creates, compared field by field with upstream's templates (§2)."""
+"""The objects the controller creates, field by field against upstream's (docs/compatibility.md §2.2)."""
 
 from __future__ import annotations
 

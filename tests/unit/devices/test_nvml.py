@@ -1,4 +1,4 @@
-"""Clique-ID discovery rules (kubelet-plugin.md §3.4), NVML error classification and version checks."""
+"""Clique-ID discovery rules (docs/hardware.md §6.1), NVML error classification and version checks."""
 
 import uuid
 

@@ -1,4 +1,4 @@
-"""The modes of what the kubelet plugin writes are upstream's (kubelet-plugin.md §2, §6.6, §7, §8.1, flock).
+"""The modes of what the kubelet plugin writes are upstream's (docs/compatibility.md §2.5-§2.7).
 
 Upstream: plugin data dir and CDI root 0750 (``mkdir -p``), CDI spec files 0600 (temp file never
 chmod-ed), checkpoint 0600 (the kubelet checkpoint manager's temp file), per-domain daemon dir 0755

@@ -1,4 +1,4 @@
-"""A JSON schema for CDI specs, written from the CDI spec (kubelet-plugin.md §14; specs-go v1.1.0).
+"""A JSON schema for CDI specs, written from the CDI specification (specs-go v1.1.0).
 
 Strict like the CDI library's YAML decoding: unknown keys are invalid. Name patterns follow the CDI
 parser. Used by the CDI tests to check every spec we generate.

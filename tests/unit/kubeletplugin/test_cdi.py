@@ -181,7 +181,7 @@ def test_root_transform() -> None:
     ids=["plain", "mount-type", "name-starts-with-digit", "host-path", "dotted-class"],
 )
 def test_minimum_version(spec: Spec, version: str) -> None:
-    """cdiVersion is the lowest version whose features the spec uses (§14)."""
+    """cdiVersion is the lowest version whose features the spec uses (docs/compatibility.md §2.6)."""
     assert minimum_version(spec) == version
 
 

@@ -37,7 +37,7 @@ UID = "0b9e7c1a-1111-2222-3333-444455556666"
 DOMAIN_DIR = Path("/var/lib/kubelet/plugins/compute-domain.nvidia.com/domains/cd-uid")
 FABRIC = CharDevice("/dev/nvidia-caps/nvidia-cap512", 236, 512, 438)
 
-# kubelet-plugin.md §7.2, verified there against the vendored yaml.v3 / specs-go.
+# Upstream's layout (docs/compatibility.md §2.6), as the vendored yaml.v3 / specs-go render it.
 REFERENCE_CHANNEL_SPEC = """---
 cdiVersion: 0.5.0
 kind: k8s.compute-domain.nvidia.com/claim
@@ -97,7 +97,7 @@ def daemon(clique: str, fabric: CharDevice | None) -> ContainerEdits:
 
 
 def test_channel_spec_matches_reference_bytes() -> None:
-    """A channel claim spec renders byte-for-byte like the reference's yaml.v3 output."""
+    """A channel claim spec renders byte-for-byte like upstream's yaml.v3 output."""
     edits = channel_edits([CharDevice("/dev/nvidia-caps-imex-channels/channel0", 234, 0, 0o666)])
     assert render(claim_spec(UID, [("channel-0", edits)], roots=DriverRoots())) == REFERENCE_CHANNEL_SPEC
 

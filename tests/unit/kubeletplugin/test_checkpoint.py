@@ -1,4 +1,4 @@
-"""Checkpoint V2 bytes and checksums (reference §8), V1/legacy reading, corruption detection."""
+"""Checkpoint V2 bytes and checksums (docs/compatibility.md §2.5), V1/legacy reading, corruption detection."""
 
 import contextlib
 import datetime
@@ -31,7 +31,7 @@ EMPTY_FILE = (
     b'{"checksum":1083090442,"v1":{},"v2":{"checksum":719341321,'
     b'"nodeBootID":"3f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"}}'
 )
-# The v1 section of the reference's illustrative non-empty file (§8.6); its top-level checksum is given.
+# The v1 section of an illustrative non-empty upstream file, with the top-level checksum upstream gives.
 V1_86 = (
     '{"preparedClaims":{"' + UID + '":{"status":{"allocation":{"devices":{"results":[{"request":"channel",'
     '"driver":"compute-domain.nvidia.com","pool":"node-a","device":"channel-0"}],"config":[{"source":"FromClaim",'
@@ -79,7 +79,7 @@ def test_empty_checkpoint_is_byte_exact() -> None:
 
 
 def test_illustrative_file_v1_and_top_checksum() -> None:
-    """The §8.6 claim yields exactly that v1 section and its top-level checksum 1063727406."""
+    """The illustrative claim yields exactly that v1 section and its top-level checksum 1063727406."""
     data = marshal(Checkpoint(claims={UID: claim_86()}, node_boot_id=BOOT_ID))
     members = gojson.object_members(data.decode())
     start, end = members["v1"]

@@ -6,7 +6,7 @@ import pytest
 
 from imexdra.kubeletplugin.claimstatus import canonical_claim_status
 
-# The §8.6 status in Go order, as the Go plugin would write it.
+# The illustrative claim's status in Go order, as the Go plugin would write it.
 GO_STATUS = (
     '{"allocation":{"devices":{"results":[{"request":"channel","driver":"compute-domain.nvidia.com",'
     '"pool":"node-a","device":"channel-0"}],"config":[{"source":"FromClaim","requests":["channel"],'

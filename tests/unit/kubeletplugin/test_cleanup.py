@@ -1,4 +1,4 @@
-"""Stale-claim cleanup, expired tombstones and orphaned domain directories (kubelet-plugin.md §9, §6.7)."""
+"""Stale-claim cleanup, expired tombstones and orphaned domain directories (docs/data-path.md §11, §12)."""
 
 import datetime
 from collections.abc import Mapping

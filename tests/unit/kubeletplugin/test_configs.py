@@ -1,4 +1,4 @@
-"""Opaque config decoding and the config-to-result precedence rules (kubelet-plugin.md §6.4, §15.14)."""
+"""Opaque config decoding and the config-to-result precedence rules (docs/data-path.md §7.2)."""
 
 from typing import Any
 

@@ -1,6 +1,6 @@
 """Prepare and unprepare in driver-managed mode: checkpoint lifecycle, CDI specs, labels, readiness, errors.
 
-Specification: kubelet-plugin.md §6.3, §6.5, §6.6, §6.8, §15 (items 8, 10, 15-17, 24, 25).
+Specification: docs/data-path.md §7, §11, and docs/compatibility.md §3.2.
 """
 
 import datetime

@@ -1,4 +1,4 @@
-"""The driver: pu.lock per attempt, permanent vs retryable outcomes, error texts, metrics (§6.1, §6.9)."""
+"""The driver: pu.lock per attempt, permanent vs retryable outcomes, error texts, metrics (docs/errors.md)."""
 
 import asyncio
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Go-compatible JSON encoding, the spew-FNV checksum (reference §8.3 vectors) and member spans."""
+"""Go-compatible JSON encoding, the spew-FNV checksum (docs/compatibility.md §2.5) and member spans."""
 
 import json
 
@@ -20,7 +20,7 @@ from imexdra.kubeletplugin import gojson
     ids=["checksum-only", "empty-v1", "boot-id", "empty-input"],
 )
 def test_checksum_reference_vectors(data: bytes, expected: int) -> None:
-    """The checksum matches every test vector of kubelet-plugin.md §8.3."""
+    """The checksum matches every test vector above."""
     assert gojson.checksum(data) == expected
 
 

@@ -1,4 +1,4 @@
-"""The gRPC health endpoint: message encoding, and Check against real plugin sockets (§10.1)."""
+"""The gRPC health endpoint (docs/compatibility.md §2.7): message encoding, Check against real sockets."""
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path

@@ -1,10 +1,10 @@
-"""HostManagedIMEX in the kubelet plugin: every seed 004 §14.1 kubelet case and a fault at each §7.2 step.
+"""HostManagedIMEX in the kubelet plugin: each kubelet-side case and a fault at each prepare step.
 
-Seed 004 §7.2 prepare steps, in order: (1) decode and validate the opaque config, (2) exactly one
-allocation result, (3) allocationMode empty or Single, (4) config state, (5) channel-0 checkpoint
-conflict check, (6) ComputeDomain in the claim's namespace, (7) non-empty local clique ID, (8) CDI
-edits for channel 0, (9) PrepareCompleted. Faults are injected at each step that can fail; the test
-checks the error class, what was left in the checkpoint and on disk, and that nothing was labelled.
+The prepare steps (docs/data-path.md §10), in order: (1) decode and validate the opaque config,
+(2) exactly one allocation result, (3) allocationMode empty or Single, (4) config state, (5) channel-0
+checkpoint conflict check, (6) ComputeDomain in the claim's namespace, (7) non-empty local clique ID,
+(8) CDI edits for channel 0, (9) PrepareCompleted. Faults are injected at each step that can fail; the
+test checks the error class, what was left in the checkpoint and on disk, and that nothing was labelled.
 """
 
 from pathlib import Path
@@ -41,13 +41,13 @@ async def node(tmp_path: Path) -> Node:
 
 
 def test_resource_slice_omits_daemon_device() -> None:
-    """§14.1: the kubelet ResourceSlice has no daemon device under the gate."""
+    """The kubelet ResourceSlice has no daemon device under the gate."""
     assert [d["name"] for d in slice_devices(host_managed=True)] == ["channel-0"]
 
 
 @pytest.mark.parametrize("mode", [None, "", "Single"], ids=["absent", "empty", "Single"])
 async def test_channel_prepare_skips_label_and_readiness(node: Node, mode: str | None) -> None:
-    """§14.1: channel prepare injects channel 0 without AddNodeLabel or AssertComputeDomainReady."""
+    """Channel prepare injects channel 0 without AddNodeLabel or AssertComputeDomainReady."""
     node.readiness.ready = False  # would block a driver-managed prepare
     devices = await node.state.prepare(channel_claim(params=channel_params(mode=mode)))
     assert [d.cdi_device_ids for d in devices] == [("k8s.compute-domain.nvidia.com/claim=claim-1-channel-0",)]
@@ -70,7 +70,7 @@ async def test_channel_prepare_skips_label_and_readiness(node: Node, mode: str |
     ids=["All", "unknown-foo"],
 )
 async def test_allocation_mode_allowlist(node: Node, mode: str, message: str) -> None:
-    """§14.1: All and unknown non-empty modes are rejected permanently by the allowlist."""
+    """All and unknown non-empty modes are rejected permanently by the allowlist."""
     with pytest.raises(PermanentError, match=message):
         await node.state.prepare(channel_claim(params=channel_params(mode=mode)))
     assert not node.cdi_file("claim-1").exists()
@@ -78,7 +78,7 @@ async def test_allocation_mode_allowlist(node: Node, mode: str, message: str) ->
 
 
 async def test_empty_clique_is_a_permanent_error_naming_the_clique(node: Node) -> None:
-    """§14.1: no NVLink clique on the node is a permanent error, not upstream's silent skip."""
+    """No NVLink clique on the node is a permanent error, not upstream's silent skip."""
     node.clique = ""
     with pytest.raises(PermanentError) as caught:
         await node.state.prepare(channel_claim())
@@ -88,7 +88,7 @@ async def test_empty_clique_is_a_permanent_error_naming_the_clique(node: Node) -
 
 
 async def test_daemon_prepare_is_permanently_refused(node: Node) -> None:
-    """§14.1: a daemon claim reaching Prepare fails permanently, saying daemon claims are disabled."""
+    """A daemon claim reaching Prepare fails permanently, saying daemon claims are disabled."""
     with pytest.raises(PermanentError, match="daemon claims are disabled under HostManagedIMEX"):
         await node.state.prepare(daemon_claim())
     assert not node.paths.domain_dir(DOMAIN_UID).exists()
@@ -96,7 +96,7 @@ async def test_daemon_prepare_is_permanently_refused(node: Node) -> None:
 
 
 async def test_unprepare_skips_label_but_removes_cdi_and_checkpoint(node: Node) -> None:
-    """§14.1: unprepare never calls RemoveNodeLabel and still removes CDI and checkpoint state."""
+    """Unprepare never calls RemoveNodeLabel and still removes CDI and checkpoint state."""
     claim = channel_claim()
     await node.state.prepare(claim)
     assert node.cdi_file("claim-1").exists()
@@ -107,7 +107,7 @@ async def test_unprepare_skips_label_but_removes_cdi_and_checkpoint(node: Node) 
 
 
 async def test_second_channel_claim_refused_by_checkpoint_conflict(node: Node) -> None:
-    """§14.1/§13: a second channel claim on the node is refused while the first is prepared."""
+    """A second channel claim on the node is refused while the first is prepared."""
     await node.state.prepare(channel_claim("claim-1"))
     second = ResourceClaim(
         ClaimRef(NAMESPACE, "claim-2-name", "claim-2"),
@@ -120,7 +120,7 @@ async def test_second_channel_claim_refused_by_checkpoint_conflict(node: Node) -
     assert await node.entries() == {"claim-2": ClaimState.PREPARE_COMPLETED}
 
 
-# --- fault injection at each seed 004 §7.2 step ----------------------------------------------------
+# --- fault injection at each prepare step (docs/data-path.md §10) -----------------------------------------
 
 
 class FailingStore(CheckpointStore):

@@ -1,4 +1,4 @@
-"""Per-call retries: sequential attempts, upstream's backoff steps, the budget, left-out claims (§6.1)."""
+"""Per-call retries (docs/errors.md §3.3): sequential attempts, backoff steps, the budget, left-out claims."""
 
 import asyncio
 import itertools

@@ -1,4 +1,4 @@
-"""ResourceSlice devices (reference §4, seed 004 §7), allocatable devices, device-name parsing, paths."""
+"""ResourceSlice devices (docs/data-path.md §4, §10), allocatable devices, device-name parsing, paths."""
 
 from pathlib import Path
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates kube/go.mod: k8s.io/kubernetes plus a replace for every staging module (see
-# ../shared/reference/local-control-plane.md §2.2). Run after changing versions.env, then `go mod tidy`.
+# Regenerates kube/go.mod: k8s.io/kubernetes plus a replace for every staging module (it requires
+# them at v0.0.0, which only resolves through replaces). Run after changing versions.env, then `go mod tidy`.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../versions.env
