@@ -29,8 +29,9 @@ from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique, clique_name
 from imexdra.api.constants import GPU_CLIQUE_NODE_LABEL_KEY, NODE_LABEL_KEY, ComputeDomainStatusValue
 from imexdra.common.errors import DriverError, RetryableError
-from imexdra.common.informer import Informer
+from imexdra.common.informer import EventHandler, Informer
 from imexdra.common.kube import collection_path, http_client, kube_errors, raise_for_status, retry_on_conflict
+from imexdra.common.pulse import Pulse
 from imexdra.common.store import index_by_uid
 from imexdra.kubeletplugin.applyconfig import DomainInfo
 
@@ -45,11 +46,23 @@ class LabelConflictError(RetryableError):
 
 
 class ComputeDomainCache:
-    """ComputeDomains of all namespaces by UID; ``run()`` keeps it current."""
+    """ComputeDomains of all namespaces by UID; ``run()`` keeps it current.
+
+    ``changes`` fires on every domain added, deleted or changed in status (not on resyncs): prepare
+    retries waiting for a daemon's readiness wake on it (docs/errors.md §3.3).
+    """
 
     def __init__(self, client: AsyncClient, *, resync_period: float = RESYNC_PERIOD) -> None:
         self.informer: Informer[ComputeDomain] = Informer(
             client, ComputeDomain, indexers={_UID_INDEX: index_by_uid}, resync_period=resync_period
+        )
+        self.changes = Pulse()
+        self.informer.add_handler(
+            EventHandler(
+                on_add=lambda _cd: self.changes.fire(),
+                on_update=lambda old, new: self.changes.fire() if old.status != new.status else None,
+                on_delete=lambda _cd: self.changes.fire(),
+            )
         )
 
     async def run(self) -> None:

@@ -22,6 +22,7 @@ from imexdra.api.constants import DRIVER_NAME
 from imexdra.common import flock
 from imexdra.common.errors import DriverError, PermanentError, RetryableError
 from imexdra.common.logging import log_context
+from imexdra.common.pulse import Pulse
 from imexdra.kubeletplugin import metrics
 from imexdra.kubeletplugin.driverapi import ClaimRef, Device, PrepareResult, ResourceClaim, UnprepareResult
 from imexdra.kubeletplugin.retries import DEFAULT_POLICY, Attempt, Done, Retry, RetryPolicy, run_until_done
@@ -77,11 +78,14 @@ class ImexDriver:
         *,
         policy: RetryPolicy = DEFAULT_POLICY,
         lock_timeout: float = LOCK_TIMEOUT,
+        wake: Pulse | None = None,
     ) -> None:
         self._state = state
         self._lock_path = lock_path
         self._policy = policy
         self._lock_timeout = lock_timeout
+        #: Fired when what a retry waits for may have changed (``retries.run_until_done``).
+        self._wake = wake
 
     async def prepare(self, claims: Sequence[ResourceClaim]) -> Mapping[str, PrepareResult]:
         """Prepare each claim; claims given up on within the budget are left out."""
@@ -99,7 +103,7 @@ class ImexDriver:
         inflight.inc()
         started = time.monotonic()
         try:
-            results = await run_until_done(attempts, self._policy)
+            results = await run_until_done(attempts, self._policy, wake=self._wake)
         finally:
             inflight.dec()
             metrics.REQUEST_DURATION.labels(**labels).observe(time.monotonic() - started)

@@ -188,7 +188,7 @@ async def _serve(
     config: PluginConfig, client: AsyncClient, nvml: Nvml, devices: HostImexDevices, stop: asyncio.Event
 ) -> None:
     parts = await _assemble(config, client, nvml, devices)
-    driver = ImexDriver(parts.state, config.paths.prepare_lock)
+    driver = ImexDriver(parts.state, config.paths.prepare_lock, wake=parts.domains.changes)
     server = KubeletPluginServer(driver=driver, get_claim=parts.get_claim, paths=config.paths)
     async with contextlib.AsyncExitStack() as stack:
         await server.start()

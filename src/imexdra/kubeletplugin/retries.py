@@ -8,8 +8,11 @@ prepare/unprepare limiter; other claims' attempts run in the meantime. A claim s
 the budget ends is left out of the results, which the kubelet reports as "left out N claims" and
 retries on a later pod sync.
 
-One deliberate difference: upstream delays even the first attempt by ~250 ms (every enqueue is
-rate-limited); here the first attempt runs at once, which is most of a healthy prepare's latency.
+Deliberate differences: upstream delays even the first attempt by ~250 ms (every enqueue is
+rate-limited); here the first attempt runs at once, which is most of a healthy prepare's latency. And
+a ``wake`` pulse (the plugin fires it when a ComputeDomain changes) makes every waiting retry due at
+once: a channel claim waiting for its IMEX daemon is retried when the domain's status says the daemon
+is Ready, not up to 3 s of backoff later.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from imexdra.common.pulse import Pulse
 from imexdra.common.ratelimit import ItemBackoff, TokenBucket
 
 T = TypeVar("T")
@@ -64,9 +68,15 @@ DEFAULT_POLICY = RetryPolicy()
 
 
 async def run_until_done(
-    attempts: Sequence[tuple[str, Attempt[T]]], policy: RetryPolicy = DEFAULT_POLICY
+    attempts: Sequence[tuple[str, Attempt[T]]],
+    policy: RetryPolicy = DEFAULT_POLICY,
+    *,
+    wake: Pulse | None = None,
 ) -> dict[str, T]:
-    """Run each keyed attempt until it is ``Done`` or the budget ends; return the finished values."""
+    """Run each keyed attempt until it is ``Done`` or the budget ends; return the finished values.
+
+    A change fired on ``wake`` after an attempt started makes every waiting retry due at once.
+    """
     backoff = ItemBackoff(base=policy.retry_base, cap=policy.retry_cap, jitter=0.0)
     bucket = TokenBucket(rate=policy.bucket_rate, burst=policy.bucket_burst)
     loop = asyncio.get_running_loop()
@@ -75,11 +85,19 @@ async def run_until_done(
         (loop.time(), next(order), key, attempt) for key, attempt in attempts
     ]
     finished: dict[str, T] = {}
+    seen = wake.generation if wake is not None else 0
     try:
         async with asyncio.timeout(policy.budget):
             while pending:
-                ready_at, _, key, attempt = heapq.heappop(pending)
-                await asyncio.sleep(max(0.0, ready_at - loop.time()))
+                wait = pending[0][0] - loop.time()
+                if wait > 0:
+                    if await _woken(wake, seen, wait):
+                        now = loop.time()
+                        pending = [(min(at, now), n, k, a) for at, n, k, a in pending]
+                        heapq.heapify(pending)
+                    continue
+                _, _, key, attempt = heapq.heappop(pending)
+                seen = wake.generation if wake is not None else 0
                 outcome = await attempt()
                 if isinstance(outcome, Done):
                     finished[key] = outcome.value
@@ -89,3 +107,11 @@ async def run_until_done(
     except TimeoutError:
         pass  # what is unfinished is left out; the kubelet retries it later
     return finished
+
+
+async def _woken(wake: Pulse | None, seen: int, wait: float) -> bool:
+    """Sleep ``wait`` seconds; True if ``wake`` fired a change after ``seen`` (ending the sleep early)."""
+    if wake is None:
+        await asyncio.sleep(wait)
+        return False
+    return await wake.wait_past(seen, wait)

@@ -1,8 +1,9 @@
-"""Per-call retries (docs/errors.md §3.3): sequential attempts, backoff steps, the budget, left-out claims."""
+"""Per-call retries (docs/errors.md §3.3): attempts, backoff, the budget, left-out claims, wake-ups."""
 
 import asyncio
 import itertools
 
+from imexdra.common.pulse import Pulse
 from imexdra.kubeletplugin.retries import Done, Retry, RetryPolicy, run_until_done
 
 FAST = RetryPolicy(budget=2.0, retry_base=0.01, retry_cap=0.04, bucket_rate=1000.0, bucket_burst=100)
@@ -100,3 +101,45 @@ async def test_token_bucket_spaces_retries_of_many_claims() -> None:
     assert await run_until_done(attempts, policy) == {"a": "ok", "b": "ok", "c": "ok"}
     retries = [t for _, t in log[3:]]
     assert retries[-1] - start >= 0.09  # three retries through a 20/s bucket with burst 1
+
+
+SLOW = RetryPolicy(budget=5.0, retry_base=3.0, retry_cap=3.0, bucket_rate=1000.0, bucket_burst=100)
+
+
+async def test_a_change_fired_during_the_wait_makes_the_retry_due_at_once() -> None:
+    """A pulse fired while a claim waits out a 3 s backoff retries it right away."""
+    wake = Pulse()
+    log: list[tuple[str, float]] = []
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.05, wake.fire)
+    start = loop.time()
+    results = await run_until_done([("a", scripted([Retry("not ready"), "ok"], log, "a"))], SLOW, wake=wake)
+    assert results == {"a": "ok"}
+    assert log[1][1] - start < 1.0
+
+
+async def test_a_change_fired_during_the_attempt_is_not_lost() -> None:
+    """A pulse fired while the attempt runs (after it looked, before it waits) still ends the wait."""
+    wake = Pulse()
+    outcomes: list[object] = [Retry("not ready"), "ok"]
+    times: list[float] = []
+
+    async def attempt() -> Done[object] | Retry:
+        times.append(asyncio.get_running_loop().time())
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Retry):
+            wake.fire()  # the state changes right after this attempt looked at it
+            return outcome
+        return Done(outcome)
+
+    assert await run_until_done([("a", attempt)], SLOW, wake=wake) == {"a": "ok"}
+    assert times[1] - times[0] < 1.0
+
+
+async def test_without_a_change_the_backoff_holds() -> None:
+    """No pulse: the retry waits its backoff (the wake-up is not a busy loop)."""
+    log: list[tuple[str, float]] = []
+    policy = RetryPolicy(budget=2.0, retry_base=0.2, retry_cap=0.2, bucket_rate=1000.0, bucket_burst=100)
+    results = await run_until_done([("a", scripted([Retry("x"), "ok"], log, "a"))], policy, wake=Pulse())
+    assert results == {"a": "ok"}
+    assert log[1][1] - log[0][1] >= 0.2
