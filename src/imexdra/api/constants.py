@@ -65,7 +65,7 @@ DEFAULT_MAX_NODES_PER_IMEX_DOMAIN: Final = 18
 
 
 class DeviceType(StrEnum):
-    """Values of the ``type`` device attribute."""
+    """Values of the ``type`` device attribute; in the checkpoint, the key a prepared device sits under."""
 
     CHANNEL = "channel"
     DAEMON = "daemon"

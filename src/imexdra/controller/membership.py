@@ -170,8 +170,3 @@ def global_status(
 def same_nodes(a: Iterable[ComputeDomainNode], b: Iterable[ComputeDomainNode]) -> bool:
     """Equal as maps keyed by node name (order-insensitive, full-entry equality), like upstream."""
     return {n.name: n for n in a} == {n.name: n for n in b}
-
-
-def same_daemons(a: Iterable[ComputeDomainDaemonInfo], b: Iterable[ComputeDomainDaemonInfo]) -> bool:
-    """Equal as maps keyed by node name."""
-    return {d.node_name: d for d in a} == {d.node_name: d for d in b}

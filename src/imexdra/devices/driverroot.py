@@ -57,16 +57,6 @@ def find_nvml_library(driver_root: Path) -> Path:
     return find_file(driver_root, NVML_LIBRARY, LIBRARY_DIRS)
 
 
-def find_nvidia_smi(driver_root: Path) -> Path:
-    """``nvidia-smi`` under the driver root (its presence is a startup precondition upstream)."""
-    return find_file(driver_root, "nvidia-smi", BINARY_DIRS)
-
-
-def find_nvidia_imex_ctl(dev_root_path: Path) -> Path:
-    """``nvidia-imex-ctl`` under the dev root (host-managed readiness only)."""
-    return find_file(dev_root_path, "nvidia-imex-ctl", BINARY_DIRS)
-
-
 def driver_binaries(driver_root: Path, names: Sequence[str] = IMEX_BINARIES) -> dict[str, Path]:
     """Each of ``names`` found as an executable file in the driver root's binary directories.
 

@@ -31,12 +31,12 @@ from typing import Protocol
 
 import structlog
 
-from imexdra.api.constants import AllocationMode
+from imexdra.api.constants import AllocationMode, DeviceType
 from imexdra.api.opaque import ComputeDomainChannelConfig, ComputeDomainDaemonConfig
 from imexdra.common.errors import DriverError, PermanentError, RetryableError
 from imexdra.devices.procfs import ImexDevices
 from imexdra.kubeletplugin.cdi import ContainerEdits, channel_edits, daemon_edits
-from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState, ConfigState, DeviceType
+from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState, ConfigState
 from imexdra.kubeletplugin.configs import ConfigGroup
 from imexdra.kubeletplugin.driverapi import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.paths import PluginPaths

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from imexdra.api.constants import DeviceType
 from imexdra.common.errors import PermanentError
 from imexdra.kubeletplugin import gojson
 from imexdra.kubeletplugin.claimstatus import canonical_claim_status
@@ -33,13 +34,6 @@ class ClaimState(enum.StrEnum):
     PREPARE_STARTED = "PrepareStarted"
     PREPARE_COMPLETED = "PrepareCompleted"
     PREPARE_ABORTED = "PrepareAborted"
-
-
-class DeviceType(enum.StrEnum):
-    """The kind of a prepared device: the JSON key it sits under."""
-
-    CHANNEL = "channel"
-    DAEMON = "daemon"
 
 
 class CorruptCheckpointError(PermanentError):

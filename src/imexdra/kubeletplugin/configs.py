@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from imexdra.api.constants import DRIVER_NAME
+from imexdra.api.constants import DRIVER_NAME, DeviceType
 from imexdra.api.opaque import (
     ComputeDomainChannelConfig,
     ComputeDomainDaemonConfig,
@@ -34,7 +34,6 @@ from imexdra.api.opaque import (
     decode_opaque_config,
 )
 from imexdra.common.errors import ConfigError, PermanentError, RetryableError
-from imexdra.kubeletplugin.checkpoint import DeviceType
 from imexdra.kubeletplugin.slices import AllocatableDevice
 
 #: Lowest-precedence configs: every result gets one, and their empty domainID fails validation.

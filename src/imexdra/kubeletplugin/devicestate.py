@@ -28,6 +28,7 @@ from typing import Any
 
 import structlog
 
+from imexdra.api.constants import DeviceType
 from imexdra.api.opaque import ComputeDomainChannelConfig
 from imexdra.common.errors import ConfigError, DriverError, PermanentError, RetryableError
 from imexdra.kubeletplugin import checkpointstore as lifecycle
@@ -38,7 +39,6 @@ from imexdra.kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointedDevice,
     ClaimState,
-    DeviceType,
     PreparedDevice,
     PreparedDeviceGroup,
 )

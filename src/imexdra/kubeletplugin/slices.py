@@ -16,9 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from imexdra.api.constants import DEVICE_ATTRIBUTE_ID, DEVICE_ATTRIBUTE_TYPE, DRIVER_NAME
+from imexdra.api.constants import DEVICE_ATTRIBUTE_ID, DEVICE_ATTRIBUTE_TYPE, DRIVER_NAME, DeviceType
 from imexdra.devices.procfs import IMEX_CHANNEL_COUNT
-from imexdra.kubeletplugin.checkpoint import DeviceType
 
 _DEVICE_NAME = re.compile(r"(channel|daemon)-(0|[1-9][0-9]*)")
 

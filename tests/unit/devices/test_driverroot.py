@@ -10,7 +10,6 @@ from imexdra.devices.driverroot import (
     dev_root,
     driver_binaries,
     find_file,
-    find_nvidia_smi,
     find_nvml_library,
 )
 from imexdra.devices.procfs import DeviceDiscoveryError
@@ -46,7 +45,7 @@ def test_only_directories_is_an_error(tmp_path: Path) -> None:
 def test_not_found_is_an_error(tmp_path: Path) -> None:
     """A missing file is a DeviceDiscoveryError naming the file."""
     with pytest.raises(DeviceDiscoveryError, match="nvidia-smi not found"):
-        find_nvidia_smi(tmp_path)
+        find_file(tmp_path, "nvidia-smi", BINARY_DIRS)
 
 
 def test_nvidia_smi_in_usr_bin_not_shadowed_by_opt_bin_dir(tmp_path: Path) -> None:

@@ -23,9 +23,9 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from imexdra.api.constants import DeviceType
 from imexdra.api.opaque import ComputeDomainChannelConfig
 from imexdra.common.errors import DriverError
-from imexdra.kubeletplugin.checkpoint import DeviceType
 from imexdra.kubeletplugin.configs import config_groups, non_admin_devices, opaque_device_configs
 from imexdra.kubeletplugin.driverapi import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.slices import allocatable_devices

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from imexdra.api.constants import DeviceType
 from imexdra.kubeletplugin import gojson
 from imexdra.kubeletplugin.checkpoint import (
     Checkpoint,
@@ -15,7 +16,6 @@ from imexdra.kubeletplugin.checkpoint import (
     ClaimState,
     ConfigState,
     CorruptCheckpointError,
-    DeviceType,
     PreparedClaim,
     PreparedDevice,
     PreparedDeviceGroup,

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from imexdra.api.constants import DeviceType
 from imexdra.kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointedDevice,
     ClaimState,
     ConfigState,
     CorruptCheckpointError,
-    DeviceType,
     PreparedClaim,
     PreparedDevice,
     PreparedDeviceGroup,

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from imexdra.kubeletplugin.checkpoint import DeviceType
+from imexdra.api.constants import DeviceType
 from imexdra.kubeletplugin.paths import PluginPaths
 from imexdra.kubeletplugin.slices import (
     AllocatableDevice,
