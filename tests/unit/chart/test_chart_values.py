@@ -141,6 +141,14 @@ GUARDS = {
     "deprecated-namespace-value": ({"namespace": "gpu-operator"}, "install with `--namespace gpu-operator`"),
     "obsolete-nvidiaCtkPath": ({"nvidiaCtkPath": "/usr/bin/nvidia-ctk"}, "nvidiaCtkPath is obsolete"),
     "webhook": ({"webhook": {"enabled": True}}, "this chart has no admission webhook"),
+    "upstream-image": (
+        nested("image.repository", "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu"),
+        "is upstream's Go driver image",
+    ),
+    "upstream-image-old-name": (
+        nested("image.repository", "nvcr.io/nvidia/k8s-dra-driver-gpu"),
+        "Go driver image",
+    ),
     "pprof-path": (nested("controller.metrics.profilePath", "/debug/pprof"), "serves no pprof profiles"),
     "gpu-metrics-endpoint": (
         nested("kubeletPlugin.metrics.gpuHttpEndpoint", ":9090"),
