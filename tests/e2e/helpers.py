@@ -111,6 +111,14 @@ def ready_pod(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any
     return pod if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) else None
 
 
+def pod_phase(cluster: LocalCluster, namespace: str, name: str) -> str:
+    """A pod's phase, or "" when it does not exist."""
+    found = cluster.kubectl(
+        "get", "pod", name, "-n", namespace, "-o", "jsonpath={.status.phase}", check=False
+    )
+    return found.stdout if found.returncode == 0 else ""
+
+
 def pod_exists(cluster: LocalCluster, namespace: str, name: str) -> bool:
     """Whether the API still has the pod (terminating ones included)."""
     return bool(

@@ -27,6 +27,7 @@ from tests.e2e.helpers import (
     fresh_namespace,
     get_json,
     injected_channel_devices,
+    pod_phase,
     run_seed_job,
     tenant_kubeconfig,
     wait_until,
@@ -74,13 +75,13 @@ def test_second_channel_claim_on_a_node_is_prevented(host_managed_rack: LocalClu
     cluster = host_managed_rack
     apply(cluster, compute_domain("cd", namespace, "ch"))
     apply(cluster, channel_pod("first", namespace, "ch", node="gb200-00"))
-    wait_until("first pod Running", lambda: _phase(cluster, namespace, "first") == "Running")
+    wait_until("first pod Running", lambda: pod_phase(cluster, namespace, "first") == "Running")
     apply(cluster, channel_pod("second", namespace, "ch", node="gb200-00"))
     wait_until(
         "scheduler refuses the second channel claim",
         lambda: any(e["reason"] == "FailedScheduling" for e in pod_events(cluster, namespace, "second")),
     )
-    assert _phase(cluster, namespace, "second") == "Pending"
+    assert pod_phase(cluster, namespace, "second") == "Pending"
 
 
 def test_allocation_mode_all_is_a_permanent_prepare_error(
@@ -102,7 +103,7 @@ def test_allocation_mode_all_is_a_permanent_prepare_error(
         "FailedPrepareDynamicResources", lambda: driver_prepare_failure(cluster, namespace, "all")
     )
     assert "allocationMode" in event["message"] and "All" in event["message"]
-    assert _phase(cluster, namespace, "all") == "Pending"
+    assert pod_phase(cluster, namespace, "all") == "Pending"
 
 
 def test_node_without_clique_is_a_permanent_prepare_error(
@@ -116,11 +117,7 @@ def test_node_without_clique_is_a_permanent_prepare_error(
         "FailedPrepareDynamicResources", lambda: driver_prepare_failure(cluster, namespace, "noclique")
     )
     assert "clique" in event["message"].lower()
-    assert _phase(cluster, namespace, "noclique") == "Pending"
-
-
-def _phase(cluster: LocalCluster, namespace: str, pod: str) -> str:
-    return str(get_json(cluster, "pod", pod, "-n", namespace)["status"].get("phase", ""))
+    assert pod_phase(cluster, namespace, "noclique") == "Pending"
 
 
 def _plugin_pod(cluster: LocalCluster, node: str) -> dict[str, Any]:
@@ -181,7 +178,7 @@ def test_stopping_host_imex_is_not_acted_on(host_managed_rack: LocalCluster, nam
     host_imex, config = _start_host_imex(cluster, "gb200-00")
     apply(cluster, compute_domain("cd", namespace, "ch"))
     apply(cluster, channel_pod("worker", namespace, "ch", node="gb200-00"))
-    wait_until("worker Running", lambda: _phase(cluster, namespace, "worker") == "Running")
+    wait_until("worker Running", lambda: pod_phase(cluster, namespace, "worker") == "Running")
     plugin = _plugin_pod(cluster, "gb200-00")
     plugin_restarts = _restarts(plugin)
     # The plugin container's CRI log, as the kubelet would serve it.

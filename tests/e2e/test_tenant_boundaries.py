@@ -27,8 +27,10 @@ from tests.e2e.helpers import (
     apply,
     channel_pod,
     compute_domain,
+    domain_status,
     get_json,
     injected_channel_devices,
+    pod_phase,
     remove_workloads,
     tenant_kubeconfig,
     wait_until,
@@ -78,6 +80,9 @@ def victim(driver_managed_rack: LocalCluster) -> Iterator[Victim]:
     wait_until(
         "victim pod Running", lambda: pod_phase(cluster, VICTIM, "victim-pod") == "Running", timeout=240
     )
+    wait_until(
+        "victim domain Ready", lambda: domain_status(cluster, VICTIM, "victim").get("status") == "Ready"
+    )
     uid = get_json(cluster, "computedomain", "victim", "-n", VICTIM)["metadata"]["uid"]
     claim = get_json(cluster, "resourceclaims", "-n", VICTIM)["items"][0]
     yield Victim(uid=uid, claim_uid=claim["metadata"]["uid"])
@@ -95,14 +100,6 @@ def tenant(driver_managed_rack: LocalCluster) -> Iterator[Tenant]:
     yield attacker
     for kind in ("pods", "resourceclaims", "computedomains"):  # the victim's label stays: no global wait
         cluster.kubectl("delete", kind, "--all", "-n", TENANT, "--wait=true", timeout=180)
-
-
-def pod_phase(cluster: LocalCluster, namespace: str, name: str) -> str:
-    """A pod's phase, or "" when it does not exist."""
-    found = cluster.kubectl(
-        "get", "pod", name, "-n", namespace, "-o", "jsonpath={.status.phase}", check=False
-    )
-    return found.stdout if found.returncode == 0 else ""
 
 
 def prepared(cluster: LocalCluster, node: str) -> dict[str, ClaimState]:
