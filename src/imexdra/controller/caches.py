@@ -104,9 +104,9 @@ class Caches:
         return keys[0] if keys else None
 
     def terminating(self, key: str) -> bool:
-        """Whether the cached domain under work-queue ``key`` is being deleted."""
-        cd = self.domains.store.get(key)
-        return cd is not None and cd.metadata is not None and cd.metadata.deletionTimestamp is not None
+        """Whether the domain under work-queue ``key`` is being deleted, as far as the overlay knows."""
+        cd = self.domain_view.get(key)
+        return cd is not None and self.domain_view.terminating(cd)
 
     def known_domains(self) -> set[str]:
         """UIDs of every cached ComputeDomain."""
