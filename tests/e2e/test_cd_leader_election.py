@@ -63,9 +63,15 @@ def test_exactly_one_of_two_replicas_leads(leader_election_rack: LocalCluster) -
 
     gauges = wait_until("both replicas' metrics", leader_gauges, timeout=60)
     assert gauges == {name: (1.0 if name == leader else 0.0) for name in gauges}
+
+    def synced(pod: dict[str, Any]) -> bool:
+        return any(e.get("event") == "caches_synced" for e in log_events(container_log(cluster, pod)))
+
+    # The leader sets its gauge on taking the Lease and logs caches_synced once its informers listed.
+    [leading] = [p for p in pods if p["metadata"]["name"] == leader]
+    wait_until("the leader's caches synced", lambda: synced(leading), timeout=60)
     for pod in pods:
-        started = [e for e in log_events(container_log(cluster, pod)) if e.get("event") == "caches_synced"]
-        assert bool(started) == (pod["metadata"]["name"] == leader), pod["metadata"]["name"]
+        assert synced(pod) == (pod["metadata"]["name"] == leader), pod["metadata"]["name"]
 
 
 def test_standby_takes_over_after_the_leader_is_force_deleted(
