@@ -26,7 +26,10 @@ import pytest
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.processes import free_port
 from tests.integration.helpers import eventually
-from tests.integration.test_kubeletplugin import CLIQUE, SimulatedNode
+from tests.integration.pluginharness import (
+    CLIQUE,
+    SimulatedNode,
+)
 from tests.unit.chart.install import ChartRBAC, install_chart_rbac
 
 RELEASE = "chartkp"

@@ -36,19 +36,16 @@ from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
 from imexdra.localcluster.cluster import LocalCluster
 from tests.conftest import progress
 from tests.integration.helpers import apply, eventually
-from tests.integration.test_kubeletplugin import (
+from tests.integration.pluginharness import (
     CLIQUE,
+    LABEL,
     PluginProcess,
     SimulatedNode,
+    create_domain,
     install_api,
+    mark_daemon_ready,
     node_labels,
     plugin_kubeconfig,
-)
-from tests.integration.test_kubeletplugin_drivermanaged import (
-    LABEL,
-    NODE,
-    create_domain,
-    mark_daemon_ready,
     pod_claim_uid,
     pod_field,
     pod_gone,
@@ -60,6 +57,7 @@ pytestmark = pytest.mark.integration
 KILLS = int(os.environ.get("IMEXDRA_PLUGIN_KILLS", "6"))
 SEED = int(os.environ.get("IMEXDRA_SEED", str(secrets.randbits(32))))
 ABSENT = "absent"
+NODE = "node-0"
 CLAIM_SPEC = re.compile(r"^k8s\.compute-domain\.nvidia\.com-claim_(?P<uid>[0-9a-f-]+)\.yaml$")
 # Two requests a second stretch a prepare (GET claim, then label the node) over half a second, so a
 # good share of the kills lands between PrepareStarted and PrepareCompleted, not only around them.
@@ -88,7 +86,7 @@ def domains(cluster: LocalCluster) -> Iterator[list[tuple[str, str]]]:
         namespace = f"kp-crash-{uuid.uuid4().hex[:6]}"
         cluster.create_namespace(namespace)
         domain_uid = create_domain(cluster, namespace)
-        mark_daemon_ready(cluster, domain_uid)
+        mark_daemon_ready(cluster, domain_uid, NODE)
         created.append((namespace, domain_uid))
     yield created
     for namespace, _ in created:

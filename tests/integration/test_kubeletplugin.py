@@ -1,273 +1,30 @@
-"""The kubelet plugin as a real process on the harness' real kubelets: harness plus mode-independent checks.
+"""The kubelet plugin as a real process on the harness' real kubelets: the mode-independent checks.
 
-``SimulatedNode`` lays out a node's stand-in hardware under its host dir (``devices.driverroot_fake``:
-a driver root with the mock NVML library and its GB200 profile, regular files for ``/dev/nvidia*`` and
-the fabric-imex-mgmt capability; a fake ``/proc/devices``; a CDI root); ``PluginProcess`` runs the
-``compute-domain-kubelet-plugin`` console script for it, pointed at the node's kubelet directories,
-with a kubeconfig of its own whose user holds only the plugin's RBAC (upstream's kubelet-plugin
-ClusterRole and driver-namespace Role). The mode modules (``test_kubeletplugin_drivermanaged``,
-``test_kubeletplugin_hostmanaged``) import this harness.
-
-Checks here: registration with the kubelet, the published ResourceSlice (owner, pool, devices), the
-gRPC health endpoint, metrics, a clean SIGTERM shutdown (sockets gone, exit 0, slice left), and a
-broken NVML profile stopping startup with a clear reason.
+The harness (``SimulatedNode``, ``PluginProcess``) is tests/integration/pluginharness.py. Checks here:
+registration with the kubelet, the published ResourceSlice (owner, pool, devices), the gRPC health
+endpoint, metrics, a clean SIGTERM shutdown (sockets gone, exit 0, slice left), and a broken NVML
+profile stopping startup with a clear reason.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from imexdra.devices import driverroot_fake
-from imexdra.kubeletplugin.checkpoint import Checkpoint, unmarshal
-from imexdra.localcluster.binaries import nvml_mock_library
 from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.kubeconfig import write_kubeconfig
-from imexdra.localcluster.nodes import Node
-from imexdra.localcluster.processes import free_port
-from tests.integration.helpers import apply, eventually
-
-DRIVER = "compute-domain.nvidia.com"
-DRIVER_NAMESPACE = "imexdra-kp"
-CLIQUE = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60.32766"
-PLUGIN_BIN = Path(sys.executable).parent / "compute-domain-kubelet-plugin"
-CRD_DIR = Path(__file__).parents[2] / "deployments/helm/imexdra/crds"
-CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
-CHANNEL_SELECTOR = (
-    "device.driver == 'compute-domain.nvidia.com' && "
-    "device.attributes['compute-domain.nvidia.com'].type == 'channel' && "
-    "device.attributes['compute-domain.nvidia.com'].id == 0"
+from tests.integration.helpers import eventually
+from tests.integration.pluginharness import (
+    CLIQUE,
+    DRIVER,
+    PluginProcess,
+    SimulatedNode,
+    install_api,
+    node_slices,
+    plugin_kubeconfig,
 )
-DAEMON_CLASS = "compute-domain-daemon.nvidia.com"
-DAEMON_SELECTOR = (
-    "device.driver == 'compute-domain.nvidia.com' && "
-    "device.attributes['compute-domain.nvidia.com'].type == 'daemon'"
-)
-# Least privilege, as the chart grants it (deployments/helm/imexdra/templates/rbac-kubeletplugin.yaml):
-# narrower than upstream's role, so these tests also show the plugin needs no more.
-PLUGIN_RULES = [
-    {"apiGroups": ["resource.nvidia.com"], "resources": ["computedomains"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-    {
-        "apiGroups": ["resource.k8s.io"],
-        "resources": ["resourceslices"],
-        "verbs": ["list", "watch", "create", "update", "delete"],
-    },
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-]
-#: Driver-managed plugins also label their node for the ComputeDomain they serve.
-NODE_UPDATE_RULE = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["update"]}
-
-
-def install_api(cluster: LocalCluster) -> None:
-    """CRDs, both DeviceClasses with upstream's exact CEL selectors, the driver namespace and the RBAC."""
-    cluster.kubectl("apply", "-f", str(CRD_DIR))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-    classes = [(CHANNEL_CLASS, CHANNEL_SELECTOR), (DAEMON_CLASS, DAEMON_SELECTOR)]
-    apply(
-        cluster,
-        *(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": name},
-                "spec": {"selectors": [{"cel": {"expression": selector}}]},
-            }
-            for name, selector in classes
-        ),
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": "imexdra-kubeletplugin"},
-            "rules": [*PLUGIN_RULES, NODE_UPDATE_RULE],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": "imexdra-kubeletplugin-hostmanaged"},
-            "rules": PLUGIN_RULES,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "imexdra-kubeletplugin", "namespace": DRIVER_NAMESPACE},
-            "rules": [
-                {
-                    "apiGroups": ["resource.nvidia.com"],
-                    "resources": ["computedomaincliques"],
-                    "verbs": ["get"],
-                },
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
-                {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"]},
-            ],
-        },
-    )
-
-
-def plugin_kubeconfig(cluster: LocalCluster, node: Node, *, host_managed: bool = False) -> Path:
-    """A kubeconfig for a user of its own, bound to the plugin's roles only."""
-    cluster_role = "imexdra-kubeletplugin-hostmanaged" if host_managed else "imexdra-kubeletplugin"
-    identity = f"{cluster_role}-{node.name}"  # roleRefs are immutable: one binding per mode and node
-    user = f"{cluster_role}:{node.name}"
-    cert = cluster.pki.issue(identity, common_name=user)
-    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
-    apply(
-        cluster,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": identity},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
-            "subjects": subject,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": identity, "namespace": DRIVER_NAMESPACE},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "imexdra-kubeletplugin",
-            },
-            "subjects": subject,
-        },
-    )
-    assert cluster.run_dir is not None
-    path = cluster.run_dir / f"{identity}.kubeconfig"
-    return write_kubeconfig(
-        path, server=cluster.apiserver_url, ca=cluster.pki.ca.cert, client=cert, user=user
-    )
-
-
-@dataclass
-class SimulatedNode:
-    """A node's stand-in hardware and the plugin's files on it."""
-
-    node: Node
-    clique: str | None
-
-    def __post_init__(self) -> None:
-        self.base = self.node.host_dir / "imexdra"
-        self.cdi_root = self.base / "cdi"
-        fabric = driverroot_fake.Fabric.parse(self.clique) if self.clique else None
-        hardware = driverroot_fake.write_node_hardware(
-            self.base, driverroot_fake.Tray(self.node.name, fabric), nvml_library=nvml_mock_library()
-        )
-        self.driver_root = hardware.driver_root
-        self.proc_devices = hardware.proc_devices
-
-    @property
-    def nvml_profile(self) -> Path:
-        """The mock NVML library's profile in the driver root."""
-        return self.driver_root / driverroot_fake.NVML_LIBRARY_DIR / driverroot_fake.NVML_MOCK_PROFILE
-
-    @property
-    def plugin_dir(self) -> Path:
-        return self.node.plugins_dir / DRIVER
-
-    def claim_spec(self, claim_uid: str) -> Path:
-        return self.cdi_root / f"k8s.compute-domain.nvidia.com-claim_{claim_uid}.yaml"
-
-    def checkpoint(self) -> Checkpoint:
-        return unmarshal((self.plugin_dir / "checkpoint.json").read_bytes())
-
-
-@dataclass
-class PluginProcess:
-    """``compute-domain-kubelet-plugin`` for one simulated node."""
-
-    sim: SimulatedNode
-    kubeconfig: Path
-    host_managed: bool = False
-    metrics_port: int = field(default_factory=free_port)
-    health_port: int = field(default_factory=free_port)
-    extra_env: dict[str, str] = field(default_factory=dict)
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def log(self) -> Path:
-        return self.sim.base / "plugin.log"
-
-    def env(self) -> dict[str, str]:
-        node = self.sim.node
-        return {
-            "PATH": os.environ.get("PATH", ""),
-            "NODE_NAME": node.name,
-            "NAMESPACE": DRIVER_NAMESPACE,
-            "KUBECONFIG": str(self.kubeconfig),
-            "KUBELET_REGISTRAR_DIRECTORY_PATH": str(node.registry_dir),
-            "KUBELET_PLUGINS_DIRECTORY_PATH": str(node.plugins_dir),
-            "CDI_ROOT": str(self.sim.cdi_root),
-            "DRIVER_ROOT_CTR_PATH": str(self.sim.driver_root),
-            # A host process sees the driver root where the host has it: CDI host paths are its files.
-            "NVIDIA_DRIVER_ROOT": str(self.sim.driver_root),
-            "ALT_PROC_DEVICES_PATH": str(self.sim.proc_devices),
-            "FEATURE_GATES": "HostManagedIMEX=true," if self.host_managed else "",
-            "HEALTHCHECK_PORT": str(self.health_port),
-            "HTTP_ENDPOINT": f"127.0.0.1:{self.metrics_port}",
-            "LOGGING_FORMAT": "json",
-            "V": "4",
-            **self.extra_env,
-        }
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [str(PLUGIN_BIN)], env=self.env(), stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def stop(self, signum: int = signal.SIGTERM, timeout: float = 30) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
-        code = self.process.wait(timeout=timeout)
-        self.process = None
-        return code
-
-    def lines(self) -> list[dict[str, Any]]:
-        entries = []
-        for line in self.log.read_text().splitlines():
-            try:
-                entries.append(json.loads(line))
-            except ValueError:
-                continue
-        return entries
-
-    def logged(self, text: str) -> bool:
-        return any(text in json.dumps(entry) for entry in self.lines())
-
-    async def wait_registered(self) -> None:
-        await eventually(
-            "plugin registered with the kubelet", lambda: self.logged("registered with the kubelet")
-        )
-
-    def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return str(response.read().decode())
-
-
-def node_slices(cluster: LocalCluster, node: str) -> list[dict[str, Any]]:
-    out = cluster.kubectl("get", "resourceslices", "-o", "json", f"--field-selector=spec.nodeName={node}")
-    return [s for s in json.loads(out.stdout)["items"] if s["spec"]["driver"] == DRIVER]
-
-
-def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
-    labels: dict[str, str] = json.loads(cluster.kubectl("get", "node", node, "-o", "json").stdout)[
-        "metadata"
-    ]["labels"]
-    return labels
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,12 @@ from imexdra.kubeletplugin.slices import slice_devices
 from imexdra.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import apiserver_requests, request_delta
 from tests.integration.helpers import apply, eventually
-from tests.integration.test_kubeletplugin import CLIQUE, DRIVER_NAMESPACE, install_api, node_labels
+from tests.integration.pluginharness import (
+    CLIQUE,
+    DRIVER_NAMESPACE,
+    install_api,
+    node_labels,
+)
 
 LABEL = "resource.nvidia.com/computeDomain"
 NODE = "node-1"

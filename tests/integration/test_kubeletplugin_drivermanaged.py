@@ -20,22 +20,27 @@ from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.localcluster.cluster import LocalCluster
 from tests.events import driver_prepare_failure
 from tests.integration.helpers import apply, eventually
-from tests.integration.test_kubeletplugin import (
-    CHANNEL_CLASS,
+from tests.integration.pluginharness import (
     CLIQUE,
     DAEMON_CLASS,
-    DRIVER,
     DRIVER_NAMESPACE,
+    LABEL,
     PluginProcess,
     SimulatedNode,
+    channel_template,
+    create_domain,
     install_api,
+    mark_daemon_ready,
     node_labels,
     node_slices,
     plugin_kubeconfig,
+    pod_claim_uid,
+    pod_field,
+    pod_gone,
+    workload_pod,
 )
 
 NODE = "node-0"
-LABEL = "resource.nvidia.com/computeDomain"
 
 
 @pytest.fixture(scope="module")
@@ -59,119 +64,6 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
     cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
-def create_domain(cluster: LocalCluster, namespace: str, mode: str = "Single") -> str:
-    """A ComputeDomain and (standing in for the controller) its workload claim template; its UID."""
-    apply(
-        cluster,
-        {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "ComputeDomain",
-            "metadata": {"name": "train", "namespace": namespace},
-            "spec": {
-                "numNodes": 0,
-                "channel": {"resourceClaimTemplate": {"name": "train-channel"}, "allocationMode": mode},
-            },
-        },
-    )
-    uid = cluster.kubectl(
-        "get", "computedomain", "train", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
-    ).stdout
-    apply(cluster, channel_template(namespace, "train-channel", uid, mode))
-    return uid
-
-
-def channel_template(namespace: str, name: str, domain_uid: str, mode: str) -> dict[str, Any]:
-    """The workload ResourceClaimTemplate as the controller renders it."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "channel", "exactly": {"deviceClassName": CHANNEL_CLASS}}],
-                    "config": [
-                        {
-                            "requests": ["channel"],
-                            "opaque": {
-                                "driver": DRIVER,
-                                "parameters": {
-                                    "apiVersion": "resource.nvidia.com/v1beta1",
-                                    "kind": "ComputeDomainChannelConfig",
-                                    "domainID": domain_uid,
-                                    "allocationMode": mode,
-                                },
-                            },
-                        }
-                    ],
-                }
-            }
-        },
-    }
-
-
-def workload_pod(namespace: str, name: str, template: str, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "automountServiceAccountToken": False,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "terminationGracePeriodSeconds": 1,
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"claims": [{"name": "channel"}]},
-                }
-            ],
-        },
-    }
-
-
-def mark_daemon_ready(cluster: LocalCluster, domain_uid: str) -> None:
-    """Stand-in for the controller: record node-0's IMEX daemon as Ready in the domain's clique."""
-    apply(
-        cluster,
-        {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "ComputeDomainClique",
-            "metadata": {
-                "name": f"{domain_uid}.{CLIQUE}",
-                "namespace": DRIVER_NAMESPACE,
-                "labels": {LABEL: domain_uid, "resource.nvidia.com/computeDomain.cliqueID": CLIQUE},
-            },
-            "daemons": [
-                {
-                    "nodeName": NODE,
-                    "ipAddress": "127.100.1.200",
-                    "cliqueID": CLIQUE,
-                    "index": 0,
-                    "status": "Ready",
-                }
-            ],
-        },
-    )
-
-
-def pod_field(cluster: LocalCluster, namespace: str, name: str, path: str) -> str:
-    result = cluster.kubectl("get", "pod", name, "-n", namespace, "-o", f"jsonpath={path}", check=False)
-    return result.stdout if result.returncode == 0 else ""
-
-
-def pod_claim_uid(cluster: LocalCluster, namespace: str, pod: str) -> str:
-    claim_name = pod_field(cluster, namespace, pod, "{.status.resourceClaimStatuses[0].resourceClaimName}")
-    return cluster.kubectl(
-        "get", "resourceclaim", claim_name, "-n", namespace, "-o", "jsonpath={.metadata.uid}"
-    ).stdout
-
-
-def pod_gone(cluster: LocalCluster, namespace: str, pod: str) -> bool:
-    return cluster.kubectl("get", "pod", pod, "-n", namespace, check=False).returncode != 0
-
-
 async def start_running_pod(cluster: LocalCluster, plugin: PluginProcess, namespace: str, pod: str) -> str:
     apply(cluster, workload_pod(namespace, pod, "train-channel", NODE))
     await eventually(
@@ -193,7 +85,7 @@ async def test_channel_claim_waits_for_daemon_then_runs_and_cleans_up(
     assert pod_field(cluster, namespace, "worker", "{.status.phase}") == "Pending"
     assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_STARTED
 
-    mark_daemon_ready(cluster, domain_uid)
+    mark_daemon_ready(cluster, domain_uid, NODE)
     await eventually(
         "pod Running",
         lambda: pod_field(cluster, namespace, "worker", "{.status.phase}") == "Running",
@@ -224,7 +116,7 @@ async def test_sigkill_between_prepare_and_unprepare(
     """A plugin killed after prepare unprepares correctly once restarted; its slice is republished."""
     await plugin.wait_registered()
     domain_uid = create_domain(cluster, namespace)
-    mark_daemon_ready(cluster, domain_uid)
+    mark_daemon_ready(cluster, domain_uid, NODE)
     claim_uid = await start_running_pod(cluster, plugin, namespace, "worker")
     assert plugin.sim.claim_spec(claim_uid).exists()
 

@@ -18,19 +18,17 @@ from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.localcluster.cluster import LocalCluster
 from tests.events import driver_prepare_failure
 from tests.integration.helpers import apply, eventually
-from tests.integration.test_kubeletplugin import (
+from tests.integration.pluginharness import (
     CLIQUE,
     DRIVER,
+    LABEL,
     PluginProcess,
     SimulatedNode,
+    channel_template,
     install_api,
     node_labels,
     node_slices,
     plugin_kubeconfig,
-)
-from tests.integration.test_kubeletplugin_drivermanaged import (
-    LABEL,
-    channel_template,
     pod_claim_uid,
     pod_field,
     pod_gone,

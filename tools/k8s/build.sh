@@ -2,7 +2,10 @@
 # Builds the local test cluster's binaries from Go modules into a cache outside the repository:
 #   ${IMEXDRA_CACHE:-~/.cache/imexdra}/k8s-<version>/bin/{etcd,kube-apiserver,kube-controller-manager,
 #   kube-scheduler,kubelet,kubectl,helm,fakecri,mpi-operator} and manifests/mpi-operator/ (CRD, RBAC);
-#   first, tools/nvml-mock/build.sh builds the mock libnvidia-ml.so.1 into .../nvml-mock/ (C, seconds)
+#   the node runtime: containerd, containerd-shim-runc-v2, ctr, runc and the CNI plugins bridge,
+#   host-local and loopback (docs/node-runtime.md);
+#   first, tools/nvml-mock/build.sh builds the mock libnvidia-ml.so.1 into .../nvml-mock/ (C, seconds);
+#   last, tools/image/build.sh builds the nodes' container images into .../images/
 # Idempotent: a component is rebuilt only when the stamp of its inputs (versions + go.mod/go.sum/sources)
 # differs from the one recorded next to the binaries. Prints progress and the time each step took.
 set -euo pipefail
@@ -75,6 +78,32 @@ build_step helm helm "$HELM_VERSION" helm -- -ldflags="-s -w -X helm.sh/helm/v3/
   -o "$bin/helm" helm.sh/helm/v3/cmd/helm
 
 build_step fakecri fakecri "$STAGING_VERSION" fakecri -- -o "$bin/fakecri" .
+# The node runtime. runc needs cgo (its nsenter is C) and, for the seccomp profile containerd gives
+# every sandbox, libseccomp: linked statically from Debian's libseccomp-dev, unpacked into the cache
+# (nothing is installed on the machine).
+debs="$cache_root/debs"
+# shellcheck source=../debs.sh
+source "$here/../debs.sh"
+seccomp="$out/libseccomp"
+if [ ! -f "$seccomp/stamp" ] || [ "$(cat "$seccomp/stamp")" != "$LIBSECCOMP_DEB" ]; then
+  rm -rf "$seccomp" && mkdir -p "$seccomp"
+  dpkg-deb -x "$(fetch_deb "$LIBSECCOMP_DEB")" "$seccomp"
+  lib="$seccomp/usr/lib/x86_64-linux-gnu"
+  rm -f "$lib"/libseccomp.so  # a link into libseccomp2: without it the linker takes libseccomp.a
+  sed -i "s|^prefix=.*|prefix=$seccomp/usr|" "$lib/pkgconfig/libseccomp.pc"
+  echo "$LIBSECCOMP_DEB" > "$seccomp/stamp"
+fi
+PKG_CONFIG_PATH="$seccomp/usr/lib/x86_64-linux-gnu/pkgconfig" CGO_ENABLED=1 \
+  build_step runc runc "$RUNC_VERSION $LIBSECCOMP_DEB" runc -- -tags=seccomp \
+  -ldflags="-s -w -X main.version=$RUNC_VERSION" -o "$bin/runc" github.com/opencontainers/runc
+build_step containerd containerd "$CONTAINERD_VERSION" containerd containerd-shim-runc-v2 ctr -- -tags=no_btrfs \
+  -ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION" -o "$bin/" \
+  github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+  github.com/containerd/containerd/v2/cmd/ctr
+build_step cni cni "$CNI_PLUGINS_VERSION" bridge host-local loopback -- -ldflags="-s -w" -o "$bin/" \
+  github.com/containernetworking/plugins/plugins/main/bridge \
+  github.com/containernetworking/plugins/plugins/ipam/host-local \
+  github.com/containernetworking/plugins/plugins/main/loopback
 build_step mpi-operator mpioperator "$MPI_OPERATOR_VERSION" mpi-operator -- -ldflags="-s -w" -o "$bin/mpi-operator" \
   github.com/kubeflow/mpi-operator/cmd/mpi-operator
 # The MPIJob CRD and the operator's RBAC ship in the same module; keep them next to the binary.
@@ -84,4 +113,5 @@ for f in kubeflow.org_mpijobs.yaml cluster-role.yaml cluster-role-binding.yaml s
   install -m 0644 "$mpi_dir/manifests/base/$f" "$out/manifests/mpi-operator/$f"
 done
 
+IMEXDRA_CACHE=$cache_root "$here/../image/build.sh"
 log "all binaries ready in $bin ($((SECONDS - total_start)) s)"

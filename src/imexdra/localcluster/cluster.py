@@ -25,6 +25,7 @@ from types import TracebackType
 import structlog
 
 from imexdra.localcluster.binaries import Binaries, locate
+from imexdra.localcluster.containerd import kill_shims
 from imexdra.localcluster.kubeconfig import write_kubeconfig
 from imexdra.localcluster.nodes import HostImage, Node, NodeSpec, new_node, start_node
 from imexdra.localcluster.pki import CertPair, ClusterPKI
@@ -111,6 +112,9 @@ class LocalCluster:
     def stop(self) -> None:
         """Kill every child process group and, unless ``keep_run_dir``, remove the run directory."""
         self._supervisor.stop_all()
+        for node in self.nodes:
+            if node.spec.runtime == "containerd":
+                kill_shims(node.cri_socket)
         if not self.keep_run_dir and self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 

@@ -1,15 +1,20 @@
-"""One simulated node: its own fakecri and a real kubelet, with its own root dir and ports."""
+"""One simulated node: its own container runtime and a real kubelet, with its own root dir and ports.
+
+The runtime is fakecri (containers as host processes; the scale and driver tiers) or a real
+containerd with runc (``localcluster.containerd``, docs/node-runtime.md).
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from imexdra.localcluster.binaries import Binaries
+from imexdra.localcluster.containerd import start_containerd
 from imexdra.localcluster.processes import ManagedProcess, Supervisor, free_port, wait_until
 
 GPU_NODE_LABELS = {
@@ -38,7 +43,9 @@ class NodeSpec:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
     pod_cidr: str = ""
-    """An IPv4 /24 on loopback (e.g. ``127.100.1.0/24``); each pod gets its own address from it."""
+    """An IPv4 /24 each pod gets its own address from: on loopback (e.g. ``127.100.1.0/24``) for
+    fakecri, routable (e.g. ``10.244.1.0/24``) for containerd, whose pods live on a bridge."""
+    runtime: Literal["fakecri", "containerd"] = "fakecri"
 
 
 @dataclass
@@ -72,8 +79,15 @@ class Node:
         return self.root_dir / "plugins"
 
     @property
+    def containerd_dir(self) -> Path:
+        """The node's containerd config, root, state and socket (containerd nodes)."""
+        return self.directory / "containerd"
+
+    @property
     def cri_socket(self) -> Path:
-        """The fakecri socket."""
+        """The CRI socket the kubelet talks to: fakecri's or containerd's."""
+        if self.spec.runtime == "containerd":
+            return self.containerd_dir / "containerd.sock"
         return self.directory / "cri.sock"
 
     @property
@@ -138,10 +152,66 @@ def start_node(
     cdi_dirs: list[Path],
     apiserver_port: int,
 ) -> None:
-    """Start fakecri and the kubelet of ``node``; readiness is checked by the caller."""
+    """Start the runtime and the kubelet of ``node``; readiness is checked by the caller."""
     node.directory.mkdir(parents=True, exist_ok=True)
     node.root_dir.mkdir(parents=True, exist_ok=True)
     node.host_dir.mkdir(parents=True, exist_ok=True)
+    if node.spec.runtime == "containerd":
+        runtime = start_containerd(
+            node.containerd_dir,
+            name=node.name,
+            kubelet_root=node.root_dir,
+            pod_cidr=node.spec.pod_cidr,
+            binds=host_path_map,
+            binaries=binaries,
+            supervisor=supervisor,
+        )
+    else:
+        runtime = _start_fakecri(
+            node,
+            binaries=binaries,
+            supervisor=supervisor,
+            host_images=host_images,
+            host_path_map=host_path_map,
+            cdi_dirs=cdi_dirs,
+            apiserver_port=apiserver_port,
+        )
+    node.processes.append(runtime)
+    config_path = node.directory / "kubelet-config.yaml"
+    config_path.write_text(yaml.safe_dump(node.kubelet_config(node_ip), sort_keys=False))
+    labels = ",".join(f"{k}={v}" for k, v in sorted(node.spec.labels.items()))
+    kubelet_argv = [
+        # The kubelet joins the runtime's mount namespace, where /var/lib/kubelet is this node's root.
+        "nsenter",
+        f"--mount=/proc/{runtime.popen.pid}/ns/mnt",
+        # Entering a mount namespace resets the working directory to "/"; keep the kubelet's relative
+        # file operations (if any) inside its node directory, never on the test host's root.
+        f"--wd={node.directory}",
+        "--",
+        str(binaries.path("kubelet")),
+        f"--config={config_path}",
+        f"--kubeconfig={kubeconfig}",
+        f"--root-dir={node.root_dir}",
+        f"--hostname-override={node.name}",
+        f"--node-ip={node_ip}",
+        "--v=2",
+    ]
+    if labels:
+        kubelet_argv.append(f"--node-labels={labels}")
+    node.processes.append(supervisor.start(f"{node.name}-kubelet", kubelet_argv))
+
+
+def _start_fakecri(
+    node: Node,
+    *,
+    binaries: Binaries,
+    supervisor: Supervisor,
+    host_images: dict[str, HostImage],
+    host_path_map: dict[str, Path],
+    cdi_dirs: list[Path],
+    apiserver_port: int,
+) -> ManagedProcess:
+    """Start the node's fakecri in a private mount namespace; return it once its socket is up."""
     exec_config = node.directory / "fakecri-images.json"
     exec_config.write_text(
         json.dumps(
@@ -179,30 +249,8 @@ def start_node(
     if cdi_dirs:
         fakecri_argv.append("--cdi-dirs=" + ",".join(str(d) for d in cdi_dirs))
     fakecri = supervisor.start(f"{node.name}-fakecri", [*_node_namespace(node), *fakecri_argv])
-    node.processes.append(fakecri)
     wait_until(f"{node.name} fakecri socket", node.cri_socket.exists, timeout=30, process=fakecri)
-    config_path = node.directory / "kubelet-config.yaml"
-    config_path.write_text(yaml.safe_dump(node.kubelet_config(node_ip), sort_keys=False))
-    labels = ",".join(f"{k}={v}" for k, v in sorted(node.spec.labels.items()))
-    kubelet_argv = [
-        # The kubelet joins fakecri's mount namespace, where /var/lib/kubelet is this node's root.
-        "nsenter",
-        f"--mount=/proc/{fakecri.popen.pid}/ns/mnt",
-        # Entering a mount namespace resets the working directory to "/"; keep the kubelet's relative
-        # file operations (if any) inside its node directory, never on the test host's root.
-        f"--wd={node.directory}",
-        "--",
-        str(binaries.path("kubelet")),
-        f"--config={config_path}",
-        f"--kubeconfig={kubeconfig}",
-        f"--root-dir={node.root_dir}",
-        f"--hostname-override={node.name}",
-        f"--node-ip={node_ip}",
-        "--v=2",
-    ]
-    if labels:
-        kubelet_argv.append(f"--node-labels={labels}")
-    node.processes.append(supervisor.start(f"{node.name}-kubelet", kubelet_argv))
+    return fakecri
 
 
 def _node_namespace(node: Node) -> list[str]:

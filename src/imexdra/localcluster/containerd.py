@@ -1,0 +1,199 @@
+"""A simulated node's real container runtime: containerd 2.x with runc, CDI and a CNI bridge.
+
+Each containerd node (``NodeSpec.runtime == "containerd"``) gets its own containerd (own root, state,
+socket), started in a mount namespace and a network namespace of its own (docs/node-runtime.md):
+
+* the mount namespace is the node's host view: ``/var/lib/kubelet`` is the node's kubelet root, each
+  CDI spec dir (``/var/run/cdi``) is the node's copy, and ``/run/containerd`` and ``/var/run/netns``
+  are private, so nothing of one node lands in another's or on the machine. The kubelet joins it.
+* the network namespace holds the node's pod bridge (``cni0``, CNI bridge + host-local IPAM over the
+  node's pod CIDR): pod traffic never touches the machine's interfaces. The kubelet stays in the
+  machine's namespace, where the apiserver listens, and talks to containerd over its unix socket.
+
+Images cannot be pulled here: the archives tools/image/build.sh wrote are imported into the node's
+``k8s.io`` namespace before the kubelet starts, so the kubelet finds them present.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from imexdra.localcluster.binaries import Binaries, cache_root
+from imexdra.localcluster.processes import ClusterStartError, ManagedProcess, Supervisor, wait_until
+
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"
+"""The kubelet's sandbox image; tools/image/build.sh builds it (PAUSE_VERSION in versions.env)."""
+CNI_NETWORK = "imexdra-pods"
+
+
+def images_dir() -> Path:
+    """Where tools/image/build.sh leaves the image archives."""
+    return cache_root() / "images"
+
+
+def image_archives() -> list[Path]:
+    """Every image archive to import into a node, or explain how to build them."""
+    archives = sorted(images_dir().glob("*.tar"))
+    if not any(a.name == "pause.tar" for a in archives):
+        raise ClusterStartError(f"no sandbox image archive in {images_dir()}; run `make k8s` first")
+    return archives
+
+
+def config_toml(directory: Path, binaries: Binaries) -> str:
+    """A node's containerd config (version 3): private root/state/socket, runc on cgroupfs, CDI on."""
+    runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    return f"""version = 3
+root = "{directory / "root"}"
+state = "{directory / "state"}"
+
+[grpc]
+  address = "{directory / "containerd.sock"}"
+
+[{runtime}]
+  # This machine withholds CAP_SYS_RESOURCE, so no process may lower an OOM score below its own; the
+  # kubelet asks -998 for sandboxes. containerd's rootless setting clamps to its own score instead.
+  restrict_oom_score_adj = true
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  [{runtime}.containerd]
+    default_runtime_name = "runc"
+    [{runtime}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [{runtime}.containerd.runtimes.runc.options]
+        BinaryName = "{binaries.path("runc")}"
+        SystemdCgroup = false
+  [{runtime}.cni]
+    bin_dirs = ["{binaries.bin_dir}"]
+    conf_dir = "{directory / "net.d"}"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{PAUSE_IMAGE}"
+"""
+
+
+def cni_conflist(pod_cidr: str, ipam_dir: Path) -> dict[str, object]:
+    """A bridge network over the node's pod CIDR, gateway on the bridge, IPAM state kept per node."""
+    network = ipaddress.ip_network(pod_cidr)
+    if network.is_loopback:
+        raise ClusterStartError(f"a containerd node needs a routable pod CIDR, not loopback {pod_cidr}")
+    return {
+        "cniVersion": "1.0.0",
+        "name": CNI_NETWORK,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": True,
+                "ipMasq": False,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(ipam_dir),
+                    "ranges": [[{"subnet": str(network)}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            }
+        ],
+    }
+
+
+def _namespace_setup(kubelet_root: Path, binds: dict[str, Path]) -> list[str]:
+    """Argv prefix: new mount + network namespaces laid out as the node's host, then exec the rest."""
+    lines = [
+        "set -e",
+        "ip link set lo up",
+        'mkdir -p /var/lib/kubelet && mount --bind "$0" /var/lib/kubelet',
+        "mkdir -p /run/containerd /var/run/netns",
+        "mount -t tmpfs tmpfs /run/containerd",
+        "mount -t tmpfs tmpfs /var/run/netns",
+    ]
+    for target, source in binds.items():
+        lines.append(f"mkdir -p {target} && mount --bind {source} {target}")
+    lines.append('exec "$@"')
+    script = "\n".join(lines)
+    unshare = ["unshare", "--mount", "--net", "--propagation", "private", "--"]
+    return [*unshare, "sh", "-c", script, str(kubelet_root)]
+
+
+def start_containerd(
+    directory: Path,
+    *,
+    name: str,
+    kubelet_root: Path,
+    pod_cidr: str,
+    binds: dict[str, Path],
+    binaries: Binaries,
+    supervisor: Supervisor,
+) -> ManagedProcess:
+    """Start the node's containerd in its namespaces, import the images, return the process.
+
+    ``binds`` maps host paths (as the node's components name them, e.g. ``/var/run/cdi``) to the
+    node's own directories. The kubelet must join the returned process's mount namespace.
+    """
+    archives = image_archives()
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "net.d").mkdir(exist_ok=True)
+    (directory / "net.d" / "10-imexdra.conflist").write_text(
+        json.dumps(cni_conflist(pod_cidr, directory / "ipam"), indent=2)
+    )
+    config = directory / "config.toml"
+    config.write_text(config_toml(directory, binaries))
+    for source in binds.values():
+        source.mkdir(parents=True, exist_ok=True)
+    argv = [*_namespace_setup(kubelet_root, binds), str(binaries.path("containerd")), f"--config={config}"]
+    # The shim is found on PATH, as on a real node where containerd's packages put both in /usr/bin.
+    env = {"PATH": f"{binaries.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    process = supervisor.start(f"{name}-containerd", argv, env=env)
+    socket = directory / "containerd.sock"
+    wait_until(f"{name} containerd socket", socket.exists, timeout=30, process=process)
+    ctr = [str(binaries.path("ctr")), f"--address={socket}", "-n", "k8s.io"]
+    for archive in archives:
+        result = subprocess.run(
+            [*ctr, "images", "import", str(archive)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ClusterStartError(f"{name}: importing {archive} failed: {result.stderr.strip()}")
+    return process
+
+
+def kill_shims(socket: Path) -> None:
+    """SIGKILL the runc shims of the containerd at ``socket`` and the containers they hold.
+
+    Shims run in sessions of their own (they outlive a containerd restart on a real node), so
+    stopping containerd's process group leaves them and their containers; killing a container's
+    init ends its whole PID namespace.
+    """
+    marker = f"-address\x00{socket}\x00"
+    shims: list[int] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            if "containerd-shim" in cmdline and marker in cmdline:
+                shims.append(int(proc.name))
+    for shim in shims:
+        for child in _children(shim):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(shim, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    children: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                children += [int(c) for c in (task / "children").read_text().split()]
+    return children

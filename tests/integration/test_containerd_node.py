@@ -1,0 +1,150 @@
+"""A node with a real container runtime: containerd 2.x and runc under a real kubelet (docs/node-runtime.md).
+
+A cluster of its own with one containerd node (``cd-0``). Pods run as real containers from images the
+project builds (tools/image/build.sh), get an address on the node's bridge, and their logs come back
+through the kubelet. The kubelet plugin runs beside the kubelet (a host process, as in the other
+plugin tests) and writes its CDI specs into the node's ``/var/run/cdi``; containerd's own CDI library
+then injects the IMEX channel into the workload container — a real character device read back from
+``kubectl logs``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from imexdra.devices.procfs_fake import DEFAULT_IMEX_CHANNELS_MAJOR
+from imexdra.localcluster.cluster import LocalCluster
+from imexdra.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
+from tests.integration.helpers import apply, eventually
+from tests.integration.pluginharness import (
+    CLIQUE,
+    PluginProcess,
+    SimulatedNode,
+    channel_template,
+    install_api,
+    plugin_kubeconfig,
+    pod_field,
+    workload_pod,
+)
+
+NODE = "cd-0"
+POD_CIDR = "10.244.1.0/24"
+STAND_IN = "docker.io/library/ubuntu:22.04"
+CDI_DIR = "/var/run/cdi"
+
+
+@pytest.fixture(scope="module")
+def cd_cluster() -> Iterator[LocalCluster]:
+    """A control plane and one GB200 node on containerd + runc."""
+    spec = NodeSpec(name=NODE, labels=dict(GPU_NODE_LABELS), pod_cidr=POD_CIDR, runtime="containerd")
+    with LocalCluster(nodes_specs=[spec], cdi_dirs=(CDI_DIR,)) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def namespace(cd_cluster: LocalCluster) -> Iterator[str]:
+    """A fresh namespace whose default ServiceAccount exists (pods are refused before it does)."""
+    name = f"cd-{uuid.uuid4().hex[:6]}"
+    cd_cluster.create_namespace(name)
+    yield name
+    cd_cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+async def finished(cluster: LocalCluster, namespace: str, pod: str) -> str:
+    """Wait until ``pod`` has run to completion; return its phase."""
+    return await eventually(
+        f"pod {pod} finished",
+        lambda: (
+            phase
+            if (phase := pod_field(cluster, namespace, pod, "{.status.phase}")) in ("Succeeded", "Failed")
+            else ""
+        ),
+        within=90,
+    )
+
+
+def script_pod(namespace: str, name: str, script: str) -> dict[str, object]:
+    """A one-shot pod of the stand-in image running ``script`` under its shell."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "main", "image": STAND_IN, "command": ["sh", "-c", script]}],
+        },
+    }
+
+
+async def test_pod_runs_in_a_real_container_and_its_logs_come_back(
+    cd_cluster: LocalCluster, namespace: str
+) -> None:
+    """PID 1 in its own namespace, the stand-in's root filesystem, an address from the node's pod CIDR."""
+    # Kubernetes expands $(VAR) in commands and turns "$$" into "$": "$$$$" reaches the shell as "$$".
+    script = "echo pid=$$$$; head -n 1 /etc/imexdra-stand-in; ip -4 -o addr show eth0"
+    apply(cd_cluster, script_pod(namespace, "hello", script))
+    assert await finished(cd_cluster, namespace, "hello") == "Succeeded"
+    logs = cd_cluster.kubectl("logs", "hello", "-n", namespace).stdout
+    assert "pid=1\n" in logs
+    assert "This is not Ubuntu. It is imexdra's stand-in" in logs
+    pod_ip = pod_field(cd_cluster, namespace, "hello", "{.status.podIP}")
+    assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(POD_CIDR)
+    assert f"inet {pod_ip}/24" in logs
+
+
+@pytest.fixture(scope="module")
+def plugin(cd_cluster: LocalCluster) -> Iterator[PluginProcess]:
+    """A host-managed plugin on cd-0 writing its CDI specs where the node's containerd reads them."""
+    install_api(cd_cluster)
+    node = cd_cluster.node(NODE)
+    cdi_root = node.host_dir / CDI_DIR.lstrip("/")
+    process = PluginProcess(
+        SimulatedNode(node, CLIQUE),
+        plugin_kubeconfig(cd_cluster, node, host_managed=True),
+        host_managed=True,
+        extra_env={"CDI_ROOT": str(cdi_root)},
+    )
+    process.start()
+    yield process
+    if process.process is not None:
+        process.stop()
+
+
+async def test_channel_claim_is_a_real_char_device_injected_by_containerd_cdi(
+    cd_cluster: LocalCluster, plugin: PluginProcess, namespace: str
+) -> None:
+    """containerd's CDI library creates /dev/nvidia-caps-imex-channels/channel0 with the channel major."""
+    await plugin.wait_registered()
+    apply(
+        cd_cluster,
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomain",
+            "metadata": {"name": "train", "namespace": namespace},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}},
+        },
+    )
+    domain_uid = cd_cluster.kubectl(
+        "get", "computedomain", "train", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
+    ).stdout
+    apply(cd_cluster, channel_template(namespace, "train-channel", domain_uid, "Single"))
+    pod = workload_pod(namespace, "worker", "train-channel", NODE)
+    container = pod["spec"]["containers"][0]
+    container["image"] = STAND_IN
+    container["command"] = [
+        "sh",
+        "-c",
+        "ls -l /dev/nvidia-caps-imex-channels; stat -c '%n %F %t:%T' /dev/nvidia-caps-imex-channels/*",
+    ]
+    pod["spec"]["restartPolicy"] = "Never"
+    apply(cd_cluster, pod)
+    assert await finished(cd_cluster, namespace, "worker") == "Succeeded"
+    logs = cd_cluster.kubectl("logs", "worker", "-n", namespace).stdout
+    major = f"{DEFAULT_IMEX_CHANNELS_MAJOR:x}"
+    assert f"/dev/nvidia-caps-imex-channels/channel0 character special file {major}:0" in logs.splitlines()
+    assert logs.startswith("total 0\ncrw")
