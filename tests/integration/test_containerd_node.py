@@ -31,17 +31,16 @@ from tests.integration.pluginharness import (
     workload_pod,
 )
 
-NODE = "cd-0"
-POD_CIDR = "10.244.1.0/24"
+NODE, OTHER_NODE = "cd-0", "cd-1"
 STAND_IN = "docker.io/library/ubuntu:22.04"
 CDI_DIR = "/var/run/cdi"
 
 
 @pytest.fixture(scope="module")
 def cd_cluster() -> Iterator[LocalCluster]:
-    """A control plane and one GB200 node on containerd + runc."""
-    spec = NodeSpec(name=NODE, labels=dict(GPU_NODE_LABELS), pod_cidr=POD_CIDR, runtime="containerd")
-    with LocalCluster(nodes_specs=[spec], cdi_dirs=(CDI_DIR,)) as cluster:
+    """A control plane and two GB200 nodes on containerd + runc, joined by the cluster's fabric."""
+    specs = [NodeSpec(name=n, labels=dict(GPU_NODE_LABELS), runtime="containerd") for n in (NODE, OTHER_NODE)]
+    with LocalCluster(nodes_specs=specs, cdi_dirs=(CDI_DIR,)) as cluster:
         yield cluster
 
 
@@ -67,8 +66,8 @@ async def finished(cluster: LocalCluster, namespace: str, pod: str) -> str:
     )
 
 
-def script_pod(namespace: str, name: str, script: str) -> dict[str, object]:
-    """A one-shot pod of the stand-in image running ``script`` under its shell."""
+def script_pod(namespace: str, name: str, script: str, node: str = NODE) -> dict[str, object]:
+    """A one-shot pod of the stand-in image on ``node`` running ``script`` under its shell."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -76,6 +75,8 @@ def script_pod(namespace: str, name: str, script: str) -> dict[str, object]:
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "main", "image": STAND_IN, "command": ["sh", "-c", script]}],
         },
     }
@@ -93,8 +94,48 @@ async def test_pod_runs_in_a_real_container_and_its_logs_come_back(
     assert "pid=1\n" in logs
     assert "This is not Ubuntu. It is imexdra's stand-in" in logs
     pod_ip = pod_field(cd_cluster, namespace, "hello", "{.status.podIP}")
-    assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(POD_CIDR)
+    assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(cd_cluster.node(NODE).pod_cidr)
     assert f"inet {pod_ip}/24" in logs
+
+
+async def test_pods_on_different_nodes_reach_each_other(cd_cluster: LocalCluster, namespace: str) -> None:
+    """A pod on cd-1 fetches a page a pod on cd-0 serves, by pod IP, across the fabric."""
+    serve = "mkdir -p /www && echo served-by-$(hostname) > /www/index.html && exec httpd -f -p 8080 -h /www"
+    server = script_pod(namespace, "server", serve)
+    server["spec"]["restartPolicy"] = "Always"  # type: ignore[index]
+    apply(cd_cluster, server)
+    server_ip = await eventually(
+        "server pod Running with an IP",
+        lambda: (
+            pod_field(cd_cluster, namespace, "server", "{.status.podIP}")
+            if pod_field(cd_cluster, namespace, "server", "{.status.phase}") == "Running"
+            else ""
+        ),
+    )
+    assert ipaddress.ip_address(server_ip) in ipaddress.ip_network(cd_cluster.node(NODE).pod_cidr)
+    # busybox-static's wget crashes in this image (static glibc); nc speaks the HTTP/1.0 itself.
+    request = rf"printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 {server_ip} 8080"
+    fetch = f"for i in $(seq 50); do {request} | tail -n 1 | grep . && exit 0; sleep 0.2; done; exit 1"
+    apply(cd_cluster, script_pod(namespace, "client", fetch, node=OTHER_NODE))
+    assert await finished(cd_cluster, namespace, "client") == "Succeeded"
+    assert cd_cluster.kubectl("logs", "client", "-n", namespace).stdout == "served-by-server\n"
+
+
+async def test_pods_reach_the_apiserver_through_the_kubernetes_service(
+    cd_cluster: LocalCluster, namespace: str
+) -> None:
+    """kube-proxy on the node turns the Service address (what in-cluster clients use) into the apiserver."""
+    script = (
+        'echo "service=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"; '
+        "for i in $(seq 50); do nc -w 2 $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT </dev/null && "
+        "echo connected && exit 0; sleep 0.2; done; exit 1"
+    )
+    apply(cd_cluster, script_pod(namespace, "api-client", script, node=OTHER_NODE))
+    assert await finished(cd_cluster, namespace, "api-client") == "Succeeded"
+    assert (
+        cd_cluster.kubectl("logs", "api-client", "-n", namespace).stdout
+        == "service=10.0.0.1:443\nconnected\n"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -70,10 +70,12 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 build_step etcd etcd "$ETCD_VERSION" etcd -- -ldflags="-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
-build_step kube kube "$KUBE_VERSION $STAGING_VERSION" kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl -- \
+build_step kube kube "$KUBE_VERSION $STAGING_VERSION" kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl \
+  kube-proxy -- \
   -tags=selinux,notest,grpcnotrace -ldflags="$kube_ldflags" -o "$bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl \
+  k8s.io/kubernetes/cmd/kube-proxy
 build_step helm helm "$HELM_VERSION" helm -- -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
   -o "$bin/helm" helm.sh/helm/v3/cmd/helm
 
@@ -104,6 +106,25 @@ build_step cni cni "$CNI_PLUGINS_VERSION" bridge host-local loopback -- -ldflags
   github.com/containernetworking/plugins/plugins/main/bridge \
   github.com/containernetworking/plugins/plugins/ipam/host-local \
   github.com/containernetworking/plugins/plugins/main/loopback
+# iptables for kube-proxy, which runs inside each containerd node's network namespace (never the
+# machine's): Debian's iptables and its libraries, unpacked into the cache; $bin/iptables* are wrappers
+# that run its nf_tables variant with those libraries and extensions.
+ipt="$out/iptables"
+if [ ! -f "$ipt/stamp" ] || [ "$(cat "$ipt/stamp")" != "$IPTABLES_DEBS" ]; then
+  log "iptables: unpacking $IPTABLES_DEBS"
+  rm -rf "$ipt" && mkdir -p "$ipt"
+  for spec in $IPTABLES_DEBS; do dpkg-deb -x "$(fetch_deb "$spec")" "$ipt"; done
+  echo "$IPTABLES_DEBS" > "$ipt/stamp"
+fi
+for tool in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+  cat > "$bin/$tool" <<WRAPPER
+#!/bin/sh
+# Debian's $tool (nf_tables variant) from $ipt, written by tools/k8s/build.sh.
+LD_LIBRARY_PATH=$ipt/usr/lib/x86_64-linux-gnu XTABLES_LIBDIR=$ipt/usr/lib/x86_64-linux-gnu/xtables \\
+  exec $ipt/usr/sbin/xtables-nft-multi $tool "\$@"
+WRAPPER
+  chmod 0755 "$bin/$tool"
+done
 build_step mpi-operator mpioperator "$MPI_OPERATOR_VERSION" mpi-operator -- -ldflags="-s -w" -o "$bin/mpi-operator" \
   github.com/kubeflow/mpi-operator/cmd/mpi-operator
 # The MPIJob CRD and the operator's RBAC ship in the same module; keep them next to the binary.

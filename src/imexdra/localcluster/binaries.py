@@ -21,8 +21,18 @@ REQUIRED = (
     "kube-scheduler",
     "kubelet",
     "kubectl",
+    "kube-proxy",
     "fakecri",
     "mpi-operator",
+    # containerd nodes (docs/node-runtime.md)
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    "runc",
+    "bridge",
+    "host-local",
+    "loopback",
+    "iptables",
 )
 
 NVML_MOCK_LIBRARY = "libnvidia-ml.so.1"

@@ -1,8 +1,9 @@
 """The whole local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and nodes.
 
 ``LocalCluster`` is what tests, the demo and the benchmarks use. It runs real Kubernetes v1.36
-binaries on loopback with real TLS, RBAC + Node authorization, service-account token signing and
-admission on; only the container runtime is fake (fakecri). Everything of one run, logs included, is
+binaries with real TLS, RBAC + Node authorization, service-account token signing and admission on.
+Nodes run fakecri (containers as host processes) or a real containerd with runc, joined by a pod
+network of their own (docs/node-runtime.md). Everything of one run, logs included, is
 under ``run_dir``; ``stop()`` kills every child by process group.
 """
 
@@ -26,8 +27,9 @@ import structlog
 
 from imexdra.localcluster.binaries import Binaries, locate
 from imexdra.localcluster.containerd import kill_shims
+from imexdra.localcluster.fabric import Fabric
 from imexdra.localcluster.kubeconfig import write_kubeconfig
-from imexdra.localcluster.nodes import HostImage, Node, NodeSpec, new_node, start_node
+from imexdra.localcluster.nodes import HostImage, Node, NodeNetwork, NodeSpec, new_node, start_node
 from imexdra.localcluster.pki import CertPair, ClusterPKI
 from imexdra.localcluster.processes import (
     ClusterStartError,
@@ -81,6 +83,9 @@ class LocalCluster:
         self._supervisor = Supervisor(self.run_dir / "logs")
         self._node_ip = host_ip()
         self._health: dict[str, Callable[[], bool]] = {}
+        self.fabric: Fabric | None = None
+        """The pod network of containerd nodes (docs/node-runtime.md §6); made when the first spec
+        given to the cluster is a containerd node, and the apiserver then listens on it."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -115,6 +120,8 @@ class LocalCluster:
         for node in self.nodes:
             if node.spec.runtime == "containerd":
                 kill_shims(node.cri_socket)
+        if self.fabric is not None:
+            self.fabric.close()
         if not self.keep_run_dir and self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
@@ -125,12 +132,18 @@ class LocalCluster:
         pki = self.pki = ClusterPKI(self.run_dir / "pki")
         etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
         self.apiserver_port = api_port
-        self.apiserver_url = f"https://127.0.0.1:{api_port}"
+        bind_address, advertise_address = "127.0.0.1", self._node_ip
+        if any(spec.runtime == "containerd" for spec in self.nodes_specs):
+            # Pods and containerd nodes live in namespaces of their own: the apiserver listens on the
+            # fabric, where they (through kube-proxy's Service rules) and the machine reach it.
+            self.fabric = Fabric.create(self._supervisor)
+            bind_address = advertise_address = self.fabric.host_ip
+        self.apiserver_url = f"https://{bind_address}:{api_port}"
         serving = pki.issue(
             "apiserver",
             common_name="kube-apiserver",
             dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
-            ip_addresses=("127.0.0.1", KUBERNETES_SERVICE_IP, self._node_ip),
+            ip_addresses=tuple({"127.0.0.1", KUBERNETES_SERVICE_IP, self._node_ip, bind_address}),
             server=True,
         )
         kubelet_client = pki.issue(
@@ -164,9 +177,9 @@ class LocalCluster:
             [
                 str(self.binaries.path("kube-apiserver")),
                 f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={bind_address}",
                 f"--secure-port={api_port}",
-                f"--advertise-address={self._node_ip}",
+                f"--advertise-address={advertise_address}",
                 f"--tls-cert-file={serving.cert}",
                 f"--tls-private-key-file={serving.key}",
                 f"--client-ca-file={pki.ca.cert}",
@@ -277,12 +290,13 @@ class LocalCluster:
             user = f"system:node:{spec.name}"
             cert = self.pki.issue(f"kubelet-{spec.name}", common_name=user, organizations=("system:nodes",))
             kubeconfig = self._kubeconfig(f"kubelet-{spec.name}", cert, user)
+            network = self._node_network(spec)
             start_node(
                 node,
                 binaries=self.binaries,
                 supervisor=self._supervisor,
                 kubeconfig=kubeconfig,
-                node_ip=self._node_ip,
+                node_ip=network.fabric.node_ip(network.index) if network else self._node_ip,
                 host_images=self.host_images,
                 host_path_map={
                     **{d: node.host_dir / d.lstrip("/") for d in self.cdi_dirs},
@@ -290,6 +304,7 @@ class LocalCluster:
                 },
                 cdi_dirs=[node.host_dir / d.lstrip("/") for d in self.cdi_dirs],
                 apiserver_port=self.apiserver_port,
+                network=network,
             )
             started.append(node)
             self.nodes.append(node)
@@ -298,6 +313,21 @@ class LocalCluster:
         if started:
             self.startup_seconds["nodes"] = time.monotonic() - t0
         return started
+
+    def _node_network(self, spec: NodeSpec) -> NodeNetwork | None:
+        """A containerd node's fabric slot and kube-proxy identity; None for fakecri nodes."""
+        if spec.runtime != "containerd":
+            return None
+        if self.fabric is None:
+            raise ClusterStartError(
+                f"node {spec.name}: containerd nodes need the cluster's fabric; "
+                "start the cluster with at least one containerd node in nodes_specs"
+            )
+        if not hasattr(self, "_proxy_kubeconfig"):
+            cert = self.pki.issue("kube-proxy", common_name="system:kube-proxy")
+            self._proxy_kubeconfig = self._kubeconfig("kube-proxy", cert, "system:kube-proxy")
+        index = sum(1 for node in self.nodes if node.spec.runtime == "containerd")
+        return NodeNetwork(self.fabric, index, self._proxy_kubeconfig)
 
     def _wait_node_ready(self, node: Node, timeout: float) -> None:
         """Wait for the node to be Ready; a kubelet that dies while starting is restarted once.

@@ -7,6 +7,7 @@ containerd with runc (``localcluster.containerd``, docs/node-runtime.md).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -15,7 +16,14 @@ import yaml
 
 from imexdra.localcluster.binaries import Binaries
 from imexdra.localcluster.containerd import start_containerd
-from imexdra.localcluster.processes import ManagedProcess, Supervisor, free_port, wait_until
+from imexdra.localcluster.fabric import Fabric
+from imexdra.localcluster.processes import (
+    ClusterStartError,
+    ManagedProcess,
+    Supervisor,
+    free_port,
+    wait_until,
+)
 
 GPU_NODE_LABELS = {
     "nvidia.com/gpu.present": "true",
@@ -43,9 +51,18 @@ class NodeSpec:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
     pod_cidr: str = ""
-    """An IPv4 /24 each pod gets its own address from: on loopback (e.g. ``127.100.1.0/24``) for
-    fakecri, routable (e.g. ``10.244.1.0/24``) for containerd, whose pods live on a bridge."""
+    """fakecri: an IPv4 /24 on loopback (e.g. ``127.100.1.0/24``) each pod gets its own address from.
+    containerd nodes leave it empty: the cluster's fabric gives each one a routable /24."""
     runtime: Literal["fakecri", "containerd"] = "fakecri"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeNetwork:
+    """A containerd node's place on the cluster's fabric, and kube-proxy's identity."""
+
+    fabric: Fabric
+    index: int
+    proxy_kubeconfig: Path
 
 
 @dataclass
@@ -57,6 +74,8 @@ class Node:
     kubelet_port: int
     healthz_port: int
     processes: list[ManagedProcess] = field(default_factory=list)
+    pod_cidr: str = ""
+    """Where this node's pods get their addresses (set when the node starts)."""
 
     @property
     def name(self) -> str:
@@ -151,20 +170,57 @@ def start_node(
     host_path_map: dict[str, Path],
     cdi_dirs: list[Path],
     apiserver_port: int,
+    network: NodeNetwork | None = None,
 ) -> None:
-    """Start the runtime and the kubelet of ``node``; readiness is checked by the caller."""
+    """Start the runtime and the kubelet of ``node``; readiness is checked by the caller.
+
+    A containerd node needs ``network``: its namespace joins the fabric and runs kube-proxy, and its
+    kubelet runs in it too (``node_ip`` is then its fabric address).
+    """
     node.directory.mkdir(parents=True, exist_ok=True)
     node.root_dir.mkdir(parents=True, exist_ok=True)
     node.host_dir.mkdir(parents=True, exist_ok=True)
+    namespaces: list[str] = []
     if node.spec.runtime == "containerd":
+        if network is None or node.spec.pod_cidr:
+            raise ClusterStartError(
+                f"node {node.name}: a containerd node takes its pod CIDR from the cluster's fabric; "
+                "leave NodeSpec.pod_cidr empty"
+            )
+        node.pod_cidr = network.fabric.pod_cidr(network.index)
         runtime = start_containerd(
             node.containerd_dir,
             name=node.name,
             kubelet_root=node.root_dir,
-            pod_cidr=node.spec.pod_cidr,
+            pod_cidr=node.pod_cidr,
             binds=host_path_map,
             binaries=binaries,
             supervisor=supervisor,
+        )
+        network.fabric.attach(network.index, runtime.popen.pid)
+        namespaces = [f"--net=/proc/{runtime.popen.pid}/ns/net"]
+        node.processes.append(runtime)
+        node.processes.append(
+            supervisor.start(
+                f"{node.name}-kube-proxy",
+                [
+                    "nsenter",
+                    *namespaces,
+                    "--",
+                    str(binaries.path("kube-proxy")),
+                    f"--kubeconfig={network.proxy_kubeconfig}",
+                    f"--hostname-override={node.name}",
+                    "--proxy-mode=iptables",
+                    f"--cluster-cidr={network.fabric.cluster_cidr}",
+                    # Conntrack limits are the machine's (set in its first namespace); leave them be.
+                    "--conntrack-max-per-core=0",
+                    "--conntrack-tcp-timeout-established=0",
+                    "--conntrack-tcp-timeout-close-wait=0",
+                    "--v=1",
+                ],
+                # kube-proxy runs iptables from PATH; tools/k8s/build.sh puts Debian's beside it.
+                env={"PATH": f"{binaries.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"},
+            )
         )
     else:
         runtime = _start_fakecri(
@@ -176,7 +232,8 @@ def start_node(
             cdi_dirs=cdi_dirs,
             apiserver_port=apiserver_port,
         )
-    node.processes.append(runtime)
+        node.pod_cidr = node.spec.pod_cidr
+        node.processes.append(runtime)
     config_path = node.directory / "kubelet-config.yaml"
     config_path.write_text(yaml.safe_dump(node.kubelet_config(node_ip), sort_keys=False))
     labels = ",".join(f"{k}={v}" for k, v in sorted(node.spec.labels.items()))
@@ -184,6 +241,7 @@ def start_node(
         # The kubelet joins the runtime's mount namespace, where /var/lib/kubelet is this node's root.
         "nsenter",
         f"--mount=/proc/{runtime.popen.pid}/ns/mnt",
+        *namespaces,
         # Entering a mount namespace resets the working directory to "/"; keep the kubelet's relative
         # file operations (if any) inside its node directory, never on the test host's root.
         f"--wd={node.directory}",

@@ -14,8 +14,9 @@ import pytest
 
 from imexdra.localcluster import containerd
 from imexdra.localcluster.binaries import Binaries
-from imexdra.localcluster.nodes import NodeSpec, new_node
-from imexdra.localcluster.processes import ClusterStartError
+from imexdra.localcluster.fabric import Fabric
+from imexdra.localcluster.nodes import NodeSpec, new_node, start_node
+from imexdra.localcluster.processes import ClusterStartError, Supervisor
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -110,3 +111,30 @@ def _wait_gone(pid: int) -> None:
     while time.monotonic() < deadline:
         os.kill(pid, 0)
         time.sleep(0.05)
+
+
+def test_fabric_addresses_keep_nodes_pods_and_the_machine_apart() -> None:
+    """Fabric k: the machine at .0.1, node i at .0.(i+2), its pods in .(i+1).0/24, all in 10.(200+k)/16."""
+    fabric = Fabric(index=3, switch=None)  # type: ignore[arg-type]  # addresses need no switch
+    assert (fabric.host_ip, fabric.host_link, fabric.cluster_cidr) == ("10.203.0.1", "imx3h", "10.203.0.0/16")
+    assert [fabric.node_ip(i) for i in range(3)] == ["10.203.0.2", "10.203.0.3", "10.203.0.4"]
+    assert [fabric.pod_cidr(i) for i in range(2)] == ["10.203.1.0/24", "10.203.2.0/24"]
+    assert fabric.contains(fabric.pod_cidr(1).split("/")[0]) and not fabric.contains("10.204.0.1")
+
+
+def test_containerd_node_refuses_a_pod_cidr_of_its_own(tmp_path: Path) -> None:
+    """The fabric owns containerd nodes' pod CIDRs: a NodeSpec that sets one is told to leave it empty."""
+    node = new_node(NodeSpec(name="n1", runtime="containerd", pod_cidr="10.244.1.0/24"), tmp_path)
+    with pytest.raises(ClusterStartError, match=r"leave NodeSpec\.pod_cidr empty"):
+        start_node(
+            node,
+            binaries=Binaries(tmp_path),
+            supervisor=Supervisor(tmp_path / "logs"),
+            kubeconfig=tmp_path / "kubeconfig",
+            node_ip="10.203.0.2",
+            host_images={},
+            host_path_map={},
+            cdi_dirs=[],
+            apiserver_port=6443,
+            network=None,
+        )
