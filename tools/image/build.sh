@@ -6,23 +6,111 @@
 #       is built from), compiled static, as its Makefile does
 #   .../images/ubuntu.tar    docker.io/library/ubuntu:22.04 — a STAND-IN under the name the seeds use:
 #       Debian's busybox-static and its applets, nothing else (it says so in /etc/imexdra-stand-in)
+#   .../images/imexdra.tar   the project's component image under the reference the chart uses by default
+#       (deployments/helm/imexdra: image.repository, tag = appVersion), the recipe of
+#       deployments/container/Dockerfile without Docker: a `debootstrap --variant=minbase` bookworm root
+#       filesystem with Debian's python3, the venv /opt/imexdra with the wheel and its pinned dependencies
+#       (pip inside a chroot), the same env, user and CMD. The values both recipes share live in
+#       contract.env (tests/unit/image/test_image_recipes.py holds the Dockerfile to them).
 # No base image can be pulled on these machines, so root filesystems come from Debian packages fetched
-# with `apt-get download` at pinned versions. Idempotent: an image is rebuilt only when the stamp of its
+# with `apt-get download` at pinned versions (the imexdra image's base excepted: debootstrap installs
+# bookworm's current packages, see below). Idempotent: an image is rebuilt only when the stamp of its
 # inputs (this directory, versions, package versions) differs from the one recorded beside it.
+#
+# `build.sh --print-imexdra-config` prints the arguments the imexdra image is built with (debootstrap,
+# venv steps, smoke test, image config) without building anything: the unit tests compare them with
+# the Dockerfile.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
 # shellcheck source=../k8s/versions.env
 source "$here/../k8s/versions.env"
+# shellcheck source=contract.env
+source "$here/contract.env"
+python=${PYTHON:-python3}
+
+# -- what the imexdra image is made of (computed before anything is built, for --print-imexdra-config) --
+# The reference: exactly what the chart's pods ask for by default (`{{ repository }}:{{ tag or
+# appVersion }}`), normalized as the kubelet and containerd's CRI do (`imexdra:0.1.0` is
+# docker.io/library/imexdra:0.1.0), since `ctr images import` stores the name as written.
+chart="$top/deployments/helm/imexdra"
+chart_repository=$(awk '/^image:/ {b = 1; next} b && /^[^ #]/ {b = 0} b && $1 == "repository:" {print $2}' \
+  "$chart/values.yaml" | tr -d "\"'")
+chart_tag=$(awk '/^image:/ {b = 1; next} b && /^[^ #]/ {b = 0} b && $1 == "tag:" {print $2}' \
+  "$chart/values.yaml" | tr -d "\"'")
+[ -n "$chart_tag" ] || chart_tag=$(awk '$1 == "appVersion:" {print $2}' "$chart/Chart.yaml" | tr -d "\"'")
+normalize_ref() {
+  local ref=$1 first=${1%%/*}
+  if [[ $ref != */* ]]; then
+    ref=docker.io/library/$ref
+  elif [[ $first != *.* && $first != *:* && $first != localhost ]]; then
+    ref=docker.io/$ref
+  fi
+  echo "$ref"
+}
+imexdra_ref=$(normalize_ref "$chart_repository:$chart_tag")
+image_version=$("$python" -c 'import sys, tomllib
+print(tomllib.load(sys.stdin.buffer)["project"]["version"])' \
+  < "$top/pyproject.toml")
+# The revision label: the last commit that touched the wheel's inputs, "-dirty" when the tree differs.
+wheel_inputs=(pyproject.toml README.md src)
+revision=$(git -C "$top" log -1 --format=%H -- "${wheel_inputs[@]}" 2>/dev/null || true)
+[ -n "$revision" ] || revision=unknown
+if [ -n "$(git -C "$top" status --porcelain -- "${wheel_inputs[@]}" 2>/dev/null || true)" ]; then
+  revision+=-dirty
+fi
+read -r -a image_entry_points <<< "$IMAGE_ENTRY_POINTS"
+read -r -a image_env_extra <<< "$IMAGE_ENV"
+image_env=("PATH=$IMAGE_VENV/bin:$IMAGE_BASE_PATH" "${image_env_extra[@]}")
+debootstrap_args=(--variant=minbase "--include=${IMAGE_PYTHON_PACKAGES// /,}" "$IMAGE_DEBIAN_SUITE")
+# The Dockerfile's build stage, step for step, run in the chroot (sh -c: the wheel's name is a glob).
+venv_steps=(
+  "python3 -m venv $IMAGE_VENV"
+  "$IMAGE_VENV/bin/python -m pip install --quiet pip==$IMAGE_PIP_VERSION"
+  "$IMAGE_VENV/bin/python -m pip wheel --quiet --no-deps --wheel-dir /wheels /src"
+  "$IMAGE_VENV/bin/python -m pip install --quiet /wheels/imexdra-*.whl"
+)
+smoke_test="for command in ${image_entry_points[*]}; do \"\$command\" --help > /dev/null || exit 1; done"
+imexdra_oci_args=(--ref "$imexdra_ref" --cmd "$IMAGE_CMD" --user "$IMAGE_USER"
+  --label "org.opencontainers.image.title=$IMAGE_TITLE"
+  --label "org.opencontainers.image.description=$IMAGE_DESCRIPTION"
+  --label "org.opencontainers.image.version=$image_version"
+  --label "org.opencontainers.image.revision=$revision"
+  --label "org.opencontainers.image.licenses=$IMAGE_LICENSES")
+for kv in "${image_env[@]}"; do imexdra_oci_args+=(--env "$kv"); done
+
+case "${1:-}" in
+  "") ;;
+  --print-imexdra-config)
+    printf 'debootstrap\t%s\n' "${debootstrap_args[@]}"
+    printf 'python\t%s\n' "$IMAGE_PYTHON_VERSION"
+    printf 'venv-step\t%s\n' "${venv_steps[@]}"
+    printf 'smoke\t%s\n' "$smoke_test"
+    printf 'oci\t%s\n' "${imexdra_oci_args[@]}"
+    exit 0 ;;
+  *) echo "usage: $0 [--print-imexdra-config]" >&2; exit 2 ;;
+esac
+
 cache_root=${IMEXDRA_CACHE:-$HOME/.cache/imexdra}
 out="$cache_root/images"
 debs="$cache_root/debs"
 mkdir -p "$out" "$debs"
+# One build at a time per cache: tools/k8s/build.sh runs this script too, and two concurrent runs would
+# delete each other's half-built root filesystems. A second run waits, then finds everything current.
+exec 9> "$out/.lock"
+if ! flock -n 9; then
+  printf '[image-build] waiting for another build of %s\n' "$out" >&2
+  flock 9
+fi
 BUSYBOX_DEB="busybox-static=1:1.35.0-4+deb12u1+b1"
 
 log() { printf '[image-build %(%H:%M:%S)T] %s\n' -1 "$*"; }
 
-python=${PYTHON:-python3}
 cc=${CC:-cc}
+# debootstrap: the host's if installed, else Debian's (a shell script) from its .deb, pinned.
+DEBOOTSTRAP_DEB="debootstrap=1.0.128+nmu2+deb12u2"
+DEBIAN_MIRROR=${IMEXDRA_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+DEBIAN_KEYRING=${IMEXDRA_DEBIAN_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}
 
 # shellcheck source=../debs.sh
 source "$here/../debs.sh"
@@ -36,7 +124,20 @@ current() {
 stamp_of() { { cat "$here"/*; printf '%s\n' "$@"; } | sha256sum | cut -c1-16; }
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The imexdra image's chroot has /proc mounted while pip runs: unmount whatever is still mounted under
+# $work (deepest first) before deleting it, and never let rm cross into another file system, so an
+# interrupted build can neither leave mounts behind nor delete through one into the host's /proc.
+cleanup() {
+  local mount
+  for mount in $(awk -v w="$work/" 'index($2, w) == 1 {print $2}' /proc/mounts | sort -r); do
+    umount "$mount" 2>/dev/null || umount -l "$mount" || true
+  done
+  rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
+# Make SIGINT/SIGTERM exit through the EXIT trap too.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 start=$SECONDS
 
 # -- pause -------------------------------------------------------------------------------------------
@@ -79,5 +180,107 @@ STANDIN
     --out "$out/ubuntu.tar" --cmd '["/bin/sh"]' --env PATH=/bin \
     --label org.opencontainers.image.description="imexdra stand-in for ubuntu:22.04 (busybox)"
   echo "$stamp" > "$out/ubuntu.stamp"
+fi
+
+# -- imexdra component image -------------------------------------------------------------------------
+# Step 1, the base: debootstrap's bookworm root filesystem with Debian's python3 (the slow part, about a
+# minute, all downloads). Cached on its own stamp — debootstrap's version, its arguments, the mirror —
+# so that edits to this script or to the sources do not redo it. Debian's packages are not pinned
+# here: debootstrap takes the suite's current ones (bookworm only changes by point releases).
+if command -v debootstrap > /dev/null; then
+  debootstrap=(debootstrap)
+else
+  debootstrap_dir="$cache_root/debootstrap/${DEBOOTSTRAP_DEB#*=}"
+  if [ ! -x "$debootstrap_dir/usr/sbin/debootstrap" ]; then
+    deb=$(fetch_deb "$DEBOOTSTRAP_DEB")
+    log "imexdra base: extracting $(basename "$deb") (no debootstrap installed)"
+    rm -rf "$debootstrap_dir.tmp"
+    mkdir -p "$(dirname "$debootstrap_dir")"
+    dpkg-deb -x "$deb" "$debootstrap_dir.tmp"
+    mv "$debootstrap_dir.tmp" "$debootstrap_dir"
+  fi
+  # Debian's debootstrap finds its scripts and functions through DEBOOTSTRAP_DIR when not installed.
+  debootstrap=(env "DEBOOTSTRAP_DIR=$debootstrap_dir/usr/share/debootstrap"
+    "$debootstrap_dir/usr/sbin/debootstrap")
+fi
+[ -f "$DEBIAN_KEYRING" ] || { log "ERROR: no Debian archive keyring at $DEBIAN_KEYRING"; exit 1; }
+base="$out/imexdra-base-$IMAGE_DEBIAN_SUITE"
+base_stamp=$(printf '%s\n' "$("${debootstrap[@]}" --version)" "${debootstrap_args[@]}" "$DEBIAN_MIRROR" \
+  | sha256sum | cut -c1-16)
+if [ -d "$base" ] && [ "$(cat "$base.stamp" 2>/dev/null)" = "$base_stamp" ]; then
+  log "imexdra base: debootstrap rootfs up to date"
+else
+  log "imexdra base: debootstrap ${debootstrap_args[*]} from $DEBIAN_MIRROR"
+  step=$SECONDS
+  rm -rf --one-file-system "$base.tmp" "$base" "$base.stamp"
+  # In a mount namespace of its own: debootstrap mounts /proc and /sys inside the target while it
+  # configures packages; if it dies half-way those mounts die with the namespace instead of staying
+  # on the host under a directory the next run deletes.
+  if ! unshare --mount --propagation private -- "${debootstrap[@]}" --keyring="$DEBIAN_KEYRING" \
+      "${debootstrap_args[@]}" "$base.tmp" "$DEBIAN_MIRROR" > "$out/imexdra-base.log" 2>&1; then
+    tail -n 20 "$out/imexdra-base.log" >&2
+    log "ERROR: debootstrap failed; full log: $out/imexdra-base.log"
+    exit 1
+  fi
+  mv "$base.tmp" "$base"
+  echo "$base_stamp" > "$base.stamp"
+  log "imexdra base: done, $(du -sh "$base" | cut -f1) ($((SECONDS - step)) s)"
+fi
+
+# Step 2, the image: a copy of the base, the venv built in it as the Dockerfile's build stage does, the
+# smoke test, caches stripped, packed. Stamp: this directory (script, contract), the base, the wheel's
+# inputs (pyproject.toml, README.md for its metadata, the package sources) and the reference/labels.
+sources_stamp=$(cd "$top" && find "${wheel_inputs[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
+  -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+stamp=$(stamp_of "$base_stamp" "$sources_stamp" "${imexdra_oci_args[@]}")
+if current imexdra "$stamp"; then
+  log "imexdra: up to date ($imexdra_ref)"
+else
+  log "imexdra: building $imexdra_ref (revision $revision)"
+  step=$SECONDS
+  root="$work/imexdra"
+  cp -a "$base" "$root"
+  # The build context, filtered as /.dockerignore filters it (no bytecode), at /src as in the Dockerfile.
+  mkdir -p "$root/src"
+  tar -C "$top" --exclude=__pycache__ --exclude='*.pyc' -cf - "${wheel_inputs[@]}" | tar -C "$root/src" -xf -
+  # pip in the chroot needs /proc, DNS, and the CA bundle the host trusts (a TLS-intercepting proxy's CA
+  # may be in it; pip's own certifi would not know it). All three are removed again below.
+  mount -t proc proc "$root/proc"
+  cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+  # A clean environment: nothing of the host's (pip config, PYTHON*, virtualenv) leaks into the build
+  # but the index and proxy settings it may need to reach PyPI.
+  build_env=(env -i HOME=/root LANG=C.UTF-8 "PATH=$IMAGE_BASE_PATH"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1)
+  host_ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+  if [ -f "$host_ca" ]; then
+    cp -L "$host_ca" "$root/tmp/imexdra-build-ca.crt"
+    build_env+=(PIP_CERT=/tmp/imexdra-build-ca.crt)
+  fi
+  for var in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_DEFAULT_TIMEOUT \
+      http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+    if [ -n "${!var:-}" ]; then build_env+=("$var=${!var}"); fi
+  done
+  log "imexdra: $(chroot "$root" "${build_env[@]}" python3 --version) in the chroot; creating $IMAGE_VENV"
+  for venv_step in "${venv_steps[@]}"; do
+    chroot "$root" "${build_env[@]}" sh -c "$venv_step"
+  done
+  log "imexdra: venv ready ($((SECONDS - step)) s); smoke test: each entry point --help"
+  # The smoke test runs in the image's own environment (its PATH finds the console scripts).
+  chroot "$root" env -i HOME=/root "${image_env[@]}" sh -c "$smoke_test"
+  umount "$root/proc"
+  # Strip what the image does not need, as debian:bookworm-slim and `rm -rf /var/lib/apt/lists/*` do:
+  # build leftovers, pip and apt caches, apt lists, logs, the host's resolv.conf/hostname that
+  # debootstrap copied in, device nodes (the runtime mounts /dev), and docs except the copyrights.
+  rm -rf "$root/src" "$root/wheels" "$root/root/.cache" "$root/etc/resolv.conf" "$root/etc/hostname"
+  find "$root/tmp" "$root/var/tmp" "$root/dev" "$root/usr/share/man" "$root/usr/share/info" \
+    "$root/usr/share/locale" -mindepth 1 -delete
+  # Files only: apt expects its directories (lists/partial, archives/partial) in derived images.
+  find "$root/var/cache/apt" "$root/var/lib/apt/lists" "$root/var/log" ! -type d -delete
+  find "$root/usr/share/doc" ! -type d ! -name copyright -delete
+  find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
+  rm -f "$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old
+  "$python" "$here/ociarchive.py" --rootfs "$root" --out "$out/imexdra.tar" "${imexdra_oci_args[@]}"
+  echo "$stamp" > "$out/imexdra.stamp"
+  log "imexdra: done, $(du -h "$out/imexdra.tar" | cut -f1) ($((SECONDS - step)) s)"
 fi
 log "images ready in $out ($((SECONDS - start)) s)"

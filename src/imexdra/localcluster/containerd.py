@@ -116,6 +116,10 @@ def _namespace_setup(kubelet_root: Path, binds: dict[str, Path]) -> list[str]:
     ]
     for target, source in binds.items():
         lines.append(f"mkdir -p {target} && mount --bind {source} {target}")
+    # As on a real (systemd) node, mounts are shared: pods that mount host paths with propagation
+    # (the kubelet plugin's driver root and plugin dirs) need a shared or slave source. The peer groups
+    # are new ones of this namespace: nothing propagates back to the machine.
+    lines.append("mount --make-rshared /")
     lines.append('exec "$@"')
     script = "\n".join(lines)
     unshare = ["unshare", "--mount", "--net", "--propagation", "private", "--"]
