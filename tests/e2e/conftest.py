@@ -2,7 +2,8 @@
 
 The bring-up is the demo's (``imexdra.cli.rack.bring_up``): real control plane and kubelets, fake
 GB200 hardware per node, the real Kubeflow MPI Operator, and the chart's controller and kubelet
-plugin running as pods (host processes through fakecri).
+plugin running as pods: host processes through fakecri, or real containers of the project's image
+on containerd nodes (``real_nodes_rack``, docs/node-runtime.md).
 """
 
 from __future__ import annotations
@@ -53,12 +54,19 @@ def _step(config: pytest.Config, title: str) -> Iterator[None]:
 
 HOST_MANAGED = rack.RackConfig(nodes=3, host_managed=True, no_fabric_nodes=(2,))
 DRIVER_MANAGED = rack.RackConfig(nodes=2)
+REAL_NODES = rack.RackConfig(nodes=2, host_managed=True, runtime="containerd")
 
 
 @pytest.fixture(scope="module")
 def host_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """Three nodes under HostManagedIMEX; gb200-02 has no NVLink fabric (empty clique)."""
     yield from _rack(HOST_MANAGED, pytestconfig)
+
+
+@pytest.fixture(scope="module")
+def real_nodes_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Two nodes on containerd + runc under HostManagedIMEX, the driver from the project's image."""
+    yield from _rack(REAL_NODES, pytestconfig)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -53,6 +53,9 @@ class RackConfig:
     """Indexes of nodes whose NVML reports no NVLink fabric (empty clique ID)."""
     extra_values: Mapping[str, Any] = field(default_factory=dict)
     """Helm values deep-merged over the rack's own (e.g. ``{"controller": {"replicas": 2}}``)."""
+    runtime: Literal["fakecri", "containerd"] = "fakecri"
+    """containerd: real containers from the project's image on a pod network (docs/node-runtime.md);
+    fakecri: the driver's pods as host processes from this virtualenv."""
 
     @property
     def clique_id(self) -> str:
@@ -67,7 +70,10 @@ def node_specs(config: RackConfig) -> list[NodeSpec]:
         labels = dict(GPU_NODE_LABELS)
         if i not in config.no_fabric_nodes:
             labels["nvidia.com/gpu.clique"] = config.clique_id
-        specs.append(NodeSpec(name=f"gb200-{i:02d}", labels=labels, pod_cidr=f"127.100.{i + 1}.0/24"))
+        if config.runtime == "containerd":
+            specs.append(NodeSpec(name=f"gb200-{i:02d}", labels=labels, runtime="containerd"))
+        else:
+            specs.append(NodeSpec(name=f"gb200-{i:02d}", labels=labels, pod_cidr=f"127.100.{i + 1}.0/24"))
     return specs
 
 
@@ -119,8 +125,15 @@ def advertise_gpus(cluster: LocalCluster, node: Node) -> None:
 
 def chart_values(config: RackConfig) -> dict[str, Any]:
     """Helm values for the simulated rack (a ComputeDomain-only install), with ``extra_values`` merged in."""
+    # containerd nodes run the chart's default image, which tools/image/build.sh builds and every node
+    # imports; fakecri runs this virtualenv's programs for an image name of its own.
+    image = (
+        {"pullPolicy": "IfNotPresent"}
+        if config.runtime == "containerd"
+        else {"repository": IMAGE_REPOSITORY, "tag": IMAGE_TAG, "pullPolicy": "IfNotPresent"}
+    )
     values: dict[str, Any] = {
-        "image": {"repository": IMAGE_REPOSITORY, "tag": IMAGE_TAG, "pullPolicy": "IfNotPresent"},
+        "image": image,
         "resources": {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}},
         "featureGates": {"HostManagedIMEX": config.host_managed},
         "nvidiaDriverRoot": f"{SIM_DIR}/driver-root",
