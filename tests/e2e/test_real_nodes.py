@@ -25,6 +25,7 @@ PLUGIN = "app.kubernetes.io/component=kubelet-plugin"
 
 def test_driver_components_run_from_the_projects_image(real_nodes_rack: LocalCluster) -> None:
     """Controller and one plugin per node: Ready containerd containers of the image, with their logs."""
+
     def all_ready() -> list[dict[str, Any]]:
         # helm --wait is satisfied with one DaemonSet pod short (maxUnavailable); wait for all.
         pods = driver_pods(real_nodes_rack, CONTROLLER) + driver_pods(real_nodes_rack, PLUGIN)
@@ -80,9 +81,12 @@ def test_workload_gets_its_channel_as_a_real_char_device(real_nodes_rack: LocalC
     apply(real_nodes_rack, compute_domain("train", "team", "train-channel"))
     wait_until(
         "the channel claim template",
-        lambda: real_nodes_rack.kubectl("get", "resourceclaimtemplate/train-channel", "-n=team", check=False)
-        .returncode
-        == 0,
+        lambda: (
+            real_nodes_rack.kubectl(
+                "get", "resourceclaimtemplate/train-channel", "-n=team", check=False
+            ).returncode
+            == 0
+        ),
     )
     names = {node.name: f"worker-{node.name}" for node in real_nodes_rack.nodes}
     apply(real_nodes_rack, *(worker(name, node) for node, name in names.items()))
