@@ -84,7 +84,6 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # about 15 min in all; past 24 the rounds outlast 10 minutes, backoffs reset, and time grows ~1 min per kill.
 DAEMON_KILLS = int(os.environ.get("IMEXDRA_DAEMON_KILLS", "4"))
 SEED = int(os.environ.get("IMEXDRA_SEED", str(secrets.randbits(32))))
-FAKE_IMEX_MODULE = "imexdra.devices.fakeimex.daemon"
 # A restarted daemon is Ready with all peers connected some 3 s after its container starts (here);
 # a kill not waiting for the domain to settle comes within this long after that start.
 STARTUP_SECONDS = 2.0
@@ -487,8 +486,8 @@ class HostProcess:
 
     @property
     def is_imex(self) -> bool:
-        """The fake ``nvidia-imex``."""
-        return FAKE_IMEX_MODULE in self.argv
+        """The fake ``nvidia-imex`` (a zip application: its interpreter runs the program's path)."""
+        return any(a == "nvidia-imex" or a.endswith("/nvidia-imex") for a in self.argv[:2])
 
 
 def host_processes() -> list[HostProcess]:

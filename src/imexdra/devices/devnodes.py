@@ -3,8 +3,8 @@
 The base CDI spec's ``all`` device lists every NVIDIA char device the host has
 (docs/hardware.md §4): ``/dev/nvidia*``, ``/dev/nvidia-caps/nvidia-cap*`` and
 ``/dev/nvidia-caps-imex-channels/channel*``, minus the ``nvidia-fs*``, ``nvidia-nvswitch*`` and
-``nvidia-nvlink*`` families. A simulated node's dev root holds regular files instead of device
-nodes (creating char devices needs privileges), so ``require_char_device=False`` accepts those.
+``nvidia-nvlink*`` families. Only character devices count, on real and simulated nodes alike (a
+simulated node's are made with ``mknod``, docs/driver-root.md).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ _GLOBS = ("nvidia*", "nvidia-caps/nvidia-cap*", "nvidia-caps-imex-channels/chann
 _EXCLUDED_PREFIXES = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
 
 
-def nvidia_device_nodes(dev_root: Path, *, require_char_device: bool = True) -> list[tuple[str, Path]]:
+def nvidia_device_nodes(dev_root: Path) -> list[tuple[str, Path]]:
     """Return ``(container path, host file)`` for each NVIDIA device under ``<dev_root>/dev``.
 
     Container paths are absolute (``/dev/nvidia0``); results are sorted by container path.
@@ -31,7 +31,7 @@ def nvidia_device_nodes(dev_root: Path, *, require_char_device: bool = True) -> 
     found: dict[str, Path] = {}
     for pattern in _GLOBS:
         for entry in dev.glob(pattern):
-            if entry.name.startswith(_EXCLUDED_PREFIXES) or not _is_device(entry, require_char_device):
+            if entry.name.startswith(_EXCLUDED_PREFIXES) or not _is_char_device(entry):
                 continue
             found["/dev/" + entry.relative_to(dev).as_posix()] = entry
     if not found:
@@ -39,9 +39,8 @@ def nvidia_device_nodes(dev_root: Path, *, require_char_device: bool = True) -> 
     return sorted(found.items())
 
 
-def _is_device(entry: Path, require_char_device: bool) -> bool:
+def _is_char_device(entry: Path) -> bool:
     try:
-        mode = entry.stat().st_mode
+        return stat.S_ISCHR(entry.stat().st_mode)
     except OSError:
         return False
-    return stat.S_ISCHR(mode) if require_char_device else not stat.S_ISDIR(mode)

@@ -9,15 +9,20 @@ The driver root is laid out like an NVIDIA driver install (docs/driver-root.md):
     usr/bin/nvidia-imex             the fake IMEX daemon and its control tool (devices.fakeimex),
     usr/bin/nvidia-imex-ctl         which the base CDI spec mounts into IMEX daemon containers
 
-Regular files stand in for the character devices (a simulated node has no NVIDIA driver); the plugin
-accepts them only in upstream's mock mode (``ALT_PROC_DEVICES_PATH``), whose ``/proc/devices`` stand-in
-``write_node_hardware`` writes beside the driver root. The library is copied, never linked: it finds its
-profile beside its own resolved path (docs/nvml-mock.md), so each tray needs a file of its own.
+The device nodes are real character devices (``mknod``) with the numbers the NVIDIA driver gives them;
+no driver backs them (a simulated node has no GPU), so opening one fails, but a runtime's CDI code sees
+exactly what it sees on a real node. ``write_node_hardware`` writes the fake ``/proc/devices`` that
+lists those majors beside the driver root (upstream's mock mode, ``ALT_PROC_DEVICES_PATH``). The
+library is copied, never linked: it finds its profile beside its own resolved path
+(docs/nvml-mock.md), so each tray needs a file of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,20 +31,29 @@ from imexdra.devices.driverroot import IMEX_BINARIES, NVML_LIBRARY
 from imexdra.devices.fakeimex.install import install_fake_imex
 from imexdra.devices.procfs_fake import (
     DEFAULT_FABRIC_MGMT_MINOR,
+    DEFAULT_IMEX_CHANNELS_MAJOR,
+    DEFAULT_NVIDIA_CAPS_MAJOR,
     write_fabric_mgmt_capability,
     write_proc_devices,
 )
 
-FAKE_DEVICE_NODES = (
-    "nvidia0",
-    "nvidia1",
-    "nvidia2",
-    "nvidia3",
-    "nvidiactl",
-    "nvidia-uvm",
-    "nvidia-caps-imex-channels/channel0",
-    f"nvidia-caps/nvidia-cap{DEFAULT_FABRIC_MGMT_MINOR}",
-)
+NVIDIA_FRONTEND_MAJOR = 195
+NVIDIA_UVM_MAJOR = 508
+FAKE_DEVICE_NODES = {
+    "nvidia0": (NVIDIA_FRONTEND_MAJOR, 0),
+    "nvidia1": (NVIDIA_FRONTEND_MAJOR, 1),
+    "nvidia2": (NVIDIA_FRONTEND_MAJOR, 2),
+    "nvidia3": (NVIDIA_FRONTEND_MAJOR, 3),
+    "nvidiactl": (NVIDIA_FRONTEND_MAJOR, 255),
+    "nvidia-uvm": (NVIDIA_UVM_MAJOR, 0),
+    "nvidia-caps-imex-channels/channel0": (DEFAULT_IMEX_CHANNELS_MAJOR, 0),
+    f"nvidia-caps/nvidia-cap{DEFAULT_FABRIC_MGMT_MINOR}": (
+        DEFAULT_NVIDIA_CAPS_MAJOR,
+        DEFAULT_FABRIC_MGMT_MINOR,
+    ),
+}
+"""The tray's device nodes and their (major, minor), as the NVIDIA driver numbers them; the majors
+of the frontend and UVM are the fake ``/proc/devices``' (``procfs_fake``)."""
 
 FABRIC_MGMT_CAPABILITY = "proc/driver/nvidia/capabilities/fabric-imex-mgmt"
 NVML_LIBRARY_DIR = "usr/lib64"
@@ -110,15 +124,30 @@ def nvml_profile(tray: Tray) -> str:
     return "\n".join(lines) + "\n"
 
 
+def make_char_device(path: Path, major: int, minor: int, mode: int = 0o666) -> Path:
+    """Make ``path`` a character device ``major:minor`` (``mknod``; needs root, as CI and the demo run).
+
+    No driver backs these numbers, so opening one fails (ENXIO); what a container runtime needs is its
+    type and numbers, which CDI reads with ``stat``. An existing node with the same numbers is kept.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        current = path.lstat()
+        if stat.S_ISCHR(current.st_mode) and current.st_rdev == os.makedev(major, minor):
+            return path
+        path.unlink()
+    os.mknod(path, stat.S_IFCHR | mode, os.makedev(major, minor))
+    path.chmod(mode)  # mknod applies the umask
+    return path
+
+
 def write_driver_root(root: Path, tray: Tray, *, nvml_library: Path) -> Path:
     """Populate ``root`` as the tray's driver install; ``nvml_library`` is the mock to copy in.
 
     Returns ``root``. Rewriting an existing root replaces the profile (and the library copy).
     """
-    for name in FAKE_DEVICE_NODES:
-        path = root / "dev" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(exist_ok=True)
+    for name, (major, minor) in FAKE_DEVICE_NODES.items():
+        make_char_device(root / "dev" / name, major, minor)
     write_fabric_mgmt_capability(root / FABRIC_MGMT_CAPABILITY)
     library_dir = root / NVML_LIBRARY_DIR
     library_dir.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,7 @@ Backends are chosen once, at startup (docs/data-path.md §14, docs/hardware.md):
 - IMEX device nodes: ``/proc/devices`` and ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt``; with
   ``ALT_PROC_DEVICES_PATH`` set (upstream's mock mode) that file replaces ``/proc/devices`` and the
   capability is read under the container driver root instead;
-- ``/dev``: under the container driver root when it has one (the dev root); in mock mode the dev root
-  may hold regular files standing in for device nodes.
+- ``/dev``: under the container driver root when it has one (the dev root); character devices only.
 
 ``CliqueTracker`` owns the node's clique ID: discovered at startup (errors are fatal), refreshed every
 10 minutes, never cleared by a refresh that finds none (docs/hardware.md §6.2).
@@ -47,11 +46,6 @@ class HardwareSettings:
     host_driver_root: Path
     #: ``ALT_PROC_DEVICES_PATH``: upstream's mock mode.
     alt_proc_devices: Path | None = None
-
-    @property
-    def simulated(self) -> bool:
-        """Whether this node's devices are stand-ins (upstream's mock mode)."""
-        return self.alt_proc_devices is not None
 
     @property
     def roots(self) -> DriverRoots:
@@ -101,9 +95,7 @@ def build_base_spec(settings: HardwareSettings, *, runs_imex_daemons: bool = Tru
     with ``runs_imex_daemons`` (driver-managed mode) that is logged as a warning, and a daemon on this
     node fails saying what is missing (docs/driver-root.md).
     """
-    nodes = nvidia_device_nodes(
-        dev_root(settings.container_driver_root), require_char_device=not settings.simulated
-    )
+    nodes = nvidia_device_nodes(dev_root(settings.container_driver_root))
     binaries = driver_binaries(settings.container_driver_root)
     missing = [name for name in IMEX_BINARIES if name not in binaries]
     if missing and runs_imex_daemons:

@@ -2,8 +2,8 @@
 
 Flags and environment variables are upstream's (docs/compatibility.md §2.8, through the option groups
 of ``imexdra.api.config``), including upstream's mock mode, ``--alt-proc-devices-path`` /
-``ALT_PROC_DEVICES_PATH``: this file replaces ``/proc/devices``, the fabric-imex-mgmt capability is read
-under the container driver root, and the dev root may hold regular files in place of device nodes.
+``ALT_PROC_DEVICES_PATH``: this file replaces ``/proc/devices`` and the fabric-imex-mgmt capability is
+read under the container driver root (device nodes are character devices in every mode).
 NVML is always the ``libnvidia-ml.so.1`` under the container driver root (on a simulated node, the
 mock library its driver root holds: docs/driver-root.md).
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from imexdra.devices.devnodes import nvidia_device_nodes
+from imexdra.devices.driverroot_fake import make_char_device
 from imexdra.devices.procfs import DeviceDiscoveryError
 
 FAKE_DEV = [
@@ -26,16 +27,14 @@ FAKE_DEV = [
 
 
 def make_dev(root: Path, names: list[str]) -> Path:
-    for name in names:
-        path = root / "dev" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("")
+    for minor, name in enumerate(names):
+        make_char_device(root / "dev" / name, 195, minor)
     return root
 
 
-def test_fake_dev_root_lists_nvidia_nodes(tmp_path: Path) -> None:
-    """On simulated nodes regular files stand in; excluded families and non-NVIDIA files are skipped."""
-    found = nvidia_device_nodes(make_dev(tmp_path, FAKE_DEV), require_char_device=False)
+def test_dev_root_lists_nvidia_char_devices(tmp_path: Path) -> None:
+    """NVIDIA character devices are listed; excluded families and non-NVIDIA nodes are skipped."""
+    found = nvidia_device_nodes(make_dev(tmp_path, FAKE_DEV))
     assert [path for path, _ in found] == sorted(
         "/dev/" + name
         for name in FAKE_DEV
@@ -44,10 +43,12 @@ def test_fake_dev_root_lists_nvidia_nodes(tmp_path: Path) -> None:
     assert dict(found)["/dev/nvidia0"] == tmp_path / "dev" / "nvidia0"
 
 
-def test_real_mode_requires_char_devices(tmp_path: Path) -> None:
-    """By default only character devices count, so a dev root of regular files has none."""
+def test_regular_files_are_not_device_nodes(tmp_path: Path) -> None:
+    """Only character devices count, so a dev root of regular files has none."""
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").write_text("")
     with pytest.raises(DeviceDiscoveryError, match="no NVIDIA device nodes found"):
-        nvidia_device_nodes(make_dev(tmp_path, ["nvidia0"]))
+        nvidia_device_nodes(tmp_path)
 
 
 @pytest.mark.skipif(not Path("/dev/null").is_char_device(), reason="needs a real /dev/null")
@@ -61,4 +62,4 @@ def test_real_char_device_is_found(tmp_path: Path) -> None:
 def test_empty_dev_root_is_an_error(tmp_path: Path) -> None:
     """No NVIDIA nodes at all is upstream's startup-fatal "no NVIDIA device nodes found"."""
     with pytest.raises(DeviceDiscoveryError, match="no NVIDIA device nodes found"):
-        nvidia_device_nodes(tmp_path, require_char_device=False)
+        nvidia_device_nodes(tmp_path)

@@ -1,5 +1,6 @@
 """A simulated node's hardware files: driver root layout, mock NVML profile, IMEX programs, /proc/devices."""
 
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_driver_root_layout(tmp_path: Path) -> None:
     assert library.read_bytes() == original.read_bytes()
     assert library != original.resolve() and not library.is_symlink()
     assert "fabric.clique_id=5" in (library.parent / NVML_MOCK_PROFILE).read_text()
-    paths = [path for path, _ in nvidia_device_nodes(root, require_char_device=False)]
+    paths = [path for path, _ in nvidia_device_nodes(root)]
     assert "/dev/nvidia-caps-imex-channels/channel0" in paths and "/dev/nvidia3" in paths
     write_driver_root(root, Tray("n", None), nvml_library=original)
     assert "NOT_SUPPORTED" in (library.parent / NVML_MOCK_PROFILE).read_text()
@@ -96,6 +97,7 @@ def test_driver_root_ships_the_fake_imex_programs(tmp_path: Path, imex: bool) ->
     found = driver_binaries(root)
     if imex:
         assert found == {name: root / "usr/bin" / name for name in ("nvidia-imex", "nvidia-imex-ctl")}
-        assert "imexdra.devices.fakeimex.daemon" in found["nvidia-imex"].read_text()
+        with zipfile.ZipFile(found["nvidia-imex"]) as program:  # a zip app after its #! line
+            assert "imexdra/devices/fakeimex/daemon.py" in program.namelist()
     else:
         assert found == {}

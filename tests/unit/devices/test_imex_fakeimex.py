@@ -299,12 +299,17 @@ async def test_ctl_over_unix_socket_and_json(domain: FakeDomain) -> None:
     assert document["nodes"]["0"]["status"] == "READY"
 
 
-def test_install_writes_runnable_wrappers(tmp_path: Path) -> None:
-    """The PATH wrappers run the fakes under the given interpreter."""
+def test_install_writes_self_contained_programs(tmp_path: Path) -> None:
+    """Both programs run under a bare python3 with nothing installed (as in a daemon container)."""
     binaries = install_fake_imex(tmp_path / "bin")
     assert {binaries.imex.name, binaries.ctl.name} == {"nvidia-imex", "nvidia-imex-ctl"}
-    result = subprocess.run([str(binaries.ctl), "--help"], capture_output=True, text=True, timeout=30)
+    # Debian's own interpreter, no virtualenv and no site-packages of the project: only the archive.
+    bare = {"PATH": "/usr/bin:/bin"}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, env=bare, check=False)
+
+    result = run(str(binaries.ctl), "--help")
     assert result.returncode == 0 and "usage: nvidia-imex-ctl" in result.stdout
-    missing = str(tmp_path / "missing.cfg")
-    result = subprocess.run([str(binaries.imex), "-c", missing], capture_output=True, text=True, timeout=30)
+    result = run(str(binaries.imex), "-c", str(tmp_path / "missing.cfg"))
     assert result.returncode == 1 and "cannot use config file" in result.stderr

@@ -9,6 +9,7 @@ import structlog.testing
 
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.common.errors import PermanentError
+from imexdra.devices.driverroot_fake import make_char_device
 from imexdra.devices.nvml_fake import FakeNvml
 from imexdra.devices.nvml_real import PynvmlNvml
 from imexdra.devices.procfs import DeviceDiscoveryError
@@ -121,11 +122,11 @@ async def test_clique_change_reaches_the_label_hook(tmp_path: Path) -> None:
 
 
 def test_base_spec_of_a_simulated_node(tmp_path: Path) -> None:
-    """Regular files stand in for device nodes on a simulated node; the spec lists them with hostPaths."""
+    """The spec lists the dev root's NVIDIA char devices (not the excluded nvswitch) with hostPaths."""
     settings = simulated(tmp_path)
-    for dev in ("nvidia0", "nvidiactl", "nvidia-caps-imex-channels/channel0", "nvidia-nvswitch0"):
-        (settings.container_driver_root / "dev" / dev).parent.mkdir(parents=True, exist_ok=True)
-        (settings.container_driver_root / "dev" / dev).touch()
+    devices = ("nvidia0", "nvidiactl", "nvidia-caps-imex-channels/channel0", "nvidia-nvswitch0")
+    for minor, dev in enumerate(devices):
+        make_char_device(settings.container_driver_root / "dev" / dev, 195, minor)
     spec = build_base_spec(settings)
     [device] = spec.devices
     assert device.name == "all"
@@ -135,9 +136,8 @@ def test_base_spec_of_a_simulated_node(tmp_path: Path) -> None:
 
 
 def with_devices(settings: HardwareSettings) -> HardwareSettings:
-    for dev in ("nvidia0", "nvidiactl"):
-        (settings.container_driver_root / "dev" / dev).parent.mkdir(parents=True, exist_ok=True)
-        (settings.container_driver_root / "dev" / dev).touch()
+    for minor, dev in enumerate(("nvidia0", "nvidiactl")):
+        make_char_device(settings.container_driver_root / "dev" / dev, 195, minor)
     return settings
 
 

@@ -11,8 +11,8 @@ depends on (docs/hardware.md §7):
   ``IMEX_CMD_UNIX_DOMAIN_PATH``).
 - ``ctl`` (``python -m imexdra.devices.fakeimex.ctl``): ``-q`` prints ``READY``, ``-N`` the
   connectivity table, ``-N -j`` the same as JSON, talking to the daemon's command service.
-- ``install``: writes ``nvidia-imex`` / ``nvidia-imex-ctl`` wrapper scripts into a directory, so code
-  that runs the real binaries from ``PATH`` runs the fakes unchanged.
+- ``install``: writes ``nvidia-imex`` / ``nvidia-imex-ctl`` (one self-contained zip application) into a
+  directory, so code that runs the real binaries from ``PATH`` runs the fakes unchanged.
 
 Simulated nodes share one host: every pod has its own loopback address, all of them bindable by any
 process, so the fake takes the command-service bind address (the pod IP in the daemon's config) as its

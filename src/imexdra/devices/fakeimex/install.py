@@ -1,24 +1,57 @@
-"""Put the fake binaries on a ``PATH`` as ``nvidia-imex`` and ``nvidia-imex-ctl``.
+"""Install the fakes where a driver install has ``nvidia-imex`` and ``nvidia-imex-ctl``.
 
-Console scripts are deliberately not installed for the fakes (they are test equipment, not product);
-instead a test or the demo writes two small wrapper scripts into a directory of its choice and puts
-that directory on the ``PATH`` of whatever runs the real binaries, e.g. a simulated daemon pod.
+Each is a self-contained Python zip application (``#!/usr/bin/env python3``): the fake modules and the
+few stdlib-only modules they import, with a ``__main__`` that runs the daemon or the control tool by the
+name it was started as. Like the real binaries, they depend on nothing of the host but what any
+container image that runs them has (here: a ``python3``), so the base CDI spec can bind-mount them
+from a node's driver root into an IMEX daemon container of the project's image, and host processes
+run them too (docs/driver-root.md). Console scripts are deliberately not installed for the fakes
+(they are test equipment, not product).
 """
 
 from __future__ import annotations
 
-import shlex
-import sys
+import shutil
+import tempfile
+import zipapp
 from dataclasses import dataclass
 from pathlib import Path
 
+import imexdra
+
 IMEX_NAME = "nvidia-imex"
 CTL_NAME = "nvidia-imex-ctl"
+INTERPRETER = "/usr/bin/env python3"
+
+# What the fakes import: all standard library besides these (tests/unit/devices checks it).
+_MODULES = (
+    "__init__.py",
+    "common/__init__.py",
+    "common/errors.py",
+    "devices/__init__.py",
+    "devices/imex.py",
+    "devices/fakeimex/__init__.py",
+    "devices/fakeimex/ctl.py",
+    "devices/fakeimex/daemon.py",
+    "devices/fakeimex/nodemap.py",
+    "devices/fakeimex/protocol.py",
+    "devices/fakeimex/server.py",
+)
+
+_MAIN = '''"""Run the fake nvidia-imex, or nvidia-imex-ctl when started under that name."""
+import os
+import runpy
+import sys
+
+_ctl = os.path.basename(sys.argv[0]).endswith("-ctl")
+_module = "imexdra.devices.fakeimex." + ("ctl" if _ctl else "daemon")
+runpy.run_module(_module, run_name="__main__", alter_sys=True)
+'''
 
 
 @dataclass(frozen=True, slots=True)
 class FakeImexBinaries:
-    """Where the wrapper scripts were written."""
+    """Where the programs were written."""
 
     imex: Path
     ctl: Path
@@ -29,25 +62,26 @@ class FakeImexBinaries:
         return self.imex.parent
 
 
-def _wrapper(python: str, module: str) -> str:
-    return f'#!/bin/sh\nexec {shlex.quote(python)} -m {module} "$@"\n'
-
-
-def install_fake_imex(directory: Path, *, python: str | None = None) -> FakeImexBinaries:
+def install_fake_imex(directory: Path) -> FakeImexBinaries:
     """Write ``nvidia-imex`` and ``nvidia-imex-ctl`` into ``directory`` (created if needed).
 
-    Args:
-        directory: where the scripts go; existing scripts of the same names are replaced.
-        python: the interpreter that has ``imexdra`` installed (default: the running one).
-
+    Existing programs of the same names are replaced by a rename, so a running one keeps its file.
     """
-    interpreter = python or sys.executable
     directory.mkdir(parents=True, exist_ok=True)
+    package = Path(imexdra.__file__).parent
     binaries = FakeImexBinaries(imex=directory / IMEX_NAME, ctl=directory / CTL_NAME)
-    for path, module in (
-        (binaries.imex, "imexdra.devices.fakeimex.daemon"),
-        (binaries.ctl, "imexdra.devices.fakeimex.ctl"),
-    ):
-        path.write_text(_wrapper(interpreter, module))
-        path.chmod(0o755)
+    with tempfile.TemporaryDirectory() as scratch:
+        source = Path(scratch) / "app"
+        for module in _MODULES:
+            target = source / "imexdra" / module
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(package / module, target)
+        (source / "__main__.py").write_text(_MAIN)
+        archive = Path(scratch) / "fake-imex.pyz"
+        zipapp.create_archive(source, archive, interpreter=INTERPRETER)
+        for path in (binaries.imex, binaries.ctl):
+            staged = directory / f".{path.name}.tmp"
+            shutil.copyfile(archive, staged)
+            staged.chmod(0o755)
+            staged.replace(path)
     return binaries
