@@ -54,7 +54,7 @@ def _step(config: pytest.Config, title: str) -> Iterator[None]:
 
 HOST_MANAGED = rack.RackConfig(nodes=3, host_managed=True, no_fabric_nodes=(2,))
 DRIVER_MANAGED = rack.RackConfig(nodes=2)
-REAL_NODES = rack.RackConfig(nodes=2, host_managed=True, runtime="containerd")
+REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def host_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="module")
 def real_nodes_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
-    """Two nodes on containerd + runc under HostManagedIMEX, the driver from the project's image."""
+    """Two nodes in one clique on containerd + runc, driver-managed IMEX, the project's image."""
     yield from _rack(REAL_NODES, pytestconfig)
 
 

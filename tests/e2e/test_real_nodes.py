@@ -1,15 +1,18 @@
 """The driver on real nodes: containerd + runc, the project's image, CDI as the runtime applies it.
 
-A two-node HostManagedIMEX rack on containerd nodes (docs/node-runtime.md): the chart's controller and
+A two-node driver-managed rack on containerd nodes (docs/node-runtime.md): the chart's controller and
 kubelet plugin run as real containers from the image tools/image/build.sh builds (the chart's default
-reference) and reach the apiserver through the ``kubernetes`` Service; a workload's IMEX channel is
-injected by containerd's CDI library. What each container says comes back through ``kubectl logs``
-and ``kubectl exec``, as on a real cluster.
+reference) and reach the apiserver through the ``kubernetes`` Service; the controller's IMEX daemons
+run from the same image and find ``nvidia-imex`` only where a real node has it, bind-mounted by the
+base CDI spec from the node's driver root; a workload's IMEX channel is injected by containerd's CDI
+library. What each container says comes back through ``kubectl logs`` and ``kubectl exec``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 import imexdra
 from imexdra.cli import rack
@@ -20,6 +23,7 @@ from tests.e2e.helpers import apply, compute_domain, driver_pods, is_ready, pod_
 IMAGE = f"docker.io/library/imexdra:{imexdra.__version__}"
 STAND_IN = "docker.io/library/ubuntu:22.04"
 CONTROLLER = "app.kubernetes.io/component=controller"
+DAEMON = "resource.nvidia.com/computeDomain"
 PLUGIN = "app.kubernetes.io/component=kubelet-plugin"
 
 
@@ -53,15 +57,18 @@ def test_controller_runs_non_root_on_a_read_only_root_filesystem(real_nodes_rack
 
 
 def worker(name: str, node: str) -> dict[str, Any]:
-    """A stand-in workload pod on ``node`` that lists its IMEX channel devices and exits."""
-    script = "ls -l /dev/nvidia-caps-imex-channels; stat -c '%n %F %t:%T' /dev/nvidia-caps-imex-channels/*"
+    """A stand-in workload pod on ``node`` that lists its IMEX channel devices, then stays."""
+    script = (
+        "ls -l /dev/nvidia-caps-imex-channels; stat -c '%n %F %t:%T' /dev/nvidia-caps-imex-channels/*; "
+        "exec sleep 3600"
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "team"},
         "spec": {
-            "restartPolicy": "Never",
             "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 1,
             "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "train-channel"}],
             "containers": [
                 {
@@ -75,10 +82,13 @@ def worker(name: str, node: str) -> dict[str, Any]:
     }
 
 
-def test_workload_gets_its_channel_as_a_real_char_device(real_nodes_rack: LocalCluster) -> None:
-    """A worker per node: containerd's CDI creates channel0, a char device of the channel major."""
+@pytest.fixture(scope="module")
+def workers(real_nodes_rack: LocalCluster) -> dict[str, str]:
+    """A two-node ComputeDomain ``team/train`` and a running worker on each node (node -> pod)."""
     real_nodes_rack.create_namespace("team")
-    apply(real_nodes_rack, compute_domain("train", "team", "train-channel"))
+    domain = compute_domain("train", "team", "train-channel")
+    domain["spec"]["numNodes"] = len(real_nodes_rack.nodes)
+    apply(real_nodes_rack, domain)
     wait_until(
         "the channel claim template",
         lambda: (
@@ -90,11 +100,42 @@ def test_workload_gets_its_channel_as_a_real_char_device(real_nodes_rack: LocalC
     )
     names = {node.name: f"worker-{node.name}" for node in real_nodes_rack.nodes}
     apply(real_nodes_rack, *(worker(name, node) for node, name in names.items()))
-    major = f"{DEFAULT_IMEX_CHANNELS_MAJOR:x}"
-    finished = ("Succeeded", "Failed")
     for name in names.values():
-        wait_until(f"{name} finished", lambda n=name: pod_phase(real_nodes_rack, "team", n) in finished)
-        assert pod_phase(real_nodes_rack, "team", name) == "Succeeded"
-        logs = real_nodes_rack.kubectl("logs", name, "-n", "team").stdout.splitlines()
-        assert f"/dev/nvidia-caps-imex-channels/channel0 character special file {major}:0" in logs
-        assert logs[1].startswith("crw")
+        wait_until(f"{name} Running", lambda n=name: pod_phase(real_nodes_rack, "team", n) == "Running")
+    return names
+
+
+def test_workload_gets_its_channel_as_a_real_char_device(
+    real_nodes_rack: LocalCluster, workers: dict[str, str]
+) -> None:
+    """A worker per node: containerd's CDI created channel0, a char device of the channel major."""
+    major = f"{DEFAULT_IMEX_CHANNELS_MAJOR:x}"
+    expected = f"/dev/nvidia-caps-imex-channels/channel0 character special file {major}:0"
+
+    def listing(pod: str) -> list[str]:
+        lines = real_nodes_rack.kubectl("logs", pod, "-n", "team").stdout.splitlines()
+        return lines if expected in lines else []
+
+    for name in workers.values():
+        logs = wait_until(f"{name}'s device listing", lambda n=name: listing(n))
+        assert logs[1].startswith("crw"), logs
+
+
+def test_daemons_run_nvidia_imex_from_their_nodes_driver_root(
+    real_nodes_rack: LocalCluster, workers: dict[str, str]
+) -> None:
+    """In each daemon container /usr/bin/nvidia-imex is the CDI bind mount of its node's driver-root file."""
+
+    def ready_daemons() -> list[dict[str, Any]]:
+        pods = driver_pods(real_nodes_rack, DAEMON)
+        return pods if len(pods) == len(workers) and all(map(is_ready, pods)) else []
+
+    script = "grep ' /usr/bin/nvidia-imex ' /proc/self/mountinfo; nvidia-imex-ctl -q -c /imexd/imexd.cfg"
+    for pod in wait_until("an IMEX daemon per node, Ready", ready_daemons):
+        node, name = pod["spec"]["nodeName"], pod["metadata"]["name"]
+        exec_ = ("exec", "-n", rack.DRIVER_NAMESPACE, name, "--", "sh", "-c", script)
+        mount, ready = real_nodes_rack.kubectl(*exec_).stdout.splitlines()
+        source = f"/{node}/host/sim/driver-root/usr/bin/nvidia-imex"
+        assert mount.split()[3].endswith(source), mount  # the mount's root: the node's driver-root file
+        assert " ro," in f" {mount.split()[5]},", mount
+        assert ready == "READY"
