@@ -6,6 +6,9 @@
 #       is built from), compiled static, as its Makefile does
 #   .../images/ubuntu.tar    docker.io/library/ubuntu:22.04 — a STAND-IN under the name the seeds use:
 #       Debian's busybox-static and its applets, nothing else (it says so in /etc/imexdra-stand-in)
+#   .../images/nvbandwidth.tar   ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163 — the seed MPIJob's
+#       image, a STAND-IN too: busybox, and a program that checks and shows the IMEX channel and says it
+#       is not nvbandwidth (nvbandwidth-stand-in)
 #   .../images/imexdra.tar   the project's component image under the reference the chart uses by default
 #       (deployments/helm/imexdra: image.repository, tag = appVersion), the recipe of
 #       deployments/container/Dockerfile without Docker: a `debootstrap --variant=minbase` bookworm root
@@ -155,16 +158,13 @@ else
   echo "$stamp" > "$out/pause.stamp"
 fi
 
-# -- ubuntu:22.04 stand-in ---------------------------------------------------------------------------
-stamp=$(stamp_of "$BUSYBOX_DEB")
-if current ubuntu "$stamp"; then
-  log "ubuntu:22.04 stand-in: up to date"
-else
-  log "ubuntu:22.04 stand-in: building from $BUSYBOX_DEB"
-  deb=$(fetch_deb "$BUSYBOX_DEB")
-  dpkg-deb -x "$deb" "$work/busybox"
-  root="$work/ubuntu"
-  mkdir -p "$root/bin" "$root/tmp" "$root/etc" "$root/root"
+# -- busybox stand-ins ------------------------------------------------------------------------------
+# busybox_root DIR WHAT: Debian's busybox-static and its applets, a passwd/group, and a note saying the
+# image is a stand-in for WHAT.
+busybox_root() {
+  local root=$1 what=$2
+  [ -d "$work/busybox" ] || dpkg-deb -x "$(fetch_deb "$BUSYBOX_DEB")" "$work/busybox"
+  mkdir -p "$root/bin" "$root/tmp" "$root/etc" "$root/root" "$root/usr/local/bin"
   chmod 1777 "$root/tmp"
   install -m 0755 "$work/busybox/bin/busybox" "$root/bin/busybox"
   for applet in $("$root/bin/busybox" --list); do
@@ -173,13 +173,47 @@ else
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' > "$root/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
   cat > "$root/etc/imexdra-stand-in" <<STANDIN
-This is not Ubuntu. It is imexdra's stand-in for docker.io/library/ubuntu:22.04 (tools/image/build.sh),
+This is not $what. It is imexdra's stand-in for it (tools/image/build.sh),
 built because no registry can be reached here: Debian's $BUSYBOX_DEB and its applets.
 STANDIN
-  "$python" "$here/ociarchive.py" --rootfs "$root" --ref docker.io/library/ubuntu:22.04 \
+}
+
+stamp=$(stamp_of "$BUSYBOX_DEB")
+if current ubuntu "$stamp"; then
+  log "ubuntu:22.04 stand-in: up to date"
+else
+  log "ubuntu:22.04 stand-in: building from $BUSYBOX_DEB"
+  busybox_root "$work/ubuntu" "Ubuntu (docker.io/library/ubuntu:22.04)"
+  "$python" "$here/ociarchive.py" --rootfs "$work/ubuntu" --ref docker.io/library/ubuntu:22.04 \
     --out "$out/ubuntu.tar" --cmd '["/bin/sh"]' --env PATH=/bin \
     --label org.opencontainers.image.description="imexdra stand-in for ubuntu:22.04 (busybox)"
   echo "$stamp" > "$out/ubuntu.stamp"
+fi
+
+# The seed MPIJob's image (seed 001, CoreWeave's GB200 example): launcher and workers. Its program is
+# the hardware boundary, so the stand-in checks the IMEX channel and says it is a stand-in
+# (nvbandwidth-stand-in); /bin/bash runs busybox's sh, for the launcher's `/bin/bash -c`; the MPI
+# Operator starts workers as `/usr/sbin/sshd -De`, which here says it is no ssh server and runs the check.
+NVBANDWIDTH_REF=ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163
+if current nvbandwidth "$stamp"; then
+  log "nvbandwidth stand-in: up to date"
+else
+  log "nvbandwidth stand-in: building $NVBANDWIDTH_REF from $BUSYBOX_DEB"
+  root="$work/nvbandwidth"
+  busybox_root "$root" "NVIDIA's nvbandwidth sample ($NVBANDWIDTH_REF)"
+  printf '#!/bin/sh\n# busybox sh standing in for bash in the nvbandwidth stand-in\nexec /bin/sh "$@"\n' \
+    > "$root/bin/bash"
+  chmod 0755 "$root/bin/bash"
+  install -m 0755 "$here/nvbandwidth-stand-in" "$root/usr/local/bin/nvbandwidth-stand-in"
+  mkdir -p "$root/usr/sbin"
+  printf '#!/bin/sh\necho "sshd STAND-IN (imexdra): no ssh server in this image; running the channel check"\n%s\n' \
+    'exec /usr/local/bin/nvbandwidth-stand-in' > "$root/usr/sbin/sshd"
+  chmod 0755 "$root/usr/sbin/sshd"
+  "$python" "$here/ociarchive.py" --rootfs "$root" --ref "$NVBANDWIDTH_REF" \
+    --out "$out/nvbandwidth.tar" --cmd '["/usr/local/bin/nvbandwidth-stand-in"]' \
+    --env PATH=/usr/local/bin:/bin \
+    --label org.opencontainers.image.description="imexdra stand-in for the nvbandwidth sample (busybox)"
+  echo "$stamp" > "$out/nvbandwidth.stamp"
 fi
 
 # -- imexdra component image -------------------------------------------------------------------------

@@ -150,12 +150,34 @@ def _domain_ready(cluster: LocalCluster) -> bool:
     return bool(cd.get("status", {}).get("status") == "Ready")
 
 
+def _pods(cluster: LocalCluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = _json(cluster, "get", "pods", "-n", namespace, "-l", selector)["items"]
+    return sorted(pods, key=lambda p: str(p["metadata"]["name"]))
+
+
+def show_worker_logs(cluster: LocalCluster) -> None:
+    """Print each worker container's own view of its IMEX channels, read back with ``kubectl logs``."""
+    for pod in _pods(cluster, WORKLOAD_NAMESPACE, "training.kubeflow.org/job-role=worker"):
+        name = pod["metadata"]["name"]
+        click.echo(f"$ kubectl logs -n {WORKLOAD_NAMESPACE} {name}    # on {pod['spec']['nodeName']}")
+        click.echo(cluster.kubectl("logs", "-n", WORKLOAD_NAMESPACE, name).stdout)
+
+
+def show_daemon_imex(cluster: LocalCluster) -> None:
+    """Print, per IMEX daemon container, where its /usr/bin/nvidia-imex comes from (its mount's source)."""
+    script = "grep ' /usr/bin/nvidia-imex ' /proc/self/mountinfo"
+    for pod in _pods(cluster, rack.DRIVER_NAMESPACE, "resource.nvidia.com/computeDomain"):
+        name = pod["metadata"]["name"]
+        exec_ = ("exec", "-n", rack.DRIVER_NAMESPACE, name, "--", "sh", "-c", script)
+        fields = cluster.kubectl(*exec_).stdout.split()
+        source, options = (fields[3], fields[5]) if len(fields) > 5 else ("(not mounted)", "")
+        click.echo(f"    {name} on {pod['spec']['nodeName']}:")
+        click.echo(f"      /usr/bin/nvidia-imex <- {source} ({options})")
+
+
 def show_injected_channels(cluster: LocalCluster) -> None:
     """Print, per worker container, the CDI devices the runtime received and the device nodes they add."""
-    pods = _json(
-        cluster, "get", "pods", "-n", WORKLOAD_NAMESPACE, "-l", "training.kubeflow.org/job-role=worker"
-    )
-    for pod in sorted(pods["items"], key=lambda p: p["metadata"]["name"]):
+    for pod in _pods(cluster, WORKLOAD_NAMESPACE, "training.kubeflow.org/job-role=worker"):
         node = cluster.node(pod["spec"]["nodeName"])
         creates = [r for r in node.cri_records("CreateContainer") if r["pod_uid"] == pod["metadata"]["uid"]]
         for record in creates:
@@ -184,7 +206,10 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
     exit_on_sigterm()  # a killed demo still stops its cluster (the finally below)
     cluster = rack.new_rack_cluster(config)
     mode = "HostManagedIMEX" if config.host_managed else "driver-managed IMEX"
-    click.secho(f"imexdra demo: {config.nodes}-node simulated GB200 rack, {mode}", fg="green", bold=True)
+    runtime = "containerd + runc, the project's image" if config.runtime == "containerd" else "fakecri"
+    click.secho(
+        f"imexdra demo: {config.nodes}-node simulated GB200 rack, {mode}, on {runtime}", fg="green", bold=True
+    )
     try:
         rack.bring_up(cluster, config, progress.step)
         click.echo(cluster.kubectl("get", "pods", "-n", rack.DRIVER_NAMESPACE, "-o", "wide").stdout)
@@ -214,7 +239,14 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
             click.echo(f"$ kubectl {' '.join(args)}")
             click.echo(cluster.kubectl(*args).stdout)
         click.secho("IMEX channel injected into each worker container:", bold=True)
-        show_injected_channels(cluster)
+        if config.runtime == "containerd":
+            show_worker_logs(cluster)
+            if not config.host_managed:
+                title = "nvidia-imex in each IMEX daemon container (a CDI mount from the node's driver root):"
+                click.secho(title, bold=True)
+                show_daemon_imex(cluster)
+        else:
+            show_injected_channels(cluster)
         with progress.step("delete the MPIJob and the ComputeDomain"):
             cluster.kubectl("delete", "mpijob", JOB, "-n", WORKLOAD_NAMESPACE, "--wait=true", timeout=180)
             cluster.kubectl(

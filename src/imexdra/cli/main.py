@@ -2,6 +2,7 @@
 
 import sys
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -15,14 +16,21 @@ def main() -> None:
 @click.option("--nodes", default=4, show_default=True, help="simulated GB200 nodes (18 = a full NVL72 rack)")
 @click.option("--host-managed", is_flag=True, help="install with featureGates.HostManagedIMEX=true")
 @click.option("--keep", is_flag=True, help="leave the cluster running at the end")
-def demo(nodes: int, host_managed: bool, keep: bool) -> None:
+@click.option(
+    "--runtime",
+    type=click.Choice(["containerd", "fakecri"]),
+    default="containerd",
+    show_default=True,
+    help="containerd: real containers of the project's image; fakecri: pods as host processes",
+)
+def demo(nodes: int, host_managed: bool, keep: bool, runtime: Literal["containerd", "fakecri"]) -> None:
     """Run the seed's MPIJob with a ComputeDomain on a simulated NVL72 rack."""
     # Imported here: the local cluster needs the development extras (cryptography) and the Go-built
     # binaries, which an installed driver does not have; `imexdra --help` must work without them.
     from imexdra.cli.demo import run_demo
     from imexdra.cli.rack import RackConfig
 
-    run_demo(RackConfig(nodes=nodes, host_managed=host_managed), keep=keep)
+    run_demo(RackConfig(nodes=nodes, host_managed=host_managed, runtime=runtime), keep=keep)
 
 
 _KUBECONFIG_HELP = "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster credentials)"
