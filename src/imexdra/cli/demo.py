@@ -210,6 +210,7 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
     click.secho(
         f"imexdra demo: {config.nodes}-node simulated GB200 rack, {mode}, on {runtime}", fg="green", bold=True
     )
+    click.echo(f"run directory (logs, kubeconfig): {cluster.run_dir}")
     try:
         rack.bring_up(cluster, config, progress.step)
         click.echo(cluster.kubectl("get", "pods", "-n", rack.DRIVER_NAMESPACE, "-o", "wide").stdout)
