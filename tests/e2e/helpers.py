@@ -248,3 +248,19 @@ def tenant_kubeconfig(cluster: LocalCluster, namespace: str) -> Path:
         namespace,
     )
     return service_account_kubeconfig(cluster, namespace, "tenant")
+
+
+def restart_plugin(cluster: LocalCluster, node: str) -> None:
+    """Delete the node's kubelet plugin pod and wait for its replacement to be Ready (a new base spec)."""
+    [old] = [p for p in driver_pods(cluster, PLUGIN_SELECTOR) if p["spec"]["nodeName"] == node]
+    cluster.kubectl("delete", "pod", old["metadata"]["name"], "-n", rack.DRIVER_NAMESPACE, timeout=120)
+    wait_until(
+        f"a new kubelet plugin Ready on {node}",
+        lambda: [
+            p
+            for p in driver_pods(cluster, PLUGIN_SELECTOR)
+            if p["spec"]["nodeName"] == node
+            and p["metadata"]["uid"] != old["metadata"]["uid"]
+            and is_ready(p)
+        ],
+    )

@@ -29,8 +29,8 @@ from tests.e2e.helpers import (
     fresh_namespace,
     get_json,
     injected_channel_devices,
-    is_ready,
     log_events,
+    restart_plugin,
     run_seed_job,
     wait_until,
 )
@@ -132,22 +132,6 @@ def node_without_imex(driver_managed_rack: LocalCluster) -> Iterator[str]:
     yield node
     install_fake_imex(programs)
     restart_plugin(cluster, node)
-
-
-def restart_plugin(cluster: LocalCluster, node: str) -> None:
-    """Delete the node's kubelet plugin pod and wait for its replacement to be Ready (a new base spec)."""
-    [old] = [p for p in driver_pods(cluster, PLUGIN_SELECTOR) if p["spec"]["nodeName"] == node]
-    cluster.kubectl("delete", "pod", old["metadata"]["name"], "-n", rack.DRIVER_NAMESPACE, timeout=120)
-    wait_until(
-        f"a new kubelet plugin Ready on {node}",
-        lambda: [
-            p
-            for p in driver_pods(cluster, PLUGIN_SELECTOR)
-            if p["spec"]["nodeName"] == node
-            and p["metadata"]["uid"] != old["metadata"]["uid"]
-            and is_ready(p)
-        ],
-    )
 
 
 def test_a_driver_root_without_imex_fails_the_daemon_saying_why(

@@ -10,21 +10,33 @@ library. What each container says comes back through ``kubectl logs`` and ``kube
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import imexdra
 from imexdra.cli import rack
+from imexdra.devices.fakeimex.install import install_fake_imex
 from imexdra.devices.procfs_fake import DEFAULT_IMEX_CHANNELS_MAJOR
 from imexdra.localcluster.cluster import LocalCluster
-from tests.e2e.helpers import apply, compute_domain, driver_pods, is_ready, pod_phase, wait_until
+from tests.e2e.helpers import (
+    COMPUTE_DOMAIN_LABEL,
+    CONTROLLER_SELECTOR,
+    PLUGIN_SELECTOR,
+    apply,
+    compute_domain,
+    driver_pods,
+    get_json,
+    is_ready,
+    pod_phase,
+    restart_plugin,
+    wait_until,
+)
 
 IMAGE = f"docker.io/library/imexdra:{imexdra.__version__}"
 STAND_IN = "docker.io/library/ubuntu:22.04"
-CONTROLLER = "app.kubernetes.io/component=controller"
-DAEMON = "resource.nvidia.com/computeDomain"
-PLUGIN = "app.kubernetes.io/component=kubelet-plugin"
+CONTROLLER, PLUGIN, DAEMON = CONTROLLER_SELECTOR, PLUGIN_SELECTOR, COMPUTE_DOMAIN_LABEL
 
 
 def test_driver_components_run_from_the_projects_image(real_nodes_rack: LocalCluster) -> None:
@@ -54,6 +66,12 @@ def test_controller_runs_non_root_on_a_read_only_root_filesystem(real_nodes_rack
     uid, touch = result.stdout.splitlines()
     assert uid == "65532"
     assert "Read-only file system" in touch
+
+
+def template_exists(cluster: LocalCluster, namespace: str, name: str) -> bool:
+    """Whether the controller has made the ResourceClaimTemplate ``namespace/name``."""
+    result = cluster.kubectl("get", f"resourceclaimtemplate/{name}", "-n", namespace, check=False)
+    return result.returncode == 0
 
 
 def worker(name: str, node: str) -> dict[str, Any]:
@@ -139,3 +157,57 @@ def test_daemons_run_nvidia_imex_from_their_nodes_driver_root(
         assert mount.split()[3].endswith(source), mount  # the mount's root: the node's driver-root file
         assert " ro," in f" {mount.split()[5]},", mount
         assert ready == "READY"
+
+
+@pytest.fixture
+def node_without_imex(real_nodes_rack: LocalCluster) -> Iterator[str]:
+    """gb200-01, free of other domains, its driver install without nvidia-imex/nvidia-imex-ctl.
+
+    A node serves one ComputeDomain at a time: the workers of the earlier tests go first. The
+    programs are back and the plugin restarted afterwards.
+    """
+    node = "gb200-01"
+    real_nodes_rack.kubectl("delete", "namespace", "team", "--ignore-not-found", "--wait=false")
+
+    def node_free() -> bool:
+        daemons = [p for p in driver_pods(real_nodes_rack, DAEMON) if p["spec"].get("nodeName") == node]
+        labels = get_json(real_nodes_rack, "node", node)["metadata"].get("labels", {})
+        return not daemons and COMPUTE_DOMAIN_LABEL not in labels
+
+    wait_until(f"{node} free of other domains' daemons", node_free)
+    programs = real_nodes_rack.node(node).host_dir / "sim/driver-root/usr/bin"
+    for name in ("nvidia-imex", "nvidia-imex-ctl"):
+        (programs / name).unlink()
+    restart_plugin(real_nodes_rack, node)  # a new base spec, without the programs' mounts
+    yield node
+    install_fake_imex(programs)
+    restart_plugin(real_nodes_rack, node)
+
+
+def test_a_driver_root_without_imex_makes_the_domain_say_why(
+    real_nodes_rack: LocalCluster, node_without_imex: str
+) -> None:
+    """The daemon container exits with its reason as termination message; the domain's Event repeats it."""
+    real_nodes_rack.create_namespace("broken")
+    domain = compute_domain("no-imex", "broken", "no-imex-channel")
+    domain["spec"]["numNodes"] = 1  # Ready would need this one node's daemon
+    apply(real_nodes_rack, domain)
+    wait_until("the claim template", lambda: template_exists(real_nodes_rack, "broken", "no-imex-channel"))
+    pod = worker("worker", node_without_imex)
+    pod["metadata"]["namespace"] = "broken"
+    pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "no-imex-channel"
+    apply(real_nodes_rack, pod)
+
+    def daemon_failing_event() -> list[dict[str, Any]]:
+        events = get_json(real_nodes_rack, "events", "-n", "broken", "--field-selector=reason=DaemonFailing")
+        return [e for e in events["items"] if e["involvedObject"]["name"] == "no-imex"]
+
+    [event] = wait_until("a DaemonFailing Event on the ComputeDomain", daemon_failing_event)
+    assert event["type"] == "Warning"
+    message = event["message"]
+    assert message.startswith(f"IMEX daemon on node {node_without_imex} keeps failing: ")
+    assert "nvidia-imex and nvidia-imex-ctl not found in this container" in message
+    assert "nvidiaDriverRoot" in message  # what would work
+    status = get_json(real_nodes_rack, "computedomain", "no-imex", "-n", "broken").get("status", {})
+    assert status.get("status") == "NotReady"
+    assert pod_phase(real_nodes_rack, "broken", "worker") == "Pending"  # waits for its daemon

@@ -37,6 +37,9 @@ What the controller publishes, and daemons read
   ``CliqueFull`` on the ComputeDomain says so) and should keep waiting.
 - ``status`` of an entry mirrors the pod's readiness; non-fabric nodes appear only in the domain's
   ``status.nodes`` with ``cliqueID: ""`` and ``index: -1``.
+- A daemon that cannot run writes its fatal error to its termination message (``/dev/termination-log``);
+  while its container keeps failing, the controller repeats it on the ComputeDomain as a Warning Event
+  ``DaemonFailing`` naming the node, so ``kubectl describe computedomain`` says why it is not Ready.
 - Writes are batched per domain (``config.DEFAULT_DEBOUNCE_SECONDS``): a burst of daemons starting
   produces a handful of clique and status writes, never one write per daemon.
 """
@@ -67,6 +70,9 @@ class DaemonPod:
     clique_id: str | None
     ready: bool
     created: dt.datetime = _EPOCH
+    failure: str = ""
+    """Why the daemon container last exited, while it is failing (not ready, last exit non-zero): its
+    termination message (the daemon writes its fatal error there) or the exit code; ``""`` otherwise."""
 
     @property
     def fabric(self) -> bool:
@@ -97,7 +103,18 @@ def daemon_pod(pod: Pod) -> DaemonPod | None:
         clique_id=(meta.labels or {}).get(CLIQUE_LABEL_KEY),
         ready=_is_ready(pod),
         created=meta.creationTimestamp or _EPOCH,
+        failure=_failure(pod),
     )
+
+
+def _failure(pod: Pod) -> str:
+    for container in (pod.status.containerStatuses if pod.status else None) or ():
+        last = container.lastState.terminated if container.lastState else None
+        if container.ready or last is None or not last.exitCode:
+            continue
+        message = (last.message or "").strip()
+        return message or f"exited with code {last.exitCode}" + (f" ({last.reason})" if last.reason else "")
+    return ""
 
 
 def one_per_node(pods: Iterable[DaemonPod]) -> list[DaemonPod]:

@@ -4,7 +4,8 @@ Normal: ``Ready`` and ``NotReady`` when the global status changes (driver-manage
 HostManagedIMEX Ready only means "admitted"), ``Finalized`` when cleanup is complete.
 Warning: ``ReconcileFailed`` (a step failed and will be retried; the note says which and why),
 ``ClaimTemplateConflict`` (a ResourceClaimTemplate not made for this domain already has the requested
-name), ``CliqueFull`` (a daemon got no index below maxNodesPerIMEXDomain).
+name), ``CliqueFull`` (a daemon got no index below maxNodesPerIMEXDomain), ``DaemonFailing`` (a node's
+IMEX daemon container keeps exiting; the note is its termination message).
 """
 
 from __future__ import annotations
@@ -14,4 +15,5 @@ from typing import Final
 RECONCILE_FAILED: Final = "ReconcileFailed"
 CLAIM_TEMPLATE_CONFLICT: Final = "ClaimTemplateConflict"
 CLIQUE_FULL: Final = "CliqueFull"
+DAEMON_FAILING: Final = "DaemonFailing"
 FINALIZED: Final = "Finalized"

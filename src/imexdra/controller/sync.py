@@ -31,7 +31,7 @@ from imexdra.common.events import EventRecorder
 from imexdra.controller import membership, reasons
 from imexdra.controller.caches import Caches
 from imexdra.controller.config import ControllerConfig
-from imexdra.controller.daemons import one_per_node
+from imexdra.controller.daemons import DaemonPod, one_per_node
 from imexdra.controller.membership import CliqueMembers
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.render import domain_uid
@@ -87,6 +87,7 @@ class MembershipSync:
             )
             return None
         members = one_per_node(self._caches.daemon_pods(uid))
+        self._report_failing(cd, members)
         cliques_on = self._config.cliques_enabled
         objects = self._caches.clique_view.by_domain(uid) if cliques_on else []
         if cliques_on:
@@ -125,6 +126,18 @@ class MembershipSync:
     def forget(self, uid: str) -> None:
         """Drop what is remembered about a finalized domain."""
         self._last_publish.pop(uid, None)
+
+    def _report_failing(self, cd: ComputeDomain, members: Iterable[DaemonPod]) -> None:
+        # Repeats of one failure aggregate into one Event series (common.events).
+        for member in members:
+            if member.failure:
+                self._events.record(
+                    cd,
+                    type="Warning",
+                    reason=reasons.DAEMON_FAILING,
+                    action="ObserveDaemon",
+                    note=f"IMEX daemon on node {member.node_name} keeps failing: {member.failure}",
+                )
 
     def _report_unplaced(self, cd: ComputeDomain, cliques: Iterable[CliqueMembers]) -> None:
         for clique in cliques:

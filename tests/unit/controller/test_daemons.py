@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from lightkube.models.core_v1 import ContainerState, ContainerStateTerminated, ContainerStatus
+from lightkube.resources.core_v1 import Pod
 
 from imexdra.controller.daemons import daemon_pod, one_per_node
 from tests.unit.controller.support import CLIQUE, UID, make_pod, member
@@ -70,3 +72,44 @@ def test_one_per_node_prefers_ready_then_newest() -> None:
     ]
     chosen = one_per_node(p for p in pods if p is not None)
     assert [p.name for p in chosen] == ["a-new", "b-old"]
+
+
+def _with_container(pod: Pod, *, ready: bool, exit_code: int | None, message: str, reason: str) -> Pod:
+    assert pod.status is not None
+    terminated = (
+        ContainerStateTerminated(exitCode=exit_code, message=message or None, reason=reason or None)
+        if exit_code is not None
+        else None
+    )
+    pod.status.containerStatuses = [
+        ContainerStatus(
+            name="compute-domain-daemon",
+            image="imexdra:0.1.0",
+            imageID="",
+            ready=ready,
+            restartCount=3,
+            lastState=ContainerState(terminated=terminated),
+        )
+    ]
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("ready", "exit_code", "message", "reason", "failure"),
+    [
+        (False, 1, "nvidia-imex not found\n", "Error", "nvidia-imex not found"),
+        (False, 137, "", "OOMKilled", "exited with code 137 (OOMKilled)"),
+        (False, 2, "", "", "exited with code 2"),
+        (True, 1, "old failure", "Error", ""),
+        (False, 0, "", "Completed", ""),
+        (False, None, "", "", ""),
+    ],
+    ids=["termination-message", "no-message", "no-reason", "ready-again", "clean-exit", "never-exited"],
+)
+def test_failure_is_the_last_non_zero_exit_while_not_ready(
+    ready: bool, exit_code: int | None, message: str, reason: str, failure: str
+) -> None:
+    """A failing daemon's termination message (else its exit code) is what the controller reports."""
+    pod = make_pod(ready=ready)
+    found = daemon_pod(_with_container(pod, ready=ready, exit_code=exit_code, message=message, reason=reason))
+    assert found is not None and found.failure == failure
