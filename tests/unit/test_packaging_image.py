@@ -11,28 +11,14 @@ from __future__ import annotations
 import re
 import shlex
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.dockerfile import instructions
+
 REPO = Path(__file__).parents[2]
-DOCKERFILE = REPO / "deployments/container/Dockerfile"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-
-
-def instructions() -> Iterator[tuple[str, str]]:
-    """``(INSTRUCTION, arguments)`` of the Dockerfile, continuation lines joined, comments dropped."""
-    logical = ""
-    for line in DOCKERFILE.read_text().splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        logical += line.rstrip("\\").strip() + " " if line.endswith("\\") else line.strip()
-        if not line.endswith("\\"):
-            if logical:
-                keyword, _, rest = logical.partition(" ")
-                yield keyword.upper(), rest.strip()
-            logical = ""
 
 
 def _pattern(glob: str) -> re.Pattern[str]:

@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.dockerfile import instructions
+
 REPO = Path(__file__).parents[3]
-DOCKERFILE = REPO / "deployments/container/Dockerfile"
 BUILD_SH = REPO / "tools/image/build.sh"
 CONTRACT_ENV = REPO / "tools/image/contract.env"
 CHART = REPO / "deployments/helm/imexdra"
@@ -69,16 +70,7 @@ class Stage:
 
 def dockerfile_stages() -> list[Stage]:
     """The Dockerfile's stages, continuation lines joined, comments dropped, global ARGs applied."""
-    logical, lines = "", []
-    for line in DOCKERFILE.read_text().splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        logical += line.rstrip("\\").strip() + " " if line.endswith("\\") else line.strip()
-        if not line.endswith("\\"):
-            if logical:
-                keyword, _, rest = logical.partition(" ")
-                lines.append((keyword.upper(), rest.strip()))
-            logical = ""
+    lines = list(instructions())
     global_args: dict[str, str] = {}
     stages: list[Stage] = []
     for keyword, args in lines:
