@@ -23,6 +23,10 @@ log() { printf '[k8s-build %(%H:%M:%S)T] %s\n' -1 "$*"; }
 if ! command -v go >/dev/null; then
   log "ERROR: go is not installed (need go >= 1.26)"; exit 1
 fi
+# The node runtime and image builds use these system tools (Debian's base system has them all).
+for tool in gcc dpkg-deb apt-get ip unshare nsenter mount sysctl; do
+  command -v "$tool" >/dev/null || { log "ERROR: $tool is not installed (needed for the containerd nodes)"; exit 1; }
+done
 go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
 if [ "$go_minor" -lt 26 ]; then
   log "ERROR: $(go env GOVERSION) is too old; Kubernetes $KUBE_VERSION needs go >= 1.26"; exit 1
