@@ -92,7 +92,7 @@ async def test_pod_runs_in_a_real_container_and_its_logs_come_back(
     assert await finished(cd_cluster, namespace, "hello") == "Succeeded"
     logs = cd_cluster.kubectl("logs", "hello", "-n", namespace).stdout
     assert "pid=1\n" in logs
-    assert "This is not Ubuntu. It is imexdra's stand-in" in logs
+    assert "This is not Ubuntu (docker.io/library/ubuntu:22.04). It is imexdra's stand-in" in logs
     pod_ip = pod_field(cd_cluster, namespace, "hello", "{.status.podIP}")
     assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(cd_cluster.node(NODE).pod_cidr)
     assert f"inet {pod_ip}/24" in logs
