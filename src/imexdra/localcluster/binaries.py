@@ -48,6 +48,13 @@ class Binaries:
         """Return the path of binary ``name``."""
         return self.bin_dir / name
 
+    def search_path(self) -> str:
+        """A ``PATH`` with the bin dir first, where containerd finds its shim and kube-proxy iptables.
+
+        As on a real node, where the packages put both in ``/usr/bin``.
+        """
+        return f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+
 
 def cache_root() -> Path:
     """Return the cache root (``IMEXDRA_CACHE`` or ``~/.cache/imexdra``), as the build script uses it."""

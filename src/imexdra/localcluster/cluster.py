@@ -83,6 +83,7 @@ class LocalCluster:
         self._supervisor = Supervisor(self.run_dir / "logs")
         self._node_ip = host_ip()
         self._health: dict[str, Callable[[], bool]] = {}
+        self._proxy_kubeconfig: Path | None = None
         self.fabric: Fabric | None = None
         """The pod network of containerd nodes (docs/node-runtime.md §6); made when the first spec
         given to the cluster is a containerd node, and the apiserver then listens on it."""
@@ -323,7 +324,7 @@ class LocalCluster:
                 f"node {spec.name}: containerd nodes need the cluster's fabric; "
                 "start the cluster with at least one containerd node in nodes_specs"
             )
-        if not hasattr(self, "_proxy_kubeconfig"):
+        if self._proxy_kubeconfig is None:
             cert = self.pki.issue("kube-proxy", common_name="system:kube-proxy")
             self._proxy_kubeconfig = self._kubeconfig("kube-proxy", cert, "system:kube-proxy")
         index = sum(1 for node in self.nodes if node.spec.runtime == "containerd")

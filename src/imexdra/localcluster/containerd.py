@@ -152,9 +152,7 @@ def start_containerd(
     for source in binds.values():
         source.mkdir(parents=True, exist_ok=True)
     argv = [*_namespace_setup(kubelet_root, binds), str(binaries.path("containerd")), f"--config={config}"]
-    # The shim is found on PATH, as on a real node where containerd's packages put both in /usr/bin.
-    env = {"PATH": f"{binaries.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-    process = supervisor.start(f"{name}-containerd", argv, env=env)
+    process = supervisor.start(f"{name}-containerd", argv, env={"PATH": binaries.search_path()})
     socket = directory / "containerd.sock"
     wait_until(f"{name} containerd socket", socket.exists, timeout=30, process=process)
     ctr = [str(binaries.path("ctr")), f"--address={socket}", "-n", "k8s.io"]

@@ -26,11 +26,20 @@ from imexdra.localcluster.processes import ClusterStartError, ManagedProcess, Su
 FIRST_OCTET, SECOND_OCTET_BASE, MAX_FABRICS = 10, 200, 50
 
 
-def _ip(*argv: str, netns_pid: int | None = None) -> None:
+def _run(argv: list[str], netns_pid: int | None) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` in the network namespace of ``netns_pid`` (the machine's when None)."""
     prefix = ["nsenter", f"--net=/proc/{netns_pid}/ns/net", "--"] if netns_pid else []
-    result = subprocess.run([*prefix, "ip", *argv], capture_output=True, text=True, check=False)
+    return subprocess.run([*prefix, *argv], capture_output=True, text=True, check=False)
+
+
+def _checked(argv: list[str], netns_pid: int | None) -> None:
+    result = _run(argv, netns_pid)
     if result.returncode != 0:
-        raise ClusterStartError(f"ip {' '.join(argv)} failed: {result.stderr.strip()}")
+        raise ClusterStartError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
+
+
+def _ip(*argv: str, netns_pid: int | None = None) -> None:
+    _checked(["ip", *argv], netns_pid)
 
 
 def _host_addresses() -> set[str]:
@@ -121,21 +130,9 @@ class Fabric:
 
 
 def _has_link(pid: int, name: str) -> bool:
-    result = subprocess.run(
-        ["nsenter", f"--net=/proc/{pid}/ns/net", "--", "ip", "link", "show", name],
-        capture_output=True,
-        check=False,
-    )
-    return result.returncode == 0
+    return _run(["ip", "link", "show", name], pid).returncode == 0
 
 
 def _sysctl(pid: int, setting: str) -> None:
     # /proc/sys/net is per network namespace: this sets the node's, never the machine's.
-    result = subprocess.run(
-        ["nsenter", f"--net=/proc/{pid}/ns/net", "--", "sysctl", "-q", "-w", setting],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise ClusterStartError(f"sysctl {setting} in node namespace failed: {result.stderr.strip()}")
+    _checked(["sysctl", "-q", "-w", setting], pid)

@@ -7,7 +7,6 @@ containerd with runc (``localcluster.containerd``, docs/node-runtime.md).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -219,7 +218,7 @@ def start_node(
                     "--v=1",
                 ],
                 # kube-proxy runs iptables from PATH; tools/k8s/build.sh puts Debian's beside it.
-                env={"PATH": f"{binaries.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"},
+                env={"PATH": binaries.search_path()},
             )
         )
     else:
