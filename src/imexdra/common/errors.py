@@ -21,6 +21,15 @@ class RetryableError(DriverError):
     """A transient condition: API conflicts or 5xx, lock timeouts, a peer that is not ready yet."""
 
 
+class RetryLaterError(RetryableError):
+    """Transient, but on the scale of an operator fixing something, not of one call's retries.
+
+    The component reports it at once, so the user sees the cause, and leaves the retry to its caller's
+    own schedule (the kubelet's next pod sync): e.g. the host's nvidia-imex not ready under
+    HostManagedIMEX. Nothing is given up: the same request later may succeed.
+    """
+
+
 class ConfigError(PermanentError):
     """Invalid configuration: flags, env vars, feature gates, or an opaque device config.
 

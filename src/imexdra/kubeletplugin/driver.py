@@ -4,7 +4,8 @@ Implements ``driverapi.Driver`` (docs/errors.md §3). Each claim attempt takes t
 node-global ``pu.lock`` (10 s timeout), runs ``DeviceState`` and releases the lock, so a channel claim
 waiting for its IMEX daemon never blocks the daemon's own claim. An error decides the claim's fate by
 its class: the first ``DriverError`` in its cause chain that is a ``PermanentError`` ends the claim
-with that error (the kubelet turns it into a ``FailedPrepareDynamicResources`` pod event); anything
+with that error (the kubelet turns it into a ``FailedPrepareDynamicResources`` pod event); so does a
+``RetryLaterError`` (e.g. host IMEX not ready), which the kubelet retries on its next pod sync; anything
 else is retried within the call's budget (``retries``). Error texts are upstream's:
 ``error preparing devices for claim '<ns>/<name>:<uid>': <cause>``.
 """
@@ -20,7 +21,7 @@ import structlog
 
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.common import flock
-from imexdra.common.errors import DriverError, PermanentError, RetryableError
+from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError
 from imexdra.common.logging import log_context
 from imexdra.common.pulse import Pulse
 from imexdra.kubeletplugin import metrics
@@ -38,22 +39,25 @@ class ClaimError(DriverError):
     """The final error of one claim, as reported to the kubelet."""
 
 
-def first_driver_error_is_permanent(error: BaseException) -> bool:
-    """Whether the outermost ``DriverError`` in ``error``'s chain (itself first) is permanent.
+def first_driver_error(error: BaseException) -> DriverError | None:
+    """The outermost ``PermanentError`` or ``RetryableError`` in ``error``'s chain (itself first).
 
     A retryable error raised while handling a permanent one (e.g. an API 403 wrapped as retryable,
-    as docs/errors.md §2 wants API errors) stays retryable; foreign exceptions are skipped over.
+    as docs/errors.md §2 wants API errors) decides as retryable; foreign exceptions are skipped over.
     """
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
-        if isinstance(current, PermanentError):
-            return True
-        if isinstance(current, RetryableError):
-            return False
+        if isinstance(current, PermanentError | RetryableError):
+            return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return False
+    return None
+
+
+def first_driver_error_is_permanent(error: BaseException) -> bool:
+    """Whether the outermost ``DriverError`` in ``error``'s chain (itself first) is permanent."""
+    return isinstance(first_driver_error(error), PermanentError)
 
 
 class ClaimPreparer(Protocol):
@@ -154,10 +158,14 @@ class ImexDriver:
 
 
 def _final(context: str, error: Exception) -> ClaimError | None:
-    """The claim's final error if ``error`` is permanent (logged as such), else None."""
-    if not first_driver_error_is_permanent(error):
+    """The claim's final error if ``error`` ends this call (logged as such), else None."""
+    decisive = first_driver_error(error)
+    if isinstance(decisive, PermanentError):
+        _log.error(f"Permanent error: {context}", error=str(error))
+    elif isinstance(decisive, RetryLaterError):
+        _log.warning(f"Reported for a later retry: {context}", error=str(error))
+    else:
         return None
-    _log.error(f"Permanent error: {context}", error=str(error))
     return ClaimError(f"{context}: {error}")
 
 

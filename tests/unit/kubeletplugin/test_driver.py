@@ -7,7 +7,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from imexdra.common import flock
-from imexdra.common.errors import ConfigError, PermanentError, RetryableError
+from imexdra.common.errors import ConfigError, PermanentError, RetryableError, RetryLaterError
 from imexdra.kubeletplugin.driver import ImexDriver, first_driver_error_is_permanent
 from imexdra.kubeletplugin.driverapi import ClaimRef, Device, ResourceClaim
 from imexdra.kubeletplugin.retries import RetryPolicy
@@ -52,6 +52,21 @@ async def test_permanent_error_ends_the_claim_with_upstreams_text(tmp_path: Path
     results = await ImexDriver(state, tmp_path / "pu.lock", policy=FAST).prepare([claim("u1")])
     assert str(results["u1"].error) == "error preparing devices for claim 'ns/u1-name:u1': no clique"
     assert state.calls == ["u1"]
+
+
+async def test_retry_later_error_is_reported_at_once_for_the_kubelet_to_retry(tmp_path: Path) -> None:
+    """A RetryLaterError (host IMEX not ready) is the claim's result at once, not retried in the call.
+
+    The kubelet turns the result into a pod event naming the cause and retries on its next pod sync;
+    that next call prepares the claim.
+    """
+    state = Scripted({"u1": [RetryLaterError("host IMEX not ready"), "ok"]})
+    driver = ImexDriver(state, tmp_path / "pu.lock", policy=FAST)
+    first = await driver.prepare([claim("u1")])
+    assert str(first["u1"].error) == "error preparing devices for claim 'ns/u1-name:u1': host IMEX not ready"
+    assert state.calls == ["u1"]
+    second = await driver.prepare([claim("u1")])
+    assert second["u1"].error is None and second["u1"].devices == (DEVICE,)
 
 
 async def test_retryable_error_is_retried_until_success(tmp_path: Path) -> None:
