@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from imexdra.api.config.common import ImexSettings
+from imexdra.api.config.common import ImexIsolation, ImexSettings
 from imexdra.api.config.controller import ControllerSettings
 from imexdra.api.featuregates import FeatureGates, Gate
 
@@ -45,6 +45,8 @@ class ControllerConfig:
     feature_gates: FeatureGates
     #: HostManagedIMEX: only the workload claim template; no daemons, cliques, node labels or status sync.
     host_managed: bool
+    #: ``channel`` gives each domain its own IMEX channel (docs/channel-isolation.md); host-managed only.
+    imex_isolation: ImexIsolation = ImexIsolation.DOMAIN
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
     min_publish_interval: float = DEFAULT_MIN_PUBLISH_INTERVAL_SECONDS
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
@@ -65,8 +67,9 @@ class ControllerConfig:
         imex: ImexSettings,
         feature_gates: FeatureGates,
     ) -> ControllerConfig:
-        """Combine the option groups; raises ``ConfigError`` for hostManaged without the gate."""
+        """Combine the option groups; ``ConfigError`` for hostManaged without the gate or a bad isolation."""
         namespaces = tuple(dict.fromkeys((namespace, *controller.additional_namespaces)))
+        host_managed = imex.host_managed(feature_gates)
         return cls(
             driver_namespace=namespace,
             managed_namespaces=namespaces,
@@ -76,5 +79,6 @@ class ControllerConfig:
             daemon_log_verbosity=controller.log_verbosity_cd_daemon,
             max_nodes_per_imex_domain=controller.max_nodes_per_imex_domain,
             feature_gates=feature_gates,
-            host_managed=imex.host_managed(feature_gates),
+            host_managed=host_managed,
+            imex_isolation=imex.isolation(host_managed=host_managed),
         )

@@ -89,6 +89,7 @@ def main(
         imageName=config.image_name,
         maxNodesPerIMEXDomain=config.max_nodes_per_imex_domain,
         hostManagedIMEX=config.host_managed,
+        imexIsolation=config.imex_isolation.value,
         computeDomainCliques=config.cliques_enabled,
         leaderElection=leader_election.enabled,
         kubeAPIQPS=kube_client.kube_api_qps,

@@ -78,6 +78,7 @@ def main(
     log = structlog.get_logger("imexdra.kubeletplugin")
     try:
         host_managed = imex.host_managed(feature_gates)
+        isolation = imex.isolation(host_managed=host_managed)
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     log_feature_gates(feature_gates)
@@ -101,6 +102,7 @@ def main(
         namespace=namespace,
         klogVerbosity=logging.verbosity,
         imexMode="hostManaged" if host_managed else "driverManaged",
+        imexIsolation=isolation.value,
         kubeletPluginsDirectoryPath=str(kubelet_plugin.kubelet_plugins_directory_path),
         kubeletRegistrarDirectoryPath=str(kubelet_plugin.kubelet_registrar_directory_path),
         cdiRoot=str(kubelet_plugin.cdi_root),

@@ -1,7 +1,8 @@
 """Option groups shared by the binaries: logging, feature gates, API client, metrics, identity, IMEX.
 
 Aspects covered: upstream defaults; every upstream env variable feeding its option; bad values
-reported as usage errors naming flag and variable; the IMEX mode/feature-gate cross-check.
+reported as usage errors naming flag and variable; the IMEX mode/feature-gate cross-check; which IMEX
+isolation each mode allows.
 """
 
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from imexdra.api.config.common import (
+    ImexIsolation,
     ImexMode,
     ImexSettings,
     KubeClientSettings,
@@ -33,7 +35,7 @@ DEFAULT_CASES: list[tuple[OptionGroup[Any], Any]] = [
     (kube_client_options, KubeClientSettings(kubeconfig=None, kube_api_qps=5.0, kube_api_burst=10)),
     (metrics_options, MetricsSettings(http_endpoint="", metrics_path="/metrics")),
     (namespace_options, "default"),
-    (imex_options, ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation="domain")),
+    (imex_options, ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation=ImexIsolation.DOMAIN)),
 ]
 
 
@@ -53,7 +55,8 @@ ENV_CASES: list[tuple[OptionGroup[Any], dict[str, str], str, Any]] = [
     (metrics_options, {"HTTP_ENDPOINT": "[::1]:9000"}, "listen_address", ("::1", 9000)),
     (metrics_options, {"METRICS_PATH": "/m"}, "metrics_path", "/m"),
     (imex_options, {"IMEX_MODE": "hostManaged"}, "imex_mode", ImexMode.HOST_MANAGED),
-    (imex_options, {"IMEX_ISOLATION": ""}, "imex_isolation", "domain"),
+    (imex_options, {"IMEX_ISOLATION": ""}, "imex_isolation", ImexIsolation.DOMAIN),
+    (imex_options, {"IMEX_ISOLATION": "channel"}, "imex_isolation", ImexIsolation.CHANNEL),
 ]
 
 
@@ -100,10 +103,9 @@ def test_env_fallbacks(group: OptionGroup[Any], env: dict[str, str], attribute: 
         (imex_options, {"IMEX_MODE": "auto"}, ["'--imex-mode'", "IMEX_MODE"]),
         (
             imex_options,
-            {"IMEX_ISOLATION": "channel"},
-            ["'--imex-isolation'", "IMEX_ISOLATION", "not supported yet"],
+            {"IMEX_ISOLATION": "node"},
+            ["'--imex-isolation'", "IMEX_ISOLATION", 'unknown value "node"; use "domain" or "channel"'],
         ),
-        (imex_options, {"IMEX_ISOLATION": "node"}, ["'--imex-isolation'", 'unknown value "node"']),
     ],
     ids=[
         "node-name-missing",
@@ -120,7 +122,6 @@ def test_env_fallbacks(group: OptionGroup[Any], env: dict[str, str], attribute: 
         "endpoint-port-range",
         "metrics-path-relative",
         "imex-mode-unknown",
-        "imex-isolation-channel",
         "imex-isolation-unknown",
     ],
 )
@@ -173,14 +174,44 @@ def test_metrics_disabled_without_endpoint() -> None:
 )
 def test_host_managed_is_decided_by_the_gate(mode: ImexMode, gates: str, expected: bool) -> None:
     """The HostManagedIMEX gate selects host mode; IMEX_MODE may agree with it."""
-    imex = ImexSettings(imex_mode=mode, imex_isolation="domain")
+    imex = ImexSettings(imex_mode=mode, imex_isolation=ImexIsolation.DOMAIN)
     assert imex.host_managed(resolve_feature_gates(gates)) is expected
 
 
 def test_host_managed_mode_without_gate_is_rejected() -> None:
     """IMEX_MODE=hostManaged without the gate is a ConfigError, as upstream requires its gate."""
-    imex = ImexSettings(imex_mode=ImexMode.HOST_MANAGED, imex_isolation="domain")
+    imex = ImexSettings(imex_mode=ImexMode.HOST_MANAGED, imex_isolation=ImexIsolation.DOMAIN)
     with pytest.raises(ConfigError) as caught:
         imex.host_managed(resolve_feature_gates(""))
     assert caught.value.field == "imex_mode"
     assert "HostManagedIMEX=true" in str(caught.value)
+
+
+@pytest.mark.parametrize("host_managed", [False, True], ids=["driver-managed", "host-managed"])
+def test_domain_isolation_works_in_both_modes(host_managed: bool) -> None:
+    """Domain isolation (upstream's only one) is what both IMEX modes run with by default."""
+    imex = ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation=ImexIsolation.DOMAIN)
+    assert imex.isolation(host_managed=host_managed) is ImexIsolation.DOMAIN
+
+
+def test_channel_isolation_is_refused_with_driver_managed_imex() -> None:
+    """Channel isolation under driver-managed IMEX says why it adds nothing and what would work."""
+    imex = ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation=ImexIsolation.CHANNEL)
+    with pytest.raises(ConfigError) as caught:
+        imex.isolation(host_managed=False)
+    assert caught.value.field == "imex_isolation"
+    message = str(caught.value)
+    assert "needs host-managed IMEX" in message
+    assert "already isolates domains" in message
+    assert "HostManagedIMEX=true" in message
+    assert "being built" not in message
+
+
+def test_channel_isolation_with_host_managed_imex_is_refused_while_being_built() -> None:
+    """Host-managed IMEX passes the mode check; channel isolation then meets the one 'being built' refusal."""
+    imex = ImexSettings(imex_mode=ImexMode.HOST_MANAGED, imex_isolation=ImexIsolation.CHANNEL)
+    with pytest.raises(ConfigError) as caught:
+        imex.isolation(host_managed=True)
+    assert caught.value.field == "imex_isolation"
+    assert "channel isolation is being built: see docs/channel-isolation.md" in str(caught.value)
+    assert "needs host-managed IMEX" not in str(caught.value)

@@ -165,9 +165,30 @@ GUARDS = {
         ),
         "requires featureGates.HostManagedIMEX=true",
     ),
-    "channel-isolation": (
+    "channel-isolation-driver-managed": (
         nested("resources.computeDomains.imex.isolation", "channel"),
-        "is not supported yet",
+        "isolation=channel needs host-managed IMEX: with driver-managed IMEX every ComputeDomain",
+    ),
+    "channel-isolation-driver-managed-gate-off": (
+        merge(
+            nested("resources.computeDomains.imex.isolation", "channel"),
+            {"featureGates": {"AllAlpha": True, "HostManagedIMEX": False}},
+        ),
+        "isolation=channel needs host-managed IMEX",
+    ),
+    "channel-isolation-host-managed": (
+        merge(
+            nested("resources.computeDomains.imex.isolation", "channel"),
+            {"featureGates": {"HostManagedIMEX": True}},
+        ),
+        "channel isolation is being built: see docs/channel-isolation.md",
+    ),
+    "channel-isolation-host-managed-by-mode": (
+        merge(
+            nested("resources.computeDomains.imex", {"mode": "hostManaged", "isolation": "channel"}),
+            {"featureGates": {"HostManagedIMEXDaemon": True}},
+        ),
+        "channel isolation is being built",
     ),
     "unknown-isolation": (
         nested("resources.computeDomains.imex.isolation", "node"),
@@ -201,6 +222,23 @@ def test_install_guards(values: dict[str, Any], message: str) -> None:
     error = render_error(values)
     assert "execution error" in error
     assert message in error
+
+
+@pytest.mark.parametrize(
+    ("gates", "says", "does_not_say"),
+    [
+        pytest.param({}, "needs host-managed IMEX", "being built", id="driver-managed"),
+        pytest.param({"HostManagedIMEX": True}, "being built", "needs host-managed IMEX", id="host-managed"),
+    ],
+)
+def test_channel_isolation_refusal_depends_on_the_imex_mode(
+    gates: dict[str, bool], says: str, does_not_say: str
+) -> None:
+    """Driver-managed IMEX gets the permanent refusal; host-managed only the temporary 'being built' one."""
+    values = merge(nested("resources.computeDomains.imex.isolation", "channel"), {"featureGates": gates})
+    error = render_error(values)
+    assert says in error
+    assert does_not_say not in error
 
 
 def test_default_namespace_is_refused_unless_allowed() -> None:

@@ -14,7 +14,7 @@ from imexdra.api.computedomain import (
     ComputeDomainSpec,
     ResourceClaimTemplateReference,
 )
-from imexdra.api.config.common import ImexMode, ImexSettings
+from imexdra.api.config.common import ImexIsolation, ImexMode, ImexSettings
 from imexdra.api.config.controller import ControllerSettings
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, AllocationMode
 from imexdra.api.featuregates import resolve_feature_gates
@@ -42,7 +42,7 @@ def make_config(*, gates: str = "", namespace: str = "nvidia-dra", **overrides: 
     return ControllerConfig.from_settings(
         namespace=namespace,
         controller=controller_settings(**overrides),
-        imex=ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation="domain"),
+        imex=ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation=ImexIsolation.DOMAIN),
         feature_gates=resolve_feature_gates(gates),
     )
 

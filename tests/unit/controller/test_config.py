@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imexdra.api.config.common import ImexMode, ImexSettings
+from imexdra.api.config.common import ImexIsolation, ImexMode, ImexSettings
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.common.errors import ConfigError
 from imexdra.controller.config import ControllerConfig
@@ -40,6 +40,31 @@ def test_host_managed_mode_flag_without_the_gate_is_rejected() -> None:
         ControllerConfig.from_settings(
             namespace="drv",
             controller=controller_settings(),
-            imex=ImexSettings(imex_mode=ImexMode.HOST_MANAGED, imex_isolation="domain"),
+            imex=ImexSettings(imex_mode=ImexMode.HOST_MANAGED, imex_isolation=ImexIsolation.DOMAIN),
             feature_gates=resolve_feature_gates(""),
         )
+
+
+@pytest.mark.parametrize(
+    ("gates", "message"),
+    [
+        ("", "needs host-managed IMEX"),
+        ("HostManagedIMEX=true", "channel isolation is being built"),
+    ],
+    ids=["driver-managed", "host-managed"],
+)
+def test_channel_isolation_is_refused_at_startup(gates: str, message: str) -> None:
+    """The controller refuses channel isolation: driver-managed for good, host-managed until it is built."""
+    with pytest.raises(ConfigError, match=message):
+        ControllerConfig.from_settings(
+            namespace="drv",
+            controller=controller_settings(),
+            imex=ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation=ImexIsolation.CHANNEL),
+            feature_gates=resolve_feature_gates(gates),
+        )
+
+
+def test_domain_isolation_is_the_default() -> None:
+    """Without IMEX_ISOLATION the controller runs domain isolation, in both modes."""
+    assert make_config().imex_isolation is ImexIsolation.DOMAIN
+    assert make_config(gates="HostManagedIMEX=true").imex_isolation is ImexIsolation.DOMAIN

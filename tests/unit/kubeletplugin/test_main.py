@@ -60,6 +60,23 @@ def test_host_managed_mode_needs_the_gate() -> None:
 
 
 @pytest.mark.parametrize(
+    ("gates", "fragments"),
+    [
+        ("", ["--imex-isolation=channel (IMEX_ISOLATION) needs host-managed IMEX", "HostManagedIMEX=true"]),
+        ("HostManagedIMEX=true", ["channel isolation is being built", "docs/channel-isolation.md"]),
+    ],
+    ids=["driver-managed", "host-managed"],
+)
+def test_channel_isolation_is_refused_before_startup(gates: str, fragments: list[str]) -> None:
+    """IMEX_ISOLATION=channel stops the plugin with a usage error: why, and what would work."""
+    result = run([], {"NODE_NAME": "node-a", "FEATURE_GATES": gates, "IMEX_ISOLATION": "channel"})
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    for fragment in fragments:
+        assert fragment in output
+
+
+@pytest.mark.parametrize(
     ("gates", "forced"),
     [("HostManagedIMEX=true,", True), ("", False)],
     ids=["host-managed", "driver-managed"],

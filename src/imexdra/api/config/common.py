@@ -198,19 +198,32 @@ class ImexMode(StrEnum):
     HOST_MANAGED = "hostManaged"
 
 
+class ImexIsolation(StrEnum):
+    """Values of ``--imex-isolation`` (``""`` means ``domain``, as upstream); docs/channel-isolation.md."""
+
+    #: Every ComputeDomain of one IMEX domain shares channel 0 (upstream's only mode).
+    DOMAIN = "domain"
+    #: Every ComputeDomain gets a channel of its own; host-managed IMEX only.
+    CHANNEL = "channel"
+
+
+def _isolation(_ctx: click.Context, _param: click.Parameter, value: str) -> ImexIsolation:
+    """Parse ``--imex-isolation``; empty is upstream's old spelling of ``domain``."""
+    if value == "":
+        return ImexIsolation.DOMAIN
+    try:
+        return ImexIsolation(value)
+    except ValueError:
+        choices = " or ".join(f'"{isolation.value}"' for isolation in ImexIsolation)
+        raise click.BadParameter(f'unknown value "{value}"; use {choices}') from None
+
+
 @dataclass(frozen=True, slots=True)
 class ImexSettings:
-    """Upstream's IMEX mode and isolation flags, kept so upstream values and env keep working."""
+    """Upstream's IMEX mode and isolation flags; the mode and the feature gates decide what they mean."""
 
     imex_mode: ImexMode
-    imex_isolation: str
-
-    def __post_init__(self) -> None:
-        """Accept isolation ``domain`` (or empty, its old spelling) only, like upstream."""
-        if self.imex_isolation == "channel":
-            raise ConfigError('"channel" is not supported yet; use "domain"', field="imex_isolation")
-        if self.imex_isolation not in ("", "domain"):
-            raise ConfigError(f'unknown value "{self.imex_isolation}"; use "domain"', field="imex_isolation")
+    imex_isolation: ImexIsolation
 
     def host_managed(self, gates: FeatureGates) -> bool:
         """Whether the host runs nvidia-imex: the gate decides; ``--imex-mode=hostManaged`` needs it on."""
@@ -221,6 +234,27 @@ class ImexSettings:
                 field="imex_mode",
             )
         return enabled
+
+    def isolation(self, *, host_managed: bool) -> ImexIsolation:
+        """The isolation to run with, given the resolved IMEX mode; ``ConfigError`` if not usable."""
+        if self.imex_isolation is ImexIsolation.DOMAIN:
+            return ImexIsolation.DOMAIN
+        if not host_managed:
+            raise ConfigError(
+                f"--imex-isolation={ImexIsolation.CHANNEL.value} (IMEX_ISOLATION) needs host-managed IMEX: "
+                "with driver-managed IMEX every ComputeDomain runs its own IMEX daemon on each of its "
+                "nodes, which already isolates domains from each other. "
+                f'Use "{ImexIsolation.DOMAIN.value}", or turn on feature gate '
+                f"{Gate.HOST_MANAGED_IMEX.value}=true if the hosts run nvidia-imex themselves",
+                field="imex_isolation",
+            )
+        # BEING BUILT (issue #17): the slice that makes the controller and the kubelet plugin implement
+        # channel isolation end to end deletes this refusal (and its twin in the chart's validation.yaml).
+        raise ConfigError(
+            f"--imex-isolation={ImexIsolation.CHANNEL.value} (IMEX_ISOLATION): channel isolation is "
+            f'being built: see docs/channel-isolation.md; use "{ImexIsolation.DOMAIN.value}" for now',
+            field="imex_isolation",
+        )
 
 
 imex_options = OptionGroup(
@@ -237,7 +271,8 @@ imex_options = OptionGroup(
     option(
         "--imex-isolation",
         envvar="IMEX_ISOLATION",
-        default="domain",
-        help="IMEX isolation; only domain is supported.",
+        callback=_isolation,
+        default=ImexIsolation.DOMAIN.value,
+        help="IMEX isolation: domain (all domains share channel 0) or channel (host-managed only).",
     ),
 )
