@@ -11,6 +11,7 @@ then injects the IMEX channel into the workload container — a real character d
 from __future__ import annotations
 
 import ipaddress
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -22,6 +23,7 @@ from imexdra.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
 from tests.integration.helpers import apply, eventually
 from tests.integration.pluginharness import (
     CLIQUE,
+    HostImex,
     PluginProcess,
     SimulatedNode,
     channel_template,
@@ -138,9 +140,74 @@ async def test_pods_reach_the_apiserver_through_the_kubernetes_service(
     )
 
 
+async def test_pods_resolve_services_by_name_through_cluster_dns(
+    cd_cluster: LocalCluster, namespace: str
+) -> None:
+    """CoreDNS on the control-plane node answers a pod's lookup of a Service by its short and full name."""
+    apply(
+        cd_cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "peers", "namespace": namespace},
+            "spec": {"clusterIP": "None", "selector": {"app": "none"}, "ports": [{"port": 1}]},
+        },
+    )
+    apply(
+        cd_cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "front", "namespace": namespace},
+            "spec": {"selector": {"app": "none"}, "ports": [{"port": 80}]},
+        },
+    )
+    front_ip = cd_cluster.kubectl(
+        "get", "service", "front", "-n", namespace, "-o", "jsonpath={.spec.clusterIP}"
+    ).stdout
+    script = (
+        "grep -E '^(nameserver|search)' /etc/resolv.conf; "
+        "nslookup front; nslookup kubernetes.default.svc.cluster.local"
+    )
+    apply(cd_cluster, script_pod(namespace, "resolver", script, node=OTHER_NODE))
+    assert await finished(cd_cluster, namespace, "resolver") == "Succeeded"
+    logs = cd_cluster.kubectl("logs", "resolver", "-n", namespace).stdout
+    assert "nameserver 10.0.0.10" in logs
+    assert f"search {namespace}.svc.cluster.local svc.cluster.local cluster.local" in logs
+    assert f"Name:\tfront.{namespace}.svc.cluster.local\nAddress: {front_ip}" in logs
+    assert "Name:\tkubernetes.default.svc.cluster.local\nAddress: 10.0.0.1" in logs
+    events = cd_cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].reason}").stdout
+    assert "MissingClusterDNS" not in events
+
+
+def test_control_plane_node_is_cpu_only_tainted_and_runs_cluster_dns(cd_cluster: LocalCluster) -> None:
+    """As in a kubeadm or kind cluster: the role label, the NoSchedule taint, CoreDNS on it, no GPUs."""
+    assert cd_cluster.control_plane is not None
+    name = cd_cluster.control_plane.name
+    node = json.loads(cd_cluster.kubectl("get", "node", name, "-o", "json").stdout)
+    assert "node-role.kubernetes.io/control-plane" in node["metadata"]["labels"]
+    assert "nvidia.com/gpu.present" not in node["metadata"]["labels"]
+    assert {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"} in node["spec"]["taints"]
+    dns_nodes = cd_cluster.kubectl(
+        "get",
+        "pods",
+        "-n",
+        "kube-system",
+        "-l",
+        "k8s-app=kube-dns",
+        "-o",
+        "jsonpath={.items[*].spec.nodeName}",
+    ).stdout
+    assert dns_nodes == name
+    assert name not in [n.name for n in cd_cluster.nodes]
+
+
 @pytest.fixture(scope="module")
 def plugin(cd_cluster: LocalCluster) -> Iterator[PluginProcess]:
-    """A host-managed plugin on cd-0 writing its CDI specs where the node's containerd reads them."""
+    """A host-managed plugin on cd-0 writing its CDI specs where the node's containerd reads them.
+
+    The node's host nvidia-imex runs, so the plugin's readiness check passes.
+    """
     install_api(cd_cluster)
     node = cd_cluster.node(NODE)
     cdi_root = node.host_dir / CDI_DIR.lstrip("/")
@@ -150,10 +217,13 @@ def plugin(cd_cluster: LocalCluster) -> Iterator[PluginProcess]:
         host_managed=True,
         extra_env={"CDI_ROOT": str(cdi_root)},
     )
+    host_imex = HostImex(process.sim)
+    host_imex.start()
     process.start()
     yield process
     if process.process is not None:
         process.stop()
+    host_imex.stop()
 
 
 async def test_channel_claim_is_a_real_char_device_injected_by_containerd_cdi(

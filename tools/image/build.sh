@@ -9,6 +9,8 @@
 #   .../images/nvbandwidth.tar   ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163 — the seed MPIJob's
 #       image, a STAND-IN too: busybox, and a program that checks and shows the IMEX channel and says it
 #       is not nvbandwidth (nvbandwidth-stand-in)
+#   .../images/coredns.tar   registry.k8s.io/coredns/coredns:v$COREDNS_VERSION, the cluster DNS, from the
+#       binary tools/k8s/build.sh built from CoreDNS's Go module
 #   .../images/imexdra.tar   the project's component image under the reference the chart uses by default
 #       (deployments/helm/imexdra: image.repository, tag = appVersion), the recipe of
 #       deployments/container/Dockerfile without Docker: a `debootstrap --variant=minbase` bookworm root
@@ -214,6 +216,25 @@ else
     --env PATH=/usr/local/bin:/bin \
     --label org.opencontainers.image.description="imexdra stand-in for the nvbandwidth sample (busybox)"
   echo "$stamp" > "$out/nvbandwidth.stamp"
+fi
+
+# -- CoreDNS ----------------------------------------------------------------------------------------
+# The cluster DNS of containerd clusters (docs/node-runtime.md, "Cluster DNS"): the static binary
+# tools/k8s/build.sh built from CoreDNS's Go module, alone in the image as upstream ships it, under the
+# reference kubeadm names it by.
+coredns_bin="$cache_root/k8s-$KUBE_VERSION/bin/coredns"
+[ -x "$coredns_bin" ] || { log "ERROR: no $coredns_bin; run tools/k8s/build.sh (make k8s)"; exit 1; }
+COREDNS_REF="registry.k8s.io/coredns/coredns:v$COREDNS_VERSION"
+stamp=$(stamp_of "$COREDNS_REF" "$(sha256sum < "$coredns_bin")")
+if current coredns "$stamp"; then
+  log "coredns: up to date"
+else
+  log "coredns: packing $COREDNS_REF from $coredns_bin"
+  mkdir -p "$work/coredns"
+  install -m 0755 "$coredns_bin" "$work/coredns/coredns"
+  "$python" "$here/ociarchive.py" --rootfs "$work/coredns" --ref "$COREDNS_REF" \
+    --out "$out/coredns.tar" --entrypoint '["/coredns"]'
+  echo "$stamp" > "$out/coredns.stamp"
 fi
 
 # -- imexdra component image -------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 #   ${IMEXDRA_CACHE:-~/.cache/imexdra}/k8s-<version>/bin/{etcd,kube-apiserver,kube-controller-manager,
 #   kube-scheduler,kubelet,kubectl,helm,fakecri,mpi-operator} and manifests/mpi-operator/ (CRD, RBAC);
 #   the node runtime: containerd, containerd-shim-runc-v2, ctr, runc and the CNI plugins bridge,
-#   host-local and loopback (docs/node-runtime.md);
+#   host-local and loopback (docs/node-runtime.md); coredns, the cluster DNS of containerd clusters;
 #   first, tools/nvml-mock/build.sh builds the mock libnvidia-ml.so.1 into .../nvml-mock/ (C, seconds);
 #   last, tools/image/build.sh builds the nodes' container images into .../images/
 # Idempotent: a component is rebuilt only when the stamp of its inputs (versions + go.mod/go.sum/sources)
@@ -129,6 +129,9 @@ LD_LIBRARY_PATH=$ipt/usr/lib/x86_64-linux-gnu XTABLES_LIBDIR=$ipt/usr/lib/x86_64
 WRAPPER
   chmod 0755 "$bin/$tool"
 done
+# Cluster DNS for containerd clusters: CoreDNS with the plugins kubeadm's default Corefile uses
+# (tools/k8s/coredns/main.go); tools/image/build.sh packs it as the CoreDNS image.
+build_step coredns coredns "$COREDNS_VERSION" coredns -- -ldflags="-s -w" -o "$bin/coredns" .
 build_step mpi-operator mpioperator "$MPI_OPERATOR_VERSION" mpi-operator -- -ldflags="-s -w" -o "$bin/mpi-operator" \
   github.com/kubeflow/mpi-operator/cmd/mpi-operator
 # The MPIJob CRD and the operator's RBAC ship in the same module; keep them next to the binary.

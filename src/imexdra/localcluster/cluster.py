@@ -3,8 +3,9 @@
 ``LocalCluster`` is what tests, the demo and the benchmarks use. It runs real Kubernetes v1.36
 binaries with real TLS, RBAC + Node authorization, service-account token signing and admission on.
 Nodes run fakecri (containers as host processes) or a real containerd with runc, joined by a pod
-network of their own (docs/node-runtime.md). Everything of one run, logs included, is
-under ``run_dir``; ``stop()`` kills every child by process group.
+network of their own (docs/node-runtime.md); a cluster with containerd nodes also gets a CPU-only
+control-plane node running cluster DNS, as kubeadm and kind clusters have. Everything of one run,
+logs included, is under ``run_dir``; ``stop()`` kills every child by process group.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from pathlib import Path
 from types import TracebackType
 
 import structlog
+import yaml
 
+from imexdra.localcluster import dns
 from imexdra.localcluster.binaries import Binaries, locate
 from imexdra.localcluster.containerd import kill_shims
 from imexdra.localcluster.fabric import Fabric
@@ -43,6 +46,14 @@ log = structlog.get_logger(__name__)
 
 SERVICE_CIDR = "10.0.0.0/24"
 KUBERNETES_SERVICE_IP = "10.0.0.1"
+CONTROL_PLANE_NODE = "control-plane"
+
+
+def control_plane_spec() -> NodeSpec:
+    """The CPU-only control-plane node of a containerd cluster: tainted, no GPUs, hosts cluster DNS."""
+    return NodeSpec(
+        name=CONTROL_PLANE_NODE, runtime="containerd", taints=(f"{dns.CONTROL_PLANE_ROLE}:NoSchedule",)
+    )
 
 
 def host_ip() -> str:
@@ -71,6 +82,9 @@ class LocalCluster:
     keep_run_dir: bool = True
 
     nodes: list[Node] = field(default_factory=list, init=False)
+    """The nodes of ``nodes_specs`` and ``add_nodes``: the workers."""
+    control_plane: Node | None = field(default=None, init=False)
+    """The control-plane node (``control_plane_spec``) of a containerd cluster, else None."""
     kubeconfig: Path = field(default=Path(), init=False)
     apiserver_url: str = field(default="", init=False)
     apiserver_port: int = field(default=0, init=False)
@@ -84,6 +98,7 @@ class LocalCluster:
         self._node_ip = host_ip()
         self._health: dict[str, Callable[[], bool]] = {}
         self._proxy_kubeconfig: Path | None = None
+        self._fabric_slots = 0
         self.fabric: Fabric | None = None
         """The pod network of containerd nodes (docs/node-runtime.md §6); made when the first spec
         given to the cluster is a containerd node, and the apiserver then listens on it."""
@@ -108,7 +123,12 @@ class LocalCluster:
         try:
             self._start_control_plane()
             self.startup_seconds["control_plane"] = time.monotonic() - t0
-            self.add_nodes(self.nodes_specs)
+            if self.fabric is None:
+                self.add_nodes(self.nodes_specs)
+            else:
+                self.control_plane, *workers = self._start_nodes([control_plane_spec(), *self.nodes_specs])
+                self.nodes.extend(workers)
+                self._install_cluster_dns(self.control_plane)
         except BaseException:
             self.stop()
             raise
@@ -118,7 +138,7 @@ class LocalCluster:
     def stop(self) -> None:
         """Kill every child process group and, unless ``keep_run_dir``, remove the run directory."""
         self._supervisor.stop_all()
-        for node in self.nodes:
+        for node in [*self.nodes, *([self.control_plane] if self.control_plane else [])]:
             if node.spec.runtime == "containerd":
                 kill_shims(node.cri_socket)
         if self.fabric is not None:
@@ -282,7 +302,12 @@ class LocalCluster:
     # -- nodes -----------------------------------------------------------------------------------
 
     def add_nodes(self, specs: Iterable[NodeSpec], *, timeout: float = 120) -> list[Node]:
-        """Start simulated nodes in parallel and wait until all of them are Ready."""
+        """Start simulated worker nodes in parallel and wait until all of them are Ready."""
+        started = self._start_nodes(specs, timeout=timeout)
+        self.nodes.extend(started)
+        return started
+
+    def _start_nodes(self, specs: Iterable[NodeSpec], *, timeout: float = 120) -> list[Node]:
         assert self.run_dir is not None and self.binaries is not None
         started: list[Node] = []
         t0 = time.monotonic()
@@ -308,7 +333,6 @@ class LocalCluster:
                 network=network,
             )
             started.append(node)
-            self.nodes.append(node)
         for node in started:
             self._wait_node_ready(node, timeout)
         if started:
@@ -327,8 +351,27 @@ class LocalCluster:
         if self._proxy_kubeconfig is None:
             cert = self.pki.issue("kube-proxy", common_name="system:kube-proxy")
             self._proxy_kubeconfig = self._kubeconfig("kube-proxy", cert, "system:kube-proxy")
-        index = sum(1 for node in self.nodes if node.spec.runtime == "containerd")
-        return NodeNetwork(self.fabric, index, self._proxy_kubeconfig)
+        self._fabric_slots += 1
+        return NodeNetwork(self.fabric, self._fabric_slots - 1, self._proxy_kubeconfig)
+
+    def _install_cluster_dns(self, control_plane: Node, timeout: float = 90) -> None:
+        """Label the control-plane node as kubeadm does, run CoreDNS on it, wait until it answers.
+
+        The role label is set through the API: a kubelet may not give itself ``node-role`` labels.
+        """
+        t0 = time.monotonic()
+        self.kubectl("label", "node", control_plane.name, f"{dns.CONTROL_PLANE_ROLE}=")
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(dns.manifests()))
+        self.kubectl(
+            "rollout",
+            "status",
+            "-n",
+            dns.NAMESPACE,
+            "deployment/coredns",
+            f"--timeout={int(timeout)}s",
+            timeout=timeout + 10,
+        )
+        self.startup_seconds["cluster_dns"] = time.monotonic() - t0
 
     def _wait_node_ready(self, node: Node, timeout: float) -> None:
         """Wait for the node to be Ready; a kubelet that dies while starting is restarted once.

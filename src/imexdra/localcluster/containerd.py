@@ -40,8 +40,9 @@ def images_dir() -> Path:
 def image_archives() -> list[Path]:
     """Every image archive to import into a node, or explain how to build them."""
     archives = sorted(images_dir().glob("*.tar"))
-    if not any(a.name == "pause.tar" for a in archives):
-        raise ClusterStartError(f"no sandbox image archive in {images_dir()}; run `make k8s` first")
+    missing = {"pause.tar", "coredns.tar"} - {a.name for a in archives}
+    if missing:
+        raise ClusterStartError(f"no {', '.join(sorted(missing))} in {images_dir()}; run `make k8s` first")
     return archives
 
 

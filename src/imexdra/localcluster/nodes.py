@@ -15,6 +15,7 @@ import yaml
 
 from imexdra.localcluster.binaries import Binaries
 from imexdra.localcluster.containerd import start_containerd
+from imexdra.localcluster.dns import CLUSTER_DNS_IP, CLUSTER_DOMAIN
 from imexdra.localcluster.fabric import Fabric
 from imexdra.localcluster.processes import (
     ClusterStartError,
@@ -53,6 +54,8 @@ class NodeSpec:
     """fakecri: an IPv4 /24 on loopback (e.g. ``127.100.1.0/24``) each pod gets its own address from.
     containerd nodes leave it empty: the cluster's fabric gives each one a routable /24."""
     runtime: Literal["fakecri", "containerd"] = "fakecri"
+    taints: tuple[str, ...] = ()
+    """Taints the kubelet registers the node with, as ``key[=value]:Effect``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +158,24 @@ class Node:
             "volumeStatsAggPeriod": "0s",
             "maxPods": 110,
             "resolvConf": "",
+            "registerWithTaints": [_taint(t) for t in self.spec.taints],
+            # Pods in network namespaces of their own resolve Services through the cluster's CoreDNS
+            # (localcluster.dns); fakecri's host-process pods share the machine's resolver.
+            **(
+                {"clusterDNS": [CLUSTER_DNS_IP], "clusterDomain": CLUSTER_DOMAIN}
+                if self.spec.runtime == "containerd"
+                else {}
+            ),
         }
+
+
+def _taint(text: str) -> dict[str, str]:
+    """``key[=value]:Effect`` as a KubeletConfiguration taint."""
+    key_value, _, effect = text.rpartition(":")
+    key, _, value = key_value.partition("=")
+    if not key or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        raise ClusterStartError(f"taint {text!r}: want key[=value]:NoSchedule|PreferNoSchedule|NoExecute")
+    return {"key": key, "effect": effect, **({"value": value} if value else {})}
 
 
 def start_node(
