@@ -1,13 +1,13 @@
 """HostManagedIMEX end to end on a simulated rack (docs/host-managed.md).
 
-The rack: gb200-00 and gb200-01 share an NVLink clique, gb200-02 has no fabric. imexdra is installed
-with ``featureGates.HostManagedIMEX=true``; the host's own nvidia-imex is out of the driver's scope.
+The rack: gb200-00 and gb200-01 share an NVLink clique and run their own host nvidia-imex (one IMEX
+domain, command socket at the rack's ``hostSocketPath``), gb200-02 has no fabric. imexdra is installed
+with ``featureGates.HostManagedIMEX=true``; it checks the host's nvidia-imex before preparing a channel
+but never starts, stops or configures it.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +19,7 @@ import yaml
 from imexdra.cli import demo, rack
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.credentials import kubectl_as
-from imexdra.localcluster.processes import ManagedProcess, free_port
+from imexdra.localcluster.nodes import Node
 from tests.e2e.helpers import (
     apply,
     channel_pod,
@@ -66,8 +66,38 @@ def test_seed_mpijob_gets_channel0_and_no_daemons(host_managed_rack: LocalCluste
 
 @pytest.fixture
 def namespace(host_managed_rack: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace per test, emptied afterwards."""
+    """A fresh namespace per test, emptied afterwards; every node's host IMEX running again after it."""
     yield from fresh_namespace(host_managed_rack, request)
+    for node in host_managed_rack.nodes:
+        rack.ensure_host_imex(host_managed_rack, node)
+
+
+def test_host_imex_down_keeps_the_pod_pending_with_an_event_until_it_is_up(
+    host_managed_rack: LocalCluster, namespace: str
+) -> None:
+    """Host nvidia-imex stopped: the worker stays Pending, its event names the socket and what
+    nvidia-imex-ctl said; ``systemctl start nvidia-imex`` again and the kubelet's retry runs it.
+    """
+    cluster = host_managed_rack
+    node = cluster.node("gb200-01")
+    rack.stop_host_imex(node)  # systemctl stop nvidia-imex
+    assert _imex_processes_for(node) == []
+    apply(cluster, compute_domain("cd", namespace, "ch"))
+    apply(cluster, channel_pod("worker", namespace, "ch", node="gb200-01"))
+    event = wait_until(
+        "FailedPrepareDynamicResources", lambda: driver_prepare_failure(cluster, namespace, "worker")
+    )
+    assert (
+        "host nvidia-imex daemon readiness check failed: host IMEX not ready at "
+        f"{rack.HOST_SOCKET_PATH}: nvidia-imex-ctl -q exited 1"
+    ) in event["message"]
+    assert pod_phase(cluster, namespace, "worker") == "Pending"
+
+    rack.start_host_imex(cluster, node)  # systemctl start nvidia-imex
+    wait_until("worker Running", lambda: pod_phase(cluster, namespace, "worker") == "Running")
+    assert injected_channel_devices(cluster, get_json(cluster, "pod", "worker", "-n", namespace)) == [
+        CHANNEL0
+    ]
 
 
 def test_second_channel_claim_on_a_node_is_prevented(host_managed_rack: LocalCluster, namespace: str) -> None:
@@ -131,40 +161,18 @@ def _restarts(pod: dict[str, Any]) -> int:
     return sum(int(s.get("restartCount", 0)) for s in pod["status"].get("containerStatuses", []))
 
 
-def _imex_processes_for(config: Path) -> list[int]:
-    """PIDs of fake nvidia-imex processes started with ``config`` (what ``systemctl status`` would show)."""
+def _imex_processes_for(node: Node) -> list[int]:
+    """PIDs of the node's host nvidia-imex processes (what ``systemctl status`` would show)."""
+    config = str(node.host_dir / "sim" / rack.HOST_IMEX_DIR / "config.cfg").encode()
     pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             argv = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"imexdra.devices.fakeimex.daemon" in argv and str(config).encode() in argv:
+        if any(arg.endswith(b"/nvidia-imex") for arg in argv) and config in argv:
             pids.append(int(cmdline.parent.name))
     return pids
-
-
-def _start_host_imex(cluster: LocalCluster, node: str) -> tuple[ManagedProcess, Path]:
-    """The node's own nvidia-imex service (fake), as the host, not the driver, runs it."""
-    assert cluster.run_dir is not None
-    directory = cluster.run_dir / f"{node}-host-imex"
-    directory.mkdir()
-    address = "127.100.1.254"  # in gb200-00's pod range, above any pod IP a test allocates
-    (directory / "nodes.cfg").write_text(f"{address}\n")
-    config = directory / "nvidia-imex.cfg"
-    config.write_text(
-        f"SERVER_PORT={free_port()}\nIMEX_NODE_CONFIG_FILE={directory / 'nodes.cfg'}\nIMEX_CMD_ENABLED=1\n"
-        f"IMEX_CMD_PORT={free_port()}\nIMEX_CMD_BIND_INTERFACE_IP={address}\nLOG_FILE_NAME=\n"
-    )
-    argv = [sys.executable, "-m", "imexdra.devices.fakeimex.daemon", "-c", str(config)]
-    process = cluster.start_process(f"{node}-host-nvidia-imex", argv)
-    ctl = [sys.executable, "-m", "imexdra.devices.fakeimex.ctl", "-c", str(config), "-q"]
-    wait_until(
-        "host nvidia-imex READY",
-        lambda: subprocess.run(ctl, capture_output=True, text=True, check=False).stdout == "READY\n",
-        timeout=30,
-    )
-    return process, config
 
 
 def test_stopping_host_imex_is_not_acted_on(host_managed_rack: LocalCluster, namespace: str) -> None:
@@ -175,7 +183,7 @@ def test_stopping_host_imex_is_not_acted_on(host_managed_rack: LocalCluster, nam
     next CUDA shareable-handle call fails) needs CUDA, which the simulated workload does not have.
     """
     cluster = host_managed_rack
-    host_imex, config = _start_host_imex(cluster, "gb200-00")
+    node = cluster.node("gb200-00")
     apply(cluster, compute_domain("cd", namespace, "ch"))
     apply(cluster, channel_pod("worker", namespace, "ch", node="gb200-00"))
     wait_until("worker Running", lambda: pod_phase(cluster, namespace, "worker") == "Running")
@@ -192,14 +200,14 @@ def test_stopping_host_imex_is_not_acted_on(host_managed_rack: LocalCluster, nam
     logged_before = len(plugin_log.read_text().splitlines())
     assert logged_before > 0
 
-    host_imex.stop()  # systemctl stop nvidia-imex
-    assert _imex_processes_for(config) == []
+    rack.stop_host_imex(node)  # systemctl stop nvidia-imex
+    assert _imex_processes_for(node) == []
     # Nothing is expected to happen, so watch for longer than the plugin's periodic work and probes.
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         worker = get_json(cluster, "pod", "worker", "-n", namespace)
         assert worker["status"]["phase"] == "Running" and _restarts(worker) == 0
-        assert _imex_processes_for(config) == [], "something restarted the host's nvidia-imex"
+        assert _imex_processes_for(node) == [], "something restarted the host's nvidia-imex"
         time.sleep(1)
     assert _restarts(_plugin_pod(cluster, "gb200-00")) == plugin_restarts
     logged = plugin_log.read_text().splitlines()

@@ -5,8 +5,10 @@ a driver root with the mock NVML library and its GB200 profile, the device nodes
 fabric-imex-mgmt capability; a fake ``/proc/devices``; a CDI root); ``PluginProcess`` runs the
 ``compute-domain-kubelet-plugin`` console script for it, pointed at the node's kubelet directories,
 with a kubeconfig of its own whose user holds only the plugin's RBAC (upstream's kubelet-plugin
-ClusterRole and driver-namespace Role). The builders render what the controller would (the workload
-ResourceClaimTemplate) and the pods that use it. Shared by the plugin, crash, chart and runtime tests.
+ClusterRole and driver-namespace Role). ``HostImex`` is the node's own nvidia-imex service for the
+host-managed tests: the driver root's fake ``nvidia-imex`` serving the command socket the plugin checks.
+The builders render what the controller would (the workload ResourceClaimTemplate) and the pods that
+use it. Shared by the plugin, crash, chart and runtime tests.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from imexdra.devices import driverroot_fake
+from imexdra.devices.fakeimex.hostservice import CONFIG_NAME, HostImexService, service_argv
 from imexdra.kubeletplugin.checkpoint import Checkpoint, unmarshal
 from imexdra.localcluster.binaries import nvml_mock_library
 from imexdra.localcluster.cluster import LocalCluster
@@ -161,6 +164,11 @@ class SimulatedNode:
         self.proc_devices = hardware.proc_devices
 
     @property
+    def host_imex_socket(self) -> Path:
+        """Where the node's host nvidia-imex serves its command service (``IMEX_HOST_SOCKET_PATH``)."""
+        return self.base / "nvidia-imex" / "imex_ctrl.sock"
+
+    @property
     def nvml_profile(self) -> Path:
         """The mock NVML library's profile in the driver root."""
         return self.driver_root / driverroot_fake.NVML_LIBRARY_DIR / driverroot_fake.NVML_MOCK_PROFILE
@@ -207,6 +215,7 @@ class PluginProcess:
             "NVIDIA_DRIVER_ROOT": str(self.sim.driver_root),
             "ALT_PROC_DEVICES_PATH": str(self.sim.proc_devices),
             "FEATURE_GATES": "HostManagedIMEX=true," if self.host_managed else "",
+            "IMEX_HOST_SOCKET_PATH": str(self.sim.host_imex_socket),
             "HEALTHCHECK_PORT": str(self.health_port),
             "HTTP_ENDPOINT": f"127.0.0.1:{self.metrics_port}",
             "LOGGING_FORMAT": "json",
@@ -249,6 +258,33 @@ class PluginProcess:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
+
+
+@dataclass
+class HostImex:
+    """The node's own ``nvidia-imex.service`` (a one-node IMEX domain), started and stopped by tests."""
+
+    sim: SimulatedNode
+    process: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        socket = self.sim.host_imex_socket
+        HostImexService(
+            socket.parent, address="127.0.0.1", peers=["127.0.0.1"], server_port=free_port(), socket=socket
+        ).write()
+
+    def start(self) -> None:
+        """``systemctl start nvidia-imex``."""
+        argv = service_argv(self.sim.host_imex_socket.parent / CONFIG_NAME, self.sim.driver_root)
+        with (self.sim.base / "host-nvidia-imex.log").open("ab") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        """``systemctl stop nvidia-imex`` (no-op when stopped)."""
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+            self.process = None
 
 
 def node_slices(cluster: LocalCluster, node: str) -> list[dict[str, Any]]:

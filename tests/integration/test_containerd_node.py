@@ -23,6 +23,7 @@ from imexdra.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
 from tests.integration.helpers import apply, eventually
 from tests.integration.pluginharness import (
     CLIQUE,
+    HostImex,
     PluginProcess,
     SimulatedNode,
     channel_template,
@@ -203,7 +204,10 @@ def test_control_plane_node_is_cpu_only_tainted_and_runs_cluster_dns(cd_cluster:
 
 @pytest.fixture(scope="module")
 def plugin(cd_cluster: LocalCluster) -> Iterator[PluginProcess]:
-    """A host-managed plugin on cd-0 writing its CDI specs where the node's containerd reads them."""
+    """A host-managed plugin on cd-0 writing its CDI specs where the node's containerd reads them.
+
+    The node's host nvidia-imex runs, so the plugin's readiness check passes.
+    """
     install_api(cd_cluster)
     node = cd_cluster.node(NODE)
     cdi_root = node.host_dir / CDI_DIR.lstrip("/")
@@ -213,10 +217,13 @@ def plugin(cd_cluster: LocalCluster) -> Iterator[PluginProcess]:
         host_managed=True,
         extra_env={"CDI_ROOT": str(cdi_root)},
     )
+    host_imex = HostImex(process.sim)
+    host_imex.start()
     process.start()
     yield process
     if process.process is not None:
         process.stop()
+    host_imex.stop()
 
 
 async def test_channel_claim_is_a_real_char_device_injected_by_containerd_cdi(

@@ -1,7 +1,8 @@
 """HostManagedIMEX end to end on the real kubelets (docs/data-path.md §10, docs/host-managed.md).
 
-node-0 has an NVLink clique, node-1 has none; both plugins run with ``HostManagedIMEX=true``. The test
-stands in for the controller by creating the workload ResourceClaimTemplate.
+node-0 has an NVLink clique and runs its own host nvidia-imex (the fake, on the command socket the
+plugin checks), node-1 has none; both plugins run with ``HostManagedIMEX=true``. The test stands in for
+the controller by creating the workload ResourceClaimTemplate.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from imexdra.kubeletplugin.applyconfig import NO_CLIQUE_MESSAGE
+from imexdra.kubeletplugin.applyconfig import HOST_IMEX_NOT_READY_MESSAGE, NO_CLIQUE_MESSAGE
 from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.localcluster.cluster import LocalCluster
 from tests.events import driver_prepare_failure
@@ -22,6 +23,7 @@ from tests.integration.pluginharness import (
     CLIQUE,
     DRIVER,
     LABEL,
+    HostImex,
     PluginProcess,
     SimulatedNode,
     channel_template,
@@ -50,6 +52,25 @@ def plugins(cluster: LocalCluster) -> Iterator[dict[str, PluginProcess]]:
     for process in processes.values():
         if process.process is not None:
             process.stop()
+
+
+@pytest.fixture(scope="module")
+def module_host_imex(plugins: dict[str, PluginProcess]) -> Iterator[HostImex]:
+    """node-0's host nvidia-imex service."""
+    host_imex = HostImex(plugins["node-0"].sim)
+    host_imex.start()
+    yield host_imex
+    host_imex.stop()
+
+
+@pytest.fixture(autouse=True)
+def host_imex(module_host_imex: HostImex) -> Iterator[HostImex]:
+    """node-0's host nvidia-imex, running at the start and the end of every test."""
+    if module_host_imex.process is None:
+        module_host_imex.start()
+    yield module_host_imex
+    if module_host_imex.process is None:
+        module_host_imex.start()
 
 
 @pytest.fixture
@@ -127,6 +148,33 @@ async def test_single_channel_claim_runs_without_node_label(
     await eventually("pod deleted", lambda: pod_gone(cluster, namespace, "worker"), within=90)
     assert not plugin.sim.claim_spec(claim_uid).exists()
     assert claim_uid not in plugin.sim.checkpoint().claims
+
+
+async def test_host_imex_down_keeps_the_pod_pending_with_an_event_until_it_is_up(
+    cluster: LocalCluster, plugins: dict[str, PluginProcess], namespace: str, host_imex: HostImex
+) -> None:
+    """Host nvidia-imex stopped: the pod stays Pending with an event naming the socket and what
+    nvidia-imex-ctl said; once the service is started again, the kubelet's retry prepares it and it runs.
+    """
+    plugin = plugins["node-0"]
+    await plugin.wait_registered()
+    host_imex.stop()
+    apply(cluster, channel_template(namespace, "train-channel", domain_uid(cluster, namespace), "Single"))
+    apply(cluster, workload_pod(namespace, "worker", "train-channel", "node-0"))
+    message = await eventually(
+        "FailedPrepareDynamicResources", lambda: prepare_event(cluster, namespace, "worker"), within=90
+    )
+    socket = plugin.sim.host_imex_socket
+    assert f"{HOST_IMEX_NOT_READY_MESSAGE}: host IMEX not ready at {socket}: nvidia-imex-ctl -q exited 1" in (
+        message
+    )
+    assert pod_field(cluster, namespace, "worker", "{.status.phase}") == "Pending"
+    claim_uid = pod_claim_uid(cluster, namespace, "worker")
+    assert not plugin.sim.claim_spec(claim_uid).exists()
+
+    host_imex.start()
+    await running(cluster, namespace, "worker")
+    assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_COMPLETED
 
 
 async def test_allocation_mode_all_is_a_permanent_pod_event(

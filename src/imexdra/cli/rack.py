@@ -7,6 +7,12 @@ fake ``/proc/devices`` with the IMEX channel major, a CDI directory, and ``nvidi
 chart's pods run as host processes: fakecri maps the image to this virtualenv's console scripts,
 rewrites the pods' host paths to the node's own directories and applies the CDI specs' mounts, so a
 daemon finds the driver's ``nvidia-imex`` at ``/usr/bin`` as on a real node.
+
+Under HostManagedIMEX every node with an NVLink clique also runs its "host" ``nvidia-imex.service``: the
+driver root's (fake) ``nvidia-imex`` as a host process, one IMEX domain per rack, its command socket
+at ``hostSocketPath`` (``/etc/imexdra-sim/nvidia-imex/imex_ctrl.sock``, that node's own copy), which the
+kubelet plugin checks before preparing a channel. ``stop_host_imex`` / ``start_host_imex`` play
+``systemctl stop`` / ``start``.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ import yaml
 
 import imexdra
 from imexdra.devices import driverroot_fake
+from imexdra.devices.fakeimex.hostservice import CONFIG_NAME, SOCKET_NAME, HostImexService, service_argv
 from imexdra.localcluster.addons import start_mpi_operator
 from imexdra.localcluster.binaries import nvml_mock_library
 from imexdra.localcluster.cluster import LocalCluster
 from imexdra.localcluster.nodes import GPU_NODE_LABELS, HostImage, Node, NodeSpec
+from imexdra.localcluster.processes import ManagedProcess, free_port
 
 IMAGE_REPOSITORY = "imexdra.local/imexdra"
 IMAGE_TAG = imexdra.__version__
@@ -37,6 +45,9 @@ RELEASE = "imexdra"
 SIM_DIR = "/etc/imexdra-sim"
 """Host path of a node's simulated hardware files; fakecri maps it to ``<node>/host/sim``."""
 CDI_ROOT = "/var/run/cdi"
+HOST_IMEX_DIR = "nvidia-imex"
+"""The simulated host's ``/etc/nvidia-imex``, under ``SIM_DIR`` (so fakecri maps it per node)."""
+HOST_SOCKET_PATH = f"{SIM_DIR}/{HOST_IMEX_DIR}/{SOCKET_NAME}"
 GPUS_PER_NODE = 4
 CHART = Path(__file__).resolve().parents[3] / "deployments" / "helm" / "imexdra"
 
@@ -112,7 +123,64 @@ def create_host_placeholders() -> None:
     """
     sim = Path(SIM_DIR)
     (sim / "driver-root").mkdir(parents=True, exist_ok=True)
+    (sim / HOST_IMEX_DIR).mkdir(parents=True, exist_ok=True)
     (sim / "proc-devices").touch(exist_ok=True)
+
+
+def host_imex_service(node: Node, index: int, addresses: list[str], server_port: int) -> HostImexService:
+    """The host IMEX of the rack's ``index``-th node, in its copy of ``/etc/imexdra-sim/nvidia-imex``."""
+    directory = node.host_dir / "sim" / HOST_IMEX_DIR
+    return HostImexService(
+        directory=directory,
+        address=_host_imex_address(index),
+        peers=addresses,
+        server_port=server_port,
+        socket=directory / SOCKET_NAME,
+    )
+
+
+def _host_imex_address(index: int) -> str:
+    # In the node's loopback pod range, above any pod IP fakecri hands out there.
+    return f"127.100.{index + 1}.254"
+
+
+def setup_host_imex(cluster: LocalCluster, config: RackConfig) -> None:
+    """Configure and start the host IMEX of every node with an NVLink clique (one IMEX domain)."""
+    members = [i for i in range(config.nodes) if i not in config.no_fabric_nodes]
+    addresses = [_host_imex_address(i) for i in members]
+    port = free_port()
+    for i in members:
+        node = cluster.nodes[i]
+        host_imex_service(node, i, addresses, port).write()
+        start_host_imex(cluster, node)
+
+
+def _host_imex_name(node: Node) -> str:
+    return f"{node.name}-host-nvidia-imex"
+
+
+def start_host_imex(cluster: LocalCluster, node: Node) -> ManagedProcess:
+    """``systemctl start nvidia-imex`` on ``node``: its driver-root nvidia-imex with the config written."""
+    sim = node.host_dir / "sim"
+    argv = service_argv(sim / HOST_IMEX_DIR / CONFIG_NAME, sim / "driver-root")
+    process = cluster.start_process(_host_imex_name(node), argv)
+    node.processes.append(process)  # a node process: it goes when the node goes
+    return process
+
+
+def ensure_host_imex(cluster: LocalCluster, node: Node) -> None:
+    """Start ``node``'s host IMEX if it has one configured and it is not running."""
+    configured = (node.host_dir / "sim" / HOST_IMEX_DIR / CONFIG_NAME).exists()
+    running = any(p.name == _host_imex_name(node) and p.alive() for p in node.processes)
+    if configured and not running:
+        start_host_imex(cluster, node)
+
+
+def stop_host_imex(node: Node) -> None:
+    """``systemctl stop nvidia-imex`` on ``node`` (no-op when it is not running)."""
+    for process in node.processes:
+        if process.name == _host_imex_name(node):
+            process.stop()
 
 
 def advertise_gpus(cluster: LocalCluster, node: Node) -> None:
@@ -143,6 +211,8 @@ def chart_values(config: RackConfig) -> dict[str, Any]:
         "controller": {"leaderElection": {"enabled": True}, "metrics": {"httpEndpoint": "$(POD_IP):8090"}},
         "kubeletPlugin": {"metrics": {"computeDomainHttpEndpoint": "$(POD_IP):8081"}},
     }
+    if config.host_managed:
+        values["resources"]["computeDomains"]["imex"] = {"hostSocketPath": HOST_SOCKET_PATH}
     return _deep_merge(values, config.extra_values)
 
 
@@ -192,6 +262,8 @@ def bring_up(
         for index, node in enumerate(cluster.nodes):
             write_node_hardware(node, config, index)
             advertise_gpus(cluster, node)
+        if config.host_managed:
+            setup_host_imex(cluster, config)
     with step("start the Kubeflow MPI Operator"):
         start_mpi_operator(cluster)
     with step("helm install imexdra (controller + kubelet plugin as pods)"):

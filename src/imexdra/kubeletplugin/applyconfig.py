@@ -9,7 +9,9 @@ channels for ``allocationMode: All`` — none on a node without an NVLink clique
 Channel claims under HostManagedIMEX (docs/data-path.md §10, in that order): exactly one result;
 ``allocationMode`` empty or ``Single`` (anything else is permanent); the channel-0 checkpoint conflict
 check; the namespace assertion; a non-empty local clique ID (permanent otherwise, naming the missing
-NVLink clique); then channel 0's device node. No node label, no readiness wait, no daemon settings.
+NVLink clique); the host's nvidia-imex answering ``READY`` on its command socket (``devices.hostimex``;
+otherwise a ``RetryLaterError``: the pod event says why at once and the kubelet retries); then channel
+0's device node. No node label, no wait on a driver daemon, no daemon settings.
 
 Daemon claims (docs/data-path.md §7.5): refused permanently under HostManagedIMEX; else ``admit`` —
 before anything is written — holds them to the domain's own IMEX daemon pods (``DaemonClaimOwners``,
@@ -33,7 +35,8 @@ import structlog
 
 from imexdra.api.constants import AllocationMode, DeviceType
 from imexdra.api.opaque import ComputeDomainChannelConfig, ComputeDomainDaemonConfig
-from imexdra.common.errors import DriverError, PermanentError, RetryableError
+from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError
+from imexdra.devices.hostimex import HostImexNotReadyError, HostImexReadiness
 from imexdra.devices.procfs import ImexDevices
 from imexdra.kubeletplugin.cdi import ContainerEdits, channel_edits, daemon_edits
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState, ConfigState
@@ -54,6 +57,7 @@ DAEMON_CLAIMS_DISABLED_MESSAGE = (
     "so this driver publishes and prepares no daemon devices"
 )
 NOT_READY_MESSAGE = "error asserting ComputeDomain Ready: current node not ready in ComputeDomain"
+HOST_IMEX_NOT_READY_MESSAGE = "host nvidia-imex daemon readiness check failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +134,7 @@ class ConfigApplier:
     labels: NodeLabels
     readiness: DaemonReadiness
     daemon_owners: DaemonClaimOwners
+    host_imex: HostImexReadiness
     daemon_config_template: Path = DAEMON_CONFIG_TEMPLATE
 
     async def admit(self, group: ConfigGroup, claim: ResourceClaim) -> None:
@@ -176,6 +181,10 @@ class ConfigApplier:
         if self.host_managed:
             if not clique_id:
                 raise PermanentError(NO_CLIQUE_MESSAGE)
+            try:
+                await self.host_imex.check()
+            except HostImexNotReadyError as error:
+                raise RetryLaterError(f"{HOST_IMEX_NOT_READY_MESSAGE}: {error}") from error
             return AppliedConfig(state, self._channels(1))
         with _retryable("error adding node label"):
             await self.labels.add(config.domain_id)

@@ -35,6 +35,7 @@ from imexdra.api.featuregates import FeatureGates, Gate
 from imexdra.common.kube import make_client
 from imexdra.common.metrics import Probes, start_http_server
 from imexdra.common.tasks import supervise
+from imexdra.devices.hostimex import CtlHostImex
 from imexdra.devices.nvml import Nvml
 from imexdra.devices.procfs import HostImexDevices
 from imexdra.kubeletplugin import cdifiles, hardware, metrics, slices
@@ -150,6 +151,9 @@ async def _assemble(
         labels=labeler,
         readiness=readiness,
         daemon_owners=DaemonPodOwners(client, config.namespace),
+        host_imex=CtlHostImex(
+            driver_root=config.kubelet.container_driver_root, socket=config.kubelet.imex_host_socket_path
+        ),
     )
     state = DeviceState(
         store=store,

@@ -20,7 +20,7 @@ from imexdra.controller import render as render_daemon
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.main import main as controller_main
 from imexdra.kubeletplugin.main import main as plugin_main
-from tests.unit.chart.helm import NAMESPACE, merge, nested, render
+from tests.unit.chart.helm import NAMESPACE, merge, nested, render, render_error
 
 CONTROLLER = ("Deployment", "compute-domain")
 PLUGIN = ("DaemonSet", "compute-domains")
@@ -292,6 +292,7 @@ def test_kubelet_plugin_env_wiring_and_host_paths() -> None:
         "plugins": ("/var/lib/k/plugins", "DirectoryOrCreate"),
         "cdi": ("/var/run/cdi", "DirectoryOrCreate"),
         "driver-root": ("/run/nvidia/driver", "Directory"),
+        "host-imex-socket-dir": ("/etc/nvidia-imex", "DirectoryOrCreate"),
         "alt-proc-devices": ("/srv/imexdra-test/proc-devices", "File"),
     }
     container = rendered.container(*PLUGIN)
@@ -305,9 +306,52 @@ def test_kubelet_plugin_env_wiring_and_host_paths() -> None:
     assert (
         mounts["driver-root"]["readOnly"] and mounts["alt-proc-devices"]["mountPath"] == "/alt-proc-devices"
     )
+    assert mounts["host-imex-socket-dir"] == {
+        "name": "host-imex-socket-dir",
+        "mountPath": "/etc/nvidia-imex",
+        "readOnly": True,
+    }
     assert container["securityContext"] == {"privileged": True}
     assert "startupProbe" not in container, "a random health port (0) cannot be probed"
     assert pod["serviceAccountName"] == "imexdra-service-account-kubeletplugin"
+
+
+@pytest.mark.parametrize(
+    ("values", "mounted"),
+    [
+        ({}, None),
+        ({"featureGates": {"HostManagedIMEX": True}}, "/etc/nvidia-imex"),
+        (
+            {
+                "featureGates": {"HostManagedIMEX": True},
+                "resources": {"computeDomains": {"imex": {"hostSocketPath": "/run/imex/ctl/imex.sock"}}},
+            },
+            "/run/imex/ctl",
+        ),
+    ],
+    ids=["driver-managed", "host-managed-default", "host-managed-custom-socket"],
+)
+def test_kubelet_plugin_mounts_the_host_imex_socket_directory_when_host_managed(
+    values: dict[str, Any], mounted: str | None
+) -> None:
+    """Host-managed: the socket's directory, at the same path, read-only; driver-managed: nothing."""
+    rendered = render(values)
+    pod = rendered.of_kind("DaemonSet")[0]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in rendered.container(*PLUGIN)["volumeMounts"]}
+    assert volumes.get("host-imex-socket-dir") == mounted
+    assert mounts.get("host-imex-socket-dir") == mounted
+
+
+def test_host_imex_socket_directly_under_root_is_refused() -> None:
+    """A socket directly under / would mount the host's whole root into the plugin: refused."""
+    error = render_error(
+        {
+            "featureGates": {"HostManagedIMEX": True},
+            "resources": {"computeDomains": {"imex": {"hostSocketPath": "/imex.sock"}}},
+        }
+    )
+    assert "hostSocketPath must not be directly under /" in error
 
 
 def test_kubelet_plugin_probes_use_a_fixed_health_port() -> None:

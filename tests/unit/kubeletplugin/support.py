@@ -2,7 +2,8 @@
 
 The hardware boundary is the real ``HostImexDevices`` reading fake procfs files; the checkpoint and CDI
 files are real files under ``tmp_path``. Only the API-facing seams of ``applyconfig`` (domain lookup,
-node labels, daemon readiness, daemon claim owners) are replaced, by recorders whose answers a test sets.
+node labels, daemon readiness, daemon claim owners) and the host IMEX readiness check (tested on its own
+in tests/unit/devices/test_hostimex.py) are replaced, by recorders whose answers a test sets.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from imexdra.common.errors import PermanentError, RetryableError
+from imexdra.devices.hostimex import HostImexNotReadyError
 from imexdra.devices.procfs import HostImexDevices
 from imexdra.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
 from imexdra.kubeletplugin.applyconfig import ConfigApplier, DomainInfo
@@ -139,6 +141,19 @@ class Readiness:
 
 
 @dataclass
+class HostImex:
+    """``HostImexReadiness``: ready unless ``not_ready`` holds the reason the check gives."""
+
+    not_ready: str | None = None
+    calls: int = 0
+
+    async def check(self) -> None:
+        self.calls += 1
+        if self.not_ready is not None:
+            raise HostImexNotReadyError(self.not_ready)
+
+
+@dataclass
 class Owners:
     """``DaemonClaimOwners``: every daemon claim is its domain's own unless ``refusal`` is set."""
 
@@ -162,6 +177,7 @@ class Node:
     labels: Labels = field(default_factory=Labels)
     readiness: Readiness = field(default_factory=Readiness)
     owners: Owners = field(default_factory=Owners)
+    host_imex: HostImex = field(default_factory=HostImex)
     api_claims: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -189,6 +205,7 @@ class Node:
             labels=self.labels,
             readiness=self.readiness,
             daemon_owners=self.owners,
+            host_imex=self.host_imex,
             daemon_config_template=self.root / "no-template",
         )
         state = DeviceState(

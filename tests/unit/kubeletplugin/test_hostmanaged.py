@@ -3,8 +3,9 @@
 The prepare steps (docs/data-path.md §10), in order: (1) decode and validate the opaque config,
 (2) exactly one allocation result, (3) allocationMode empty or Single, (4) config state, (5) channel-0
 checkpoint conflict check, (6) ComputeDomain in the claim's namespace, (7) non-empty local clique ID,
-(8) CDI edits for channel 0, (9) PrepareCompleted. Faults are injected at each step that can fail; the
-test checks the error class, what was left in the checkpoint and on disk, and that nothing was labelled.
+(7b) the host's nvidia-imex ready, (8) CDI edits for channel 0, (9) PrepareCompleted. Faults are
+injected at each step that can fail; the test checks the error class, what was left in the checkpoint
+and on disk, and that nothing was labelled.
 """
 
 from pathlib import Path
@@ -13,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from imexdra.common.errors import DriverError, PermanentError, RetryableError
-from imexdra.kubeletplugin.applyconfig import NO_CLIQUE_MESSAGE, DomainInfo
+from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError
+from imexdra.kubeletplugin.applyconfig import HOST_IMEX_NOT_READY_MESSAGE, NO_CLIQUE_MESSAGE, DomainInfo
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from imexdra.kubeletplugin.driver import first_driver_error_is_permanent
@@ -85,6 +86,31 @@ async def test_empty_clique_is_a_permanent_error_naming_the_clique(node: Node) -
     assert str(caught.value) == NO_CLIQUE_MESSAGE
     assert "NVLink clique" in str(caught.value)
     assert not node.cdi_file("claim-1").exists()
+
+
+async def test_host_imex_not_ready_is_reported_for_a_later_retry(node: Node) -> None:
+    """Host IMEX not ready: a RetryLaterError quoting the check, no CDI spec; ready later, it prepares."""
+    node.host_imex.not_ready = "host IMEX not ready at /etc/nvidia-imex/imex_ctrl.sock: said 'NOT_READY'"
+    with pytest.raises(RetryLaterError) as caught:
+        await node.state.prepare(channel_claim())
+    assert str(caught.value) == f"{HOST_IMEX_NOT_READY_MESSAGE}: {node.host_imex.not_ready}"
+    assert not first_driver_error_is_permanent(caught.value)
+    assert not node.cdi_file("claim-1").exists()
+    assert await node.entries() == {"claim-1": ClaimState.PREPARE_STARTED}
+
+    node.host_imex.not_ready = None
+    await node.state.prepare(channel_claim())
+    assert await node.entries() == {"claim-1": ClaimState.PREPARE_COMPLETED}
+    assert node.host_imex.calls == 2
+
+
+async def test_host_imex_is_not_asked_without_a_clique(node: Node) -> None:
+    """A node without a clique fails on the clique, before (and without) the host IMEX check."""
+    node.clique = ""
+    node.host_imex.not_ready = "down"
+    with pytest.raises(PermanentError, match="NVLink clique"):
+        await node.state.prepare(channel_claim())
+    assert node.host_imex.calls == 0
 
 
 async def test_daemon_prepare_is_permanently_refused(node: Node) -> None:
@@ -182,6 +208,7 @@ STEPS: list[tuple[str, Any, type[DriverError], str | None]] = [
     ("6-domain-missing", {"domains": {}}, PermanentError, ClaimState.PREPARE_STARTED),
     ("6-other-namespace", {"tweak": other_namespace}, PermanentError, ClaimState.PREPARE_STARTED),
     ("7-no-clique", {"clique": ""}, PermanentError, ClaimState.PREPARE_STARTED),
+    ("7b-host-imex", {"host_imex": "not ready"}, RetryLaterError, ClaimState.PREPARE_STARTED),
     ("8-cdi-write", {"cdi_root_is_file": True}, RetryableError, ClaimState.PREPARE_STARTED),
     ("9-completed-write", {"fail_write": 2}, RetryableError, ClaimState.PREPARE_STARTED),
     ("4-started-write", {"fail_write": 1}, RetryableError, None),
@@ -203,6 +230,8 @@ async def test_fault_at_each_prepare_step(
         fault["tweak"](node)
     if "clique" in fault:
         node.clique = fault["clique"]
+    if "host_imex" in fault:
+        node.host_imex.not_ready = fault["host_imex"]
     if fault.get("cdi_root_is_file"):
         node.cdi_root.rmdir()
         node.cdi_root.write_text("not a directory")
