@@ -10,10 +10,13 @@ library. What each container says comes back through ``kubectl logs`` and ``kube
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import imexdra
 from imexdra.cli import rack
@@ -159,22 +162,48 @@ def test_daemons_run_nvidia_imex_from_their_nodes_driver_root(
         assert ready == "READY"
 
 
+def free_node(cluster: LocalCluster, node: str) -> None:
+    """Remove the shared workers' domain and wait until ``node`` holds no domain's daemon or label.
+
+    A node serves one ComputeDomain at a time: the workers of the earlier tests go first.
+    """
+    cluster.kubectl("delete", "namespace", "team", "--ignore-not-found", "--wait=false")
+
+    def node_free() -> bool:
+        daemons = [p for p in driver_pods(cluster, DAEMON) if p["spec"].get("nodeName") == node]
+        labels = get_json(cluster, "node", node)["metadata"].get("labels", {})
+        return not daemons and COMPUTE_DOMAIN_LABEL not in labels
+
+    wait_until(f"{node} free of other domains' daemons", node_free)
+
+
+def domain_event(cluster: LocalCluster, namespace: str, domain: str, reason: str) -> list[dict[str, Any]]:
+    """The Events of ``reason`` on the ComputeDomain ``namespace/domain``."""
+    events = get_json(cluster, "events", "-n", namespace, f"--field-selector=reason={reason}")
+    return [e for e in events["items"] if e["involvedObject"]["name"] == domain]
+
+
+def one_node_domain(cluster: LocalCluster, namespace: str, name: str, node: str) -> None:
+    """A ComputeDomain ``namespace/name`` of one node and a worker on ``node`` using its channel."""
+    cluster.create_namespace(namespace)
+    domain = compute_domain(name, namespace, f"{name}-channel")
+    domain["spec"]["numNodes"] = 1  # Ready would need this one node's daemon
+    apply(cluster, domain)
+    wait_until("the claim template", lambda: template_exists(cluster, namespace, f"{name}-channel"))
+    pod = worker("worker", node)
+    pod["metadata"]["namespace"] = namespace
+    pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = f"{name}-channel"
+    apply(cluster, pod)
+
+
 @pytest.fixture
 def node_without_imex(real_nodes_rack: LocalCluster) -> Iterator[str]:
     """gb200-01, free of other domains, its driver install without nvidia-imex/nvidia-imex-ctl.
 
-    A node serves one ComputeDomain at a time: the workers of the earlier tests go first. The
-    programs are back and the plugin restarted afterwards.
+    The programs are back and the plugin restarted afterwards.
     """
     node = "gb200-01"
-    real_nodes_rack.kubectl("delete", "namespace", "team", "--ignore-not-found", "--wait=false")
-
-    def node_free() -> bool:
-        daemons = [p for p in driver_pods(real_nodes_rack, DAEMON) if p["spec"].get("nodeName") == node]
-        labels = get_json(real_nodes_rack, "node", node)["metadata"].get("labels", {})
-        return not daemons and COMPUTE_DOMAIN_LABEL not in labels
-
-    wait_until(f"{node} free of other domains' daemons", node_free)
+    free_node(real_nodes_rack, node)
     programs = real_nodes_rack.node(node).host_dir / "sim/driver-root/usr/bin"
     for name in ("nvidia-imex", "nvidia-imex-ctl"):
         (programs / name).unlink()
@@ -188,21 +217,11 @@ def test_a_driver_root_without_imex_makes_the_domain_say_why(
     real_nodes_rack: LocalCluster, node_without_imex: str
 ) -> None:
     """The daemon container exits with its reason as termination message; the domain's Event repeats it."""
-    real_nodes_rack.create_namespace("broken")
-    domain = compute_domain("no-imex", "broken", "no-imex-channel")
-    domain["spec"]["numNodes"] = 1  # Ready would need this one node's daemon
-    apply(real_nodes_rack, domain)
-    wait_until("the claim template", lambda: template_exists(real_nodes_rack, "broken", "no-imex-channel"))
-    pod = worker("worker", node_without_imex)
-    pod["metadata"]["namespace"] = "broken"
-    pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "no-imex-channel"
-    apply(real_nodes_rack, pod)
-
-    def daemon_failing_event() -> list[dict[str, Any]]:
-        events = get_json(real_nodes_rack, "events", "-n", "broken", "--field-selector=reason=DaemonFailing")
-        return [e for e in events["items"] if e["involvedObject"]["name"] == "no-imex"]
-
-    [event] = wait_until("a DaemonFailing Event on the ComputeDomain", daemon_failing_event)
+    one_node_domain(real_nodes_rack, "broken", "no-imex", node_without_imex)
+    [event] = wait_until(
+        "a DaemonFailing Event on the ComputeDomain",
+        lambda: domain_event(real_nodes_rack, "broken", "no-imex", "DaemonFailing"),
+    )
     assert event["type"] == "Warning"
     message = event["message"]
     assert message.startswith(f"IMEX daemon on node {node_without_imex} keeps failing: ")
@@ -211,3 +230,60 @@ def test_a_driver_root_without_imex_makes_the_domain_say_why(
     status = get_json(real_nodes_rack, "computedomain", "no-imex", "-n", "broken").get("status", {})
     assert status.get("status") == "NotReady"
     assert pod_phase(real_nodes_rack, "broken", "worker") == "Pending"  # waits for its daemon
+
+
+LEFTOVER_SPEC = "leftover-compute-domain-base.json"
+
+
+@pytest.fixture
+def node_with_a_conflicting_cdi_spec(real_nodes_rack: LocalCluster) -> Iterator[tuple[str, Path]]:
+    """gb200-00, free of other domains, with a second CDI spec file defining the base device again.
+
+    As a copy left behind by another install or a hand-run generator would: containerd's CDI library
+    refuses a device that two spec files of one directory define. The file goes afterwards.
+    """
+    node = "gb200-00"
+    free_node(real_nodes_rack, node)
+    cdi_dir = real_nodes_rack.node(node).host_dir / rack.CDI_ROOT.lstrip("/")
+    base = yaml.safe_load((cdi_dir / "k8s.compute-domain.nvidia.com-device_base.yaml").read_text())
+    leftover = cdi_dir / LEFTOVER_SPEC
+    leftover.write_text(json.dumps(base))
+    yield node, leftover
+    leftover.unlink(missing_ok=True)
+
+
+def test_a_cdi_spec_the_runtime_refuses_is_named_by_pod_and_domain_events(
+    real_nodes_rack: LocalCluster, node_with_a_conflicting_cdi_spec: tuple[str, Path]
+) -> None:
+    """containerd's CDI library refuses the daemon's devices; the pod's and the domain's Events say so.
+
+    Once the conflicting file is gone, the kubelet's retry starts the daemon and the worker runs:
+    nothing was lost on the way.
+    """
+    node, leftover = node_with_a_conflicting_cdi_spec
+    one_node_domain(real_nodes_rack, "clash", "clash", node)
+    refused = "CDI device injection failed: unresolvable CDI devices k8s.compute-domain.nvidia.com/device=all"
+
+    def daemon_refused() -> list[dict[str, Any]]:
+        events = get_json(
+            real_nodes_rack, "events", "-n", rack.DRIVER_NAMESPACE, "--field-selector=reason=Failed"
+        )
+        return [e for e in events["items"] if refused in e["message"] and e["source"].get("host") == node]
+
+    [pod_event, *_] = wait_until("the runtime's refusal as the daemon pod's Event", daemon_refused)
+    assert pod_event["involvedObject"]["kind"] == "Pod" and pod_event["type"] == "Warning"
+    [event] = wait_until(
+        "a DaemonFailing Event on the ComputeDomain",
+        lambda: domain_event(real_nodes_rack, "clash", "clash", "DaemonFailing"),
+    )
+    assert event["message"].startswith(f"IMEX daemon on node {node} keeps failing: CreateContainerError: ")
+    assert refused in event["message"]
+    assert pod_phase(real_nodes_rack, "clash", "worker") == "Pending"
+
+    leftover.unlink()
+    wait_until(
+        "the worker Running once the conflict is gone",
+        lambda: pod_phase(real_nodes_rack, "clash", "worker") == "Running",
+    )
+    status = get_json(real_nodes_rack, "computedomain", "clash", "-n", "clash").get("status", {})
+    assert status.get("status") == "Ready"

@@ -40,6 +40,8 @@ What the controller publishes, and daemons read
 - A daemon that cannot run writes its fatal error to its termination message (``/dev/termination-log``);
   while its container keeps failing, the controller repeats it on the ComputeDomain as a Warning Event
   ``DaemonFailing`` naming the node, so ``kubectl describe computedomain`` says why it is not Ready.
+  A container the node cannot even create (the runtime refusing its CDI devices, its image missing)
+  is reported the same way, with the kubelet's waiting reason and message.
 - Writes are batched per domain (``config.DEFAULT_DEBOUNCE_SECONDS``): a burst of daemons starting
   produces a handful of clique and status writes, never one write per daemon.
 """
@@ -107,10 +109,31 @@ def daemon_pod(pod: Pod) -> DaemonPod | None:
     )
 
 
+_CANNOT_START = frozenset(
+    {
+        "CreateContainerError",
+        "CreateContainerConfigError",
+        "RunContainerError",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+    }
+)
+"""Waiting reasons meaning the node cannot create or start the container at all (no exit to report):
+e.g. the runtime refusing the base CDI spec. CrashLoopBackOff is not here: its last exit says more."""
+
+
 def _failure(pod: Pod) -> str:
     for container in (pod.status.containerStatuses if pod.status else None) or ():
+        if container.ready:
+            continue
+        waiting = container.state.waiting if container.state else None
+        if waiting is not None and waiting.reason in _CANNOT_START:
+            message = (waiting.message or "").strip()
+            return f"{waiting.reason}: {message}" if message else waiting.reason
         last = container.lastState.terminated if container.lastState else None
-        if container.ready or last is None or not last.exitCode:
+        if last is None or not last.exitCode:
             continue
         message = (last.message or "").strip()
         return message or f"exited with code {last.exitCode}" + (f" ({last.reason})" if last.reason else "")

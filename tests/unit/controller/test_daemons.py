@@ -5,7 +5,12 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from lightkube.models.core_v1 import ContainerState, ContainerStateTerminated, ContainerStatus
+from lightkube.models.core_v1 import (
+    ContainerState,
+    ContainerStateTerminated,
+    ContainerStateWaiting,
+    ContainerStatus,
+)
 from lightkube.resources.core_v1 import Pod
 
 from imexdra.controller.daemons import daemon_pod, one_per_node
@@ -112,4 +117,37 @@ def test_failure_is_the_last_non_zero_exit_while_not_ready(
     """A failing daemon's termination message (else its exit code) is what the controller reports."""
     pod = make_pod(ready=ready)
     found = daemon_pod(_with_container(pod, ready=ready, exit_code=exit_code, message=message, reason=reason))
+    assert found is not None and found.failure == failure
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "failure"),
+    [
+        (
+            "CreateContainerError",
+            "failed to create containerd container: CDI device injection failed: unresolvable CDI devices\n",
+            "CreateContainerError: failed to create containerd container: CDI device injection failed: "
+            "unresolvable CDI devices",
+        ),
+        ("ErrImageNeverPull", "", "ErrImageNeverPull"),
+        ("ContainerCreating", "", ""),
+        ("CrashLoopBackOff", "back-off 10s", ""),
+    ],
+    ids=["cdi-refused", "no-message", "still-creating", "crash-loop-without-exit"],
+)
+def test_failure_names_a_container_the_node_cannot_create(reason: str, message: str, failure: str) -> None:
+    """A waiting reason that means the runtime refused the container is reported with its message."""
+    pod = make_pod(ready=False)
+    assert pod.status is not None
+    pod.status.containerStatuses = [
+        ContainerStatus(
+            name="compute-domain-daemon",
+            image="imexdra:0.1.0",
+            imageID="",
+            ready=False,
+            restartCount=0,
+            state=ContainerState(waiting=ContainerStateWaiting(reason=reason, message=message or None)),
+        )
+    ]
+    found = daemon_pod(pod)
     assert found is not None and found.failure == failure
