@@ -14,6 +14,7 @@ import json
 import secrets
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from imexdra.api.computedomain import (
     ComputeDomainNode,
     ComputeDomainSpec,
     ComputeDomainStatus,
+    Condition,
     ResourceClaimTemplateReference,
 )
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo
@@ -37,6 +39,7 @@ from imexdra.api.constants import (
     CRD_COMPUTE_DOMAINS,
     AllocationMode,
     ComputeDomainStatusValue,
+    ConditionStatus,
 )
 from imexdra.localcluster.cluster import LocalCluster
 
@@ -279,6 +282,36 @@ async def test_status_is_written_through_the_status_subresource(
     )
 
 
+async def test_channel_and_conditions_round_trip(
+    cluster: LocalCluster, kube: AsyncClient, namespace: str
+) -> None:
+    """status.channel and a ChannelAllocated condition are stored as sent; channel 0 is refused."""
+    name = f"channel-{secrets.token_hex(3)}"
+    created = await kube.create(new_compute_domain(name, namespace))
+    condition = Condition(
+        type="ChannelAllocated",
+        status=ConditionStatus.TRUE,
+        last_transition_time=datetime(2026, 11, 1, 10, 0, tzinfo=UTC),
+        reason="Allocated",
+        message="channel 5",
+    )
+    status = ComputeDomainStatus(status=NOT_READY, channel=5, conditions=[condition])
+    written = await kube.replace(created.status_update(status), name, namespace=namespace)
+    assert written.status == status
+    assert raw_object(cluster, namespace, name)["status"]["conditions"][0]["lastTransitionTime"] == (
+        "2026-11-01T10:00:00Z"
+    )
+    with pytest.raises(ApiError) as caught:
+        await kube.patch(
+            ComputeDomain.Status,
+            name,
+            {"status": {"channel": 0}},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+    assert caught.value.status.code == 422
+
+
 async def test_invalid_status_is_rejected(kube: AsyncClient, namespace: str) -> None:
     """The status subresource is validated too: an unknown status value is refused."""
     name = f"bad-status-{secrets.token_hex(3)}"
@@ -368,13 +401,25 @@ async def test_clique_round_trip(cluster: LocalCluster, kube: AsyncClient, names
 async def test_kubectl_get_shows_printer_columns(
     cluster: LocalCluster, kube: AsyncClient, namespace: str
 ) -> None:
-    """kubectl get computedomains shows status, mode, numNodes and age; -o wide adds the template."""
+    """kubectl get computedomains shows status, channel, mode, numNodes and age; -o wide adds the template."""
     name = f"columns-{secrets.token_hex(3)}"
     created = await kube.create(new_compute_domain(name, namespace, mode=AllocationMode.ALL, num_nodes=2))
     await kube.replace(created.status_update(ComputeDomainStatus(status=READY)), name, namespace=namespace)
     table = cluster.kubectl("get", "computedomains", name, "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "STATUS", "MODE", "NUMNODES", "AGE"]
+    assert table[0].split() == ["NAME", "STATUS", "CHANNEL", "MODE", "NUMNODES", "AGE"]
+    # Under domain isolation the channel cell is empty.
     assert table[1].split()[:4] == [name, "Ready", "All", "2"]
+    channel_at = table[0].index("CHANNEL")
+    assert table[1][channel_at : table[0].index("MODE")].strip() == ""
     wide = cluster.kubectl("get", "computedomains", name, "-n", namespace, "-o", "wide").stdout.splitlines()
-    assert wide[0].split() == ["NAME", "STATUS", "MODE", "NUMNODES", "TEMPLATE", "AGE"]
+    assert wide[0].split() == ["NAME", "STATUS", "CHANNEL", "MODE", "NUMNODES", "TEMPLATE", "AGE"]
     assert wide[1].split()[4] == f"{name}-channel"
+    await kube.patch(
+        ComputeDomain.Status,
+        name,
+        {"status": {"channel": 7}},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
+    table = cluster.kubectl("get", "computedomains", name, "-n", namespace).stdout.splitlines()
+    assert table[1].split()[:5] == [name, "Ready", "7", "All", "2"]

@@ -9,7 +9,10 @@ on the wire, optional/required fields and omit-when-empty rules match upstream e
   merge patch an omitted key means "unchanged", so clear nodes with ``replace`` on the status
   subresource (``status_update``), as upstream's UpdateStatus does;
 - every node always carries ``index`` (0 and -1 included) and ``status``;
-- ``status.status`` is always written when a status is.
+- ``status.status`` is always written when a status is;
+- ``status.channel`` and ``status.conditions`` are ours (channel isolation, docs/channel-isolation.md
+  §2): additive, written by the controller only, and left out when unset, so a status under
+  ``domain`` isolation is byte-for-byte upstream's.
 
 Decoding ignores unknown fields (as Go clients do): the apiserver validates objects against the CRD,
 and a stricter model would let one odd object break a whole LIST.
@@ -17,6 +20,7 @@ and a stricter model would let one odd object break a whole LIST.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, ClassVar
 
 import msgspec
@@ -33,9 +37,24 @@ from imexdra.api.constants import (
     PLURAL_COMPUTE_DOMAINS,
     AllocationMode,
     ComputeDomainStatusValue,
+    ConditionStatus,
 )
 
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+#: An IMEX channel number a domain can be given (channel 0 is the shared domain-mode channel).
+ChannelNumber = Annotated[int, msgspec.Meta(ge=1)]
+# metav1.Condition's validation, as every CRD generated from it carries.
+ConditionType = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+    ),
+]
+ConditionReason = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+]
+ConditionMessage = Annotated[str, msgspec.Meta(max_length=32768)]
 
 
 class ResourceClaimTemplateReference(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -71,11 +90,33 @@ class ComputeDomainNode(msgspec.Struct, kw_only=True):
     status: ComputeDomainStatusValue = ComputeDomainStatusValue.NOT_READY
 
 
+class Condition(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A standard Kubernetes condition (``metav1.Condition``), e.g. ``ChannelAllocated``."""
+
+    type: ConditionType
+    status: ConditionStatus
+    #: Whole seconds: ``metav1.Time`` has no finer precision.
+    last_transition_time: datetime = msgspec.field(name="lastTransitionTime")
+    reason: ConditionReason
+    message: ConditionMessage
+    observed_generation: NonNegativeInt = msgspec.field(name="observedGeneration", default=0)
+
+
 class ComputeDomainStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """Global readiness (a debugging aid; workloads must not gate on it) and per-node entries."""
+    """Global readiness (a debugging aid; workloads must not gate on it) and per-node entries.
+
+    ``channel`` and ``conditions`` exist only under channel isolation (docs/channel-isolation.md §2).
+    """
 
     status: ComputeDomainStatusValue
     nodes: list[ComputeDomainNode] = msgspec.field(default_factory=list)
+    #: The domain's own IMEX channel; recorded once, by the controller, and kept for life.
+    channel: ChannelNumber | None = None
+    conditions: list[Condition] = msgspec.field(default_factory=list)
+
+    def condition(self, type_: str) -> Condition | None:
+        """The condition of that type, if the status has one."""
+        return next((c for c in self.conditions if c.type == type_), None)
 
 
 class _ComputeDomainFields(DictMixin, kw_only=True):

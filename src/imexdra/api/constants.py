@@ -92,6 +92,14 @@ class ComputeDomainStatusValue(StrEnum):
     NOT_READY = "NotReady"
 
 
+class ConditionStatus(StrEnum):
+    """Values of a condition's ``status`` (``metav1.Condition``)."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
 def daemon_object_name(compute_domain_uid: str) -> str:
     """Name of the daemon DaemonSet and of the daemon claim template of one ComputeDomain."""
     return f"{DAEMON_OBJECT_NAME_PREFIX}{compute_domain_uid}"

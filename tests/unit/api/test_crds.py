@@ -15,8 +15,9 @@ import msgspec.inspect as mi
 import pytest
 import yaml
 
-from imexdra.api.computedomain import ComputeDomain, ComputeDomainSpec, ComputeDomainStatus
+from imexdra.api.computedomain import ComputeDomain, ComputeDomainSpec, ComputeDomainStatus, Condition
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo
+from imexdra.api.constants import ComputeDomainStatusValue
 
 CRD_DIR = Path(__file__).parents[3] / "deployments/helm/imexdra/crds"
 FILES = {
@@ -83,6 +84,7 @@ def test_spec_is_immutable() -> None:
             "computedomains",
             [
                 ("Status", "string", ".status.status"),
+                ("Channel", "integer", ".status.channel"),
                 ("Mode", "string", ".spec.channel.allocationMode"),
                 ("NumNodes", "integer", ".spec.numNodes"),
                 ("Template", "string", ".spec.channel.resourceClaimTemplate.name"),
@@ -145,6 +147,8 @@ def model_shape(
         return {path: ("array", required, (), None, None)} | model_shape(info.item_type, f"{path}[]", True)
     if isinstance(info, mi.EnumType):
         return {path: ("string", required, tuple(m.value for m in info.cls), None, default)}
+    if isinstance(info, mi.DateTimeType):
+        return {path: ("string", required, (), None, default)}
     if isinstance(info, mi.IntType):
         return {path: ("integer", required, (), info.ge, default)}
     assert isinstance(info, mi.StrType)
@@ -192,6 +196,13 @@ def valid_by_model(model: type[msgspec.Struct], obj: dict[str, Any]) -> bool:
 
 TEMPLATE = {"resourceClaimTemplate": {"name": "t"}}
 NODE = {"name": "a", "ipAddress": "10.0.0.1", "cliqueID": "u.1"}
+CONDITION = {
+    "type": "ChannelAllocated",
+    "status": "False",
+    "reason": "ChannelsExhausted",
+    "message": "all 2047 channels are taken",
+    "lastTransitionTime": "2026-11-01T10:00:00Z",
+}
 DAEMON = {"nodeName": "a", "ipAddress": "10.0.0.1", "cliqueID": "u.1"}
 
 
@@ -217,6 +228,44 @@ DAEMON = {"nodeName": "a", "ipAddress": "10.0.0.1", "cliqueID": "u.1"}
             ComputeDomain,
             {"status": {"status": "NotReady", "nodes": [{**NODE, "index": -1, "status": "Ready"}]}},
             True,
+        ),
+        ("computedomains", ComputeDomain, {"status": {"status": "Ready", "channel": 7}}, True),
+        (
+            "computedomains",
+            ComputeDomain,
+            {"status": {"status": "NotReady", "conditions": [{**CONDITION, "observedGeneration": 2}]}},
+            True,
+        ),
+        ("computedomains", ComputeDomain, {"status": {"status": "Ready", "channel": 0}}, False),
+        ("computedomains", ComputeDomain, {"status": {"status": "Ready", "channel": "7"}}, False),
+        (
+            "computedomains",
+            ComputeDomain,
+            {"status": {"status": "NotReady", "conditions": [{**CONDITION, "status": "Maybe"}]}},
+            False,
+        ),
+        (
+            "computedomains",
+            ComputeDomain,
+            {"status": {"status": "NotReady", "conditions": [{**CONDITION, "reason": "no spaces"}]}},
+            False,
+        ),
+        (
+            "computedomains",
+            ComputeDomain,
+            {"status": {"status": "NotReady", "conditions": [{**CONDITION, "reason": ""}]}},
+            False,
+        ),
+        (
+            "computedomains",
+            ComputeDomain,
+            {
+                "status": {
+                    "status": "NotReady",
+                    "conditions": [{k: v for k, v in CONDITION.items() if k != "message"}],
+                }
+            },
+            False,
         ),
         ("computedomains", ComputeDomain, {"spec": {"numNodes": -1, "channel": TEMPLATE}}, False),
         ("computedomains", ComputeDomain, {"spec": {"numNodes": 1.5, "channel": TEMPLATE}}, False),
@@ -277,6 +326,14 @@ DAEMON = {"nodeName": "a", "ipAddress": "10.0.0.1", "cliqueID": "u.1"}
         "no-spec",
         "status-with-nodes",
         "non-fabric-node",
+        "status-channel",
+        "status-condition",
+        "channel-0",
+        "string-channel",
+        "unknown-condition-status",
+        "condition-reason-not-camel-case",
+        "empty-condition-reason",
+        "condition-without-message",
         "negative-num-nodes",
         "fractional-num-nodes",
         "string-num-nodes",
@@ -318,12 +375,28 @@ def test_samples_agree(plural: str, model: type[msgspec.Struct], obj: dict[str, 
             ),
         ),
         (
+            "computedomains",
+            ComputeDomain(
+                status=ComputeDomainStatus(
+                    status=ComputeDomainStatusValue.NOT_READY,
+                    channel=3,
+                    conditions=[msgspec.convert(CONDITION, Condition)],
+                )
+            ),
+        ),
+        (
             "computedomaincliques",
             ComputeDomainClique(daemons=[msgspec.convert(DAEMON, ComputeDomainDaemonInfo)]),
         ),
     ],
-    ids=["spec", "status", "clique"],
+    ids=["spec", "status", "channel-status", "clique"],
 )
 def test_model_output_validates_against_crd(plural: str, obj: msgspec.Struct) -> None:
     """What the models encode is valid under the CRD schema."""
     assert valid_by_crd(plural, msgspec.json.decode(msgspec.json.encode(obj)))
+
+
+def test_domain_isolation_status_is_upstreams() -> None:
+    """Without a channel or conditions the encoded status has only upstream's keys."""
+    status = ComputeDomainStatus(status=ComputeDomainStatusValue.READY)
+    assert msgspec.json.encode(status) == b'{"status":"Ready"}'
