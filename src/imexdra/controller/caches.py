@@ -9,6 +9,7 @@ What is watched (upstream's set, minus what HostManagedIMEX never needs, docs/da
 | DaemonSet, Pod | each managed namespace | CD label | yes | no |
 | ComputeDomainClique | driver namespace | — | gate ComputeDomainCliques | no |
 | Node | cluster | CD label | yes | no |
+| ResourceClaim (``ChannelClaim``: UID and held channels only) | all namespaces | — | no | channel isolation |
 
 Every store is indexed by the owning domain's UID (``overlay.DOMAIN_INDEX``; for ComputeDomains their
 own UID), so a reconcile finds a domain's objects without scanning.
@@ -25,9 +26,11 @@ from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique
+from imexdra.api.config.common import ImexIsolation
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY, ClaimTemplateTarget
 from imexdra.common.informer import EventHandler, Informer
 from imexdra.common.store import KubeObject, T, index_by_label, index_by_uid
+from imexdra.controller.claimholds import ChannelClaim
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod, daemon_pod
 from imexdra.controller.overlay import DOMAIN_INDEX, Overlay
@@ -82,6 +85,11 @@ class Caches:
             self.nodes = watch(Node, by_label, label_selector=COMPUTE_DOMAIN_LABEL_KEY)
             if config.cliques_enabled:
                 self.cliques = watch(ComputeDomainClique, by_label, namespace=config.driver_namespace)
+        #: Every claim's held channel numbers (docs/channel-isolation.md §4); no index, no overlay: the
+        #: controller never writes claims, it only feeds what they hold to the channel book.
+        self.claims: Informer[ChannelClaim] | None = None
+        if config.imex_isolation is ImexIsolation.CHANNEL:
+            self.claims = watch(ChannelClaim, None)
         self.daemon_set_view = Overlay([i.store for i in self.daemon_sets], domain_label)
         self.clique_view = Overlay([self.cliques.store] if self.cliques else [], domain_label)
         self.node_view = Overlay([self.nodes.store] if self.nodes else [], domain_label)

@@ -1,0 +1,127 @@
+"""Which ResourceClaim holds which IMEX channel for which domain: the controller's claim projection.
+
+Under channel isolation the channel book (``channels``) must know every number a claim's allocation
+still holds (docs/channel-isolation.md §4). Claims are many and large, and the book needs three facts
+of each: its UID, the channel numbers ``N >= 1`` of our driver in its allocation, and the domain its
+ComputeDomainChannelConfig names. ``ChannelClaim`` is a slim stand-in for ResourceClaim that the
+informer decodes straight from the wire: it turns the allocation into a ``ClaimHold`` at once and
+keeps nothing else but the name, namespace, UID and resourceVersion the informer needs to diff a
+relist. A claim holding no such number keeps no hold at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import msgspec
+from lightkube.core import resource as res
+from lightkube.core.schema import DictMixin
+from lightkube.models.meta_v1 import ObjectMeta
+
+from imexdra.api.constants import DRIVER_NAME, KIND_CHANNEL_CONFIG
+from imexdra.controller.channels import ClaimHold
+
+#: The device names of channels the plugin publishes (``channel-<id>``, kubeletplugin/slices.py).
+_CHANNEL_DEVICE = re.compile(r"channel-([1-9][0-9]*)")
+
+
+class _Result(msgspec.Struct, kw_only=True):
+    driver: str = ""
+    device: str = ""
+
+
+class _Opaque(msgspec.Struct, kw_only=True):
+    driver: str = ""
+    #: Left raw: any driver's parameters may be here, and one odd object must not fail a whole LIST.
+    parameters: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Config(msgspec.Struct, kw_only=True):
+    opaque: _Opaque | None = None
+
+
+class _Devices(msgspec.Struct, kw_only=True):
+    results: list[_Result] = msgspec.field(default_factory=list)
+    config: list[_Config] = msgspec.field(default_factory=list)
+
+
+class _Allocation(msgspec.Struct, kw_only=True):
+    devices: _Devices | None = None
+
+
+class _Status(msgspec.Struct, kw_only=True):
+    allocation: _Allocation | None = None
+
+
+class _ChannelParameters(msgspec.Struct, kw_only=True):
+    kind: str = ""
+    domain_id: str = msgspec.field(name="domainID", default="")
+
+
+def channel_number(device: str) -> int | None:
+    """``N`` for a device named ``channel-N`` with ``N >= 1``; None for anything else."""
+    match = _CHANNEL_DEVICE.fullmatch(device)
+    return int(match.group(1)) if match else None
+
+
+def _domain_of(configs: Iterable[_Config]) -> str | None:
+    """The ``domainID`` of the first ComputeDomainChannelConfig of our driver, if any."""
+    for config in configs:
+        opaque = config.opaque
+        if opaque is None or opaque.driver != DRIVER_NAME:
+            continue
+        try:
+            parameters = msgspec.json.decode(opaque.parameters, type=_ChannelParameters)
+        except msgspec.DecodeError:  # not an object: not ours to judge, the plugin refuses it
+            continue
+        if parameters.kind == KIND_CHANNEL_CONFIG and parameters.domain_id:
+            return parameters.domain_id
+    return None
+
+
+def hold_of(status: _Status) -> ClaimHold | None:
+    """The channels ``>= 1`` of our driver a decoded claim status holds, with its domain; None if none."""
+    devices = status.allocation.devices if status.allocation is not None else None
+    if devices is None:
+        return None
+    numbers = frozenset(
+        number
+        for result in devices.results
+        if result.driver == DRIVER_NAME and (number := channel_number(result.device)) is not None
+    )
+    if not numbers:
+        return None
+    return ClaimHold(domain=_domain_of(devices.config), channels=numbers)
+
+
+class ChannelClaim(res.NamespacedResourceG, DictMixin, kw_only=True):
+    """A ResourceClaim as the controller keeps it: identity and the channels it holds, nothing more."""
+
+    _api_info = res.ApiInfo(
+        resource=res.ResourceDef("resource.k8s.io", "v1", "ResourceClaim"),
+        plural="resourceclaims",
+        verbs=["global_list", "global_watch", "list", "watch"],
+    )
+
+    metadata: ObjectMeta | None = None
+    #: Decoded from the wire, turned into ``hold`` and dropped in ``__post_init__``.
+    status: _Status | None = None
+    #: Filled in here, never on the wire (no Kubernetes object has a key of this name).
+    hold: ClaimHold | None = msgspec.field(default=None, name="-imexdra-hold")
+
+    def __post_init__(self) -> None:
+        """Keep only what the channel book and the informer need."""
+        if self.status is not None:
+            self.hold = hold_of(self.status)
+            self.status = None
+        meta = self.metadata
+        if meta is not None:
+            self.metadata = ObjectMeta(
+                name=meta.name, namespace=meta.namespace, uid=meta.uid, resourceVersion=meta.resourceVersion
+            )
+
+
+def claim_uid(claim: ChannelClaim) -> str | None:
+    """The claim's UID (the channel book's key for it)."""
+    return claim.metadata.uid if claim.metadata else None
