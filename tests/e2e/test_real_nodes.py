@@ -34,6 +34,7 @@ from tests.e2e.helpers import (
     is_ready,
     pod_phase,
     restart_plugin,
+    upgrade_chart,
     wait_until,
 )
 
@@ -287,3 +288,67 @@ def test_a_cdi_spec_the_runtime_refuses_is_named_by_pod_and_domain_events(
     )
     status = get_json(real_nodes_rack, "computedomain", "clash", "-n", "clash").get("status", {})
     assert status.get("status") == "Ready"
+
+
+def plugin_on(cluster: LocalCluster, node: str) -> dict[str, Any] | None:
+    """The kubelet plugin pod on ``node``; None while there is not exactly one (a replacement starting)."""
+    pods = [p for p in driver_pods(cluster, PLUGIN) if p["spec"]["nodeName"] == node]
+    return pods[0] if len(pods) == 1 else None
+
+
+def ready_plugin_on(cluster: LocalCluster, node: str) -> dict[str, Any] | None:
+    """The kubelet plugin pod on ``node`` once it is the only one and Ready."""
+    pod = plugin_on(cluster, node)
+    return pod if pod is not None and is_ready(pod) else None
+
+
+@pytest.fixture
+def node_with_a_fabric_error(real_nodes_rack: LocalCluster) -> Iterator[str]:
+    """gb200-01's NVML reporting a failed NVLink fabric registration on every GPU (the mock's profile).
+
+    Afterwards: the profile restored and the gate back to its default (which restarts the plugins).
+    """
+    node = "gb200-01"
+    profile = real_nodes_rack.node(node).host_dir / "sim/driver-root/usr/lib64/nvml-mock-profile"
+    original = profile.read_text()
+    profile.write_text(original + "fabric.status=UNKNOWN\n")
+    yield node
+    profile.write_text(original)
+    upgrade_chart(real_nodes_rack, {"featureGates": {"CrashOnNVLinkFabricErrors": True}})
+    wait_until(f"the plugin on {node} Ready again", lambda: ready_plugin_on(real_nodes_rack, node))
+
+
+def test_a_fabric_error_stops_the_plugin_as_crash_on_nvlink_fabric_errors_says(
+    real_nodes_rack: LocalCluster, node_with_a_fabric_error: str
+) -> None:
+    """Gate on (default): the plugin refuses to start and says why; gate off: it starts, with a warning.
+
+    The error comes from the real nvidia-ml-py reading the mock libnvidia-ml.so.1 in the node's driver
+    root, inside the plugin's container.
+    """
+    node = node_with_a_fabric_error
+    old = wait_until(f"the plugin on {node}", lambda: plugin_on(real_nodes_rack, node))
+    real_nodes_rack.kubectl("delete", "pod", old["metadata"]["name"], "-n", rack.DRIVER_NAMESPACE)
+
+    def refused() -> str:
+        pod = plugin_on(real_nodes_rack, node)
+        if pod is None or pod["metadata"]["uid"] == old["metadata"]["uid"]:
+            return ""
+        statuses = pod["status"].get("containerStatuses") or [{}]
+        terminated = statuses[0].get("lastState", {}).get("terminated") or {}
+        return str(terminated.get("message", ""))
+
+    message = wait_until("the new plugin's termination message", refused)
+    assert message.startswith("kubelet plugin failed: NVLink fabric registration error (device 0/GPU-"), (
+        message
+    )
+    assert message.endswith("refusing to start")
+    replacement = plugin_on(real_nodes_rack, node)
+    assert replacement is not None and not is_ready(replacement)
+
+    upgrade_chart(real_nodes_rack, {"featureGates": {"CrashOnNVLinkFabricErrors": False}})
+    pod = wait_until(
+        f"the plugin on {node} Ready with the gate off", lambda: ready_plugin_on(real_nodes_rack, node)
+    )
+    logs = real_nodes_rack.kubectl("logs", "-n", rack.DRIVER_NAMESPACE, pod["metadata"]["name"]).stdout
+    assert "NVLink fabric registration error ignored (CrashOnNVLinkFabricErrors=false)" in logs

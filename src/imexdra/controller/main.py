@@ -45,6 +45,7 @@ from imexdra.common.leaderelection import (
 from imexdra.common.logging import configure_logging
 from imexdra.common.metrics import Probes, start_http_server
 from imexdra.common.tasks import stop_on_signals, supervise
+from imexdra.common.termination import write_termination_message
 from imexdra.controller.config import CONTROLLER_NAME, ControllerConfig
 from imexdra.controller.controller import Controller
 from imexdra.controller.transport import Transport
@@ -98,9 +99,11 @@ def main(
     try:
         asyncio.run(run(config, kube_client, metrics, leader_election))
     except ConfigError as error:  # e.g. an unusable kubeconfig
+        write_termination_message(str(error))
         raise click.ClickException(str(error)) from error
     except LeadershipLostError as error:
         _log.error("leadership_lost", error=str(error))
+        write_termination_message(f"leadership lost: {error}")
         sys.exit(1)
 
 

@@ -11,10 +11,8 @@ verdict, as upstream's does).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import click
 
@@ -64,21 +62,6 @@ def main(
     ctx.obj = GlobalSettings(daemon, node_name, feature_gates, files, kube_client, logging)
 
 
-TERMINATION_LOG = Path("/dev/termination-log")
-"""Where the kubelet reads a container's termination message (its default terminationMessagePath)."""
-
-
-def _write_termination_message(message: str) -> None:
-    """Leave the fatal error where the kubelet reports it, ``lastState.terminated.message``.
-
-    The controller repeats it on the ComputeDomain (Event ``DaemonFailing``). Only into the file the
-    kubelet mounted: outside a container nothing is created.
-    """
-    if TERMINATION_LOG.exists():
-        with contextlib.suppress(OSError):
-            TERMINATION_LOG.write_text(message[:4096], encoding="utf-8")
-
-
 @main.command()
 @click.pass_obj
 def run(settings: GlobalSettings) -> None:
@@ -89,6 +72,7 @@ def run(settings: GlobalSettings) -> None:
     from imexdra.api.featuregates import log_feature_gates
     from imexdra.common.errors import DriverError
     from imexdra.common.logging import configure_logging
+    from imexdra.common.termination import write_termination_message
     from imexdra.daemon.run import RunConfig, run_daemon
 
     log_format = settings.logging.logging_format.value if settings.logging.logging_format else None
@@ -116,7 +100,7 @@ def run(settings: GlobalSettings) -> None:
         asyncio.run(run_daemon(config))
     except DriverError as error:
         _log.error("daemon_failed", error=str(error))
-        _write_termination_message(str(error))
+        write_termination_message(str(error))
         sys.exit(1)
     except Exception:  # anything else is a bug: log it with its traceback, let the kubelet restart us
         _log.exception("daemon_failed")

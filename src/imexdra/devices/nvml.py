@@ -153,12 +153,29 @@ def clique_id(gpus: Sequence[Gpu], *, strict: bool = True, tolerate_incomplete: 
                 raise FabricNotReadyError(
                     f"NVLink fabric not attached ({where}): state={fabric.state}, refusing to start"
                 )
+            _log.warning(
+                "NVLink fabric not attached; treating the GPU as without a clique",
+                device=gpu.index,
+                uuid=gpu.uuid,
+                state=str(fabric.state),
+                reason="FabricManagerPartitioning"
+                if tolerate_incomplete
+                else "CrashOnNVLinkFabricErrors=false",
+            )
             continue
         if fabric.status != NVML_SUCCESS:
             if strict:
                 raise FabricError(
                     f"NVLink fabric registration error ({where}): status={fabric.status}, refusing to start"
                 )
+            # Said at warning level: the node then joins no clique, which an operator must be able to see.
+            _log.warning(
+                "NVLink fabric registration error ignored (CrashOnNVLinkFabricErrors=false); "
+                "treating the GPU as without a clique",
+                device=gpu.index,
+                uuid=gpu.uuid,
+                status=fabric.status,
+            )
             continue
         if fabric.cluster_uuid == ZERO_CLUSTER_UUID:
             continue

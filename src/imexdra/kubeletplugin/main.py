@@ -37,6 +37,7 @@ from imexdra.api.config.kubelet_plugin import KubeletPluginSettings, kubelet_plu
 from imexdra.api.featuregates import FeatureGates, log_feature_gates
 from imexdra.common.errors import ConfigError, DriverError
 from imexdra.common.logging import configure_logging
+from imexdra.common.termination import write_termination_message
 from imexdra.kubeletplugin.hardware import HardwareSettings
 from imexdra.kubeletplugin.plugin import PluginConfig, run
 
@@ -113,4 +114,5 @@ def main(
         asyncio.run(run(config))
     except (DriverError, OSError) as error:
         log.error("kubelet plugin failed", error=f"{type(error).__name__}: {error}")
+        write_termination_message(f"kubelet plugin failed: {error}")
         sys.exit(1)

@@ -13,7 +13,6 @@ import pytest
 from imexdra.api.config.common import KubeClientSettings
 from imexdra.api.config.daemon import DaemonSettings
 from imexdra.api.featuregates import resolve_feature_gates
-from imexdra.daemon import main as daemon_main
 from imexdra.daemon.options import DaemonFiles
 from imexdra.daemon.run import RunConfig, prepare_imexd
 from imexdra.devices.fakeimex.install import install_fake_imex
@@ -174,16 +173,3 @@ def test_validate_needs_the_compute_domain_name_without_cliques(tmp_path: Path) 
     )
     with pytest.raises(Exception, match="compute_domain_name"):
         bare.validate()
-
-
-def test_fatal_error_goes_to_the_termination_message_only_inside_a_container(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Written into the file the kubelet mounted (truncated to 4 KiB); never created where there is none."""
-    log = tmp_path / "termination-log"
-    monkeypatch.setattr(daemon_main, "TERMINATION_LOG", log)
-    daemon_main._write_termination_message("no nvidia-imex")
-    assert not log.exists()
-    log.write_text("")
-    daemon_main._write_termination_message("x" * 5000)
-    assert log.read_text() == "x" * 4096

@@ -3,6 +3,7 @@
 import uuid
 
 import pytest
+import structlog.testing
 
 from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.devices.nvml import (
@@ -106,8 +107,12 @@ def test_fabric_errors_are_classified() -> None:
     ids=["in-progress", "registration-error"],
 )
 def test_clique_id_legacy_mode_skips_unattached(devices: list[Gpu]) -> None:
-    """With strict mode off, GPUs that are not fabric-attached are skipped instead of failing."""
-    assert clique_id(devices, strict=False) == f"{CLUSTER}.32766"
+    """With strict mode off, GPUs not fabric-attached are skipped instead of failing, with a warning."""
+    with structlog.testing.capture_logs() as logs:
+        assert clique_id(devices, strict=False) == f"{CLUSTER}.32766"
+    [warning] = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert (warning["device"], warning["uuid"]) == (0, "GPU-0")
+    assert "without a clique" in warning["event"]
 
 
 def test_clique_id_tolerates_incomplete_on_single_node_nvswitch() -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from imexdra.common import termination
 from imexdra.devices.procfs_fake import write_proc_devices
 from imexdra.kubeletplugin.main import main
 from tests.unit.api.cli import ALL_GROUPS, env_vars
@@ -82,9 +83,15 @@ def test_channel_isolation_is_refused_before_startup(gates: str, fragments: list
     ids=["host-managed", "driver-managed"],
 )
 def test_startup_logs_gates_then_fails_without_channel_major(
-    tmp_path: Path, gates: str, forced: bool
+    tmp_path: Path, gates: str, forced: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Resolved gates are logged first; a node without the IMEX channel major exits 1 before any API call."""
+    """Resolved gates are logged first; a node without the IMEX channel major exits 1 before any API call.
+
+    The error is also the container's termination message, where ``kubectl describe pod`` shows it.
+    """
+    termination_log = tmp_path / "termination-log"
+    termination_log.touch()  # the kubelet creates the file in a container
+    monkeypatch.setattr(termination, "TERMINATION_LOG", termination_log)
     # The NVML library is only located before the channel major is read, not loaded: any file will do.
     library = tmp_path / "driver-root" / "usr/lib64/libnvidia-ml.so.1"
     library.parent.mkdir(parents=True)
@@ -106,5 +113,7 @@ def test_startup_logs_gates_then_fails_without_channel_major(
     assert ("feature gate forced" in lines) == forced
     assert lines["Flags"]["nodeName"] == "node-a"
     assert "nvidia-caps-imex-channels" in lines["kubelet plugin failed"]["error"]
+    message = termination_log.read_text()
+    assert message.startswith("kubelet plugin failed: ") and "nvidia-caps-imex-channels" in message
     assert (tmp_path / "cdi").is_dir()
     assert (tmp_path / "plugins" / "compute-domain.nvidia.com").is_dir()
