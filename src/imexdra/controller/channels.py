@@ -182,21 +182,22 @@ class ChannelBook:
 
     def conflicts(self) -> list[Conflict]:
         """Numbers recorded by more than one live domain, lowest number first."""
-        found = []
-        for channel in sorted(number for number, owners in self._owners.items() if len(owners) > 1):
-            keeper, *younger = sorted(
-                self._owners[channel], key=lambda uid: (self._domains[uid].created, uid)
-            )
-            in_use = {self._claims[claim].domain for claim in self._holders.get(channel, ())}
-            found.append(
-                Conflict(
-                    channel=channel,
-                    keeper=keeper,
-                    reassignable=tuple(uid for uid in younger if uid not in in_use),
-                    stuck=tuple(uid for uid in younger if uid in in_use),
-                )
-            )
-        return found
+        found = (self.conflict_of(number) for number in sorted(self._owners))
+        return [conflict for conflict in found if conflict is not None]
+
+    def conflict_of(self, channel: int) -> Conflict | None:
+        """The conflict over ``channel`` if several live domains record it (one reconcile's question)."""
+        owners = self._owners.get(channel, set())
+        if len(owners) < 2:
+            return None
+        keeper, *younger = sorted(owners, key=lambda uid: (self._domains[uid].created, uid))
+        in_use = {self._claims[claim].domain for claim in self._holders.get(channel, ())}
+        return Conflict(
+            channel=channel,
+            keeper=keeper,
+            reassignable=tuple(uid for uid in younger if uid not in in_use),
+            stuck=tuple(uid for uid in younger if uid in in_use),
+        )
 
     # -- internals ---------------------------------------------------------------------------------
 

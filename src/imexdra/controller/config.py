@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from imexdra.api.config.common import ImexIsolation, ImexSettings
 from imexdra.api.config.controller import ControllerSettings
 from imexdra.api.featuregates import FeatureGates, Gate
+from imexdra.devices.procfs import IMEX_CHANNEL_COUNT
 
 #: Field manager and Event ``reportingController`` of every write the controller makes.
 CONTROLLER_NAME = "compute-domain.nvidia.com/controller"
@@ -47,6 +48,8 @@ class ControllerConfig:
     host_managed: bool
     #: ``channel`` gives each domain its own IMEX channel (docs/channel-isolation.md); host-managed only.
     imex_isolation: ImexIsolation = ImexIsolation.DOMAIN
+    #: Channels ``0 .. count - 1`` on every node (docs/channel-isolation.md §3); channel isolation only.
+    imex_channel_count: int = IMEX_CHANNEL_COUNT
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
     min_publish_interval: float = DEFAULT_MIN_PUBLISH_INTERVAL_SECONDS
     resync_seconds: float = DEFAULT_RESYNC_SECONDS

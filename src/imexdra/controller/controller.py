@@ -8,6 +8,8 @@ workers at once, and adding a queued key again is free):
   the batching window ``config.debounce_seconds``, so a burst of daemon events costs one reconcile
   (at once while the domain is terminating: each teardown step waits for the previous one's event);
 - anything labelled for an unknown domain, or a domain vanishing → a sweep (``cleanup``) a second later;
+- under channel isolation, ResourceClaims and ComputeDomains also feed the channel book, which
+  requeues domains waiting for a number, oldest first, when one may have come free;
 - every ``config.resync_seconds``: every domain again (informer resync) and a sweep.
 
 Workers start only after every informer has listed once, so no reconcile or sweep acts on a half-filled
@@ -26,6 +28,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.config.common import ImexIsolation
 from imexdra.common.events import EventRecorder
 from imexdra.common.informer import EventHandler
 from imexdra.common.store import KubeObject, object_key
@@ -33,6 +36,7 @@ from imexdra.common.workqueue import WorkQueue, run_workers
 from imexdra.controller.caches import Caches, domain_label, own_uid
 from imexdra.controller.cleanup import SWEEP_KEY, StaleObjectSweeper
 from imexdra.controller.config import ControllerConfig
+from imexdra.controller.isolation import ChannelAssigner
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.reconciler import Reconciler
 from imexdra.controller.transport import Transport
@@ -59,7 +63,15 @@ class Controller:
         self.metrics = DomainStatusMetrics()
         self.events = events
         writer = Writer(transport)
-        self.reconciler = Reconciler(config, self.caches, writer, events, self.metrics)
+        #: The channel book and its verdicts, under channel isolation only (docs/channel-isolation.md).
+        self.assigner: ChannelAssigner | None = None
+        if config.imex_isolation is ImexIsolation.CHANNEL:
+            self.assigner = ChannelAssigner(
+                config.imex_channel_count, name_of=self.caches.domain_key, requeue=self.queue.add
+            )
+        self.reconciler = Reconciler(
+            config, self.caches, writer, events, self.metrics, assigner=self.assigner
+        )
         self.sweeper = StaleObjectSweeper(self.caches, writer)
         self._started = asyncio.Event()
         self._wire()
@@ -104,6 +116,8 @@ class Controller:
                 on_delete=self._domain_deleted,
             )
         )
+        if self.assigner is not None:
+            self._wire_channels(self.assigner)
         caches.templates.add_handler(self._owned_handler())
         for pod_informer in caches.pods:
             pod_informer.add_handler(self._owned_handler())
@@ -113,6 +127,24 @@ class Controller:
             ds_informer.add_handler(self._owned_handler(changed=_metadata_changed))
         if caches.nodes is not None:
             caches.nodes.add_handler(self._owned_handler(changed=_label_changed))
+
+    def _wire_channels(self, assigner: ChannelAssigner) -> None:
+        """Feed the channel book every domain's recorded number and every claim's held numbers."""
+        self.caches.domains.add_handler(
+            EventHandler(
+                on_add=assigner.domain_seen,
+                on_update=lambda _old, new: assigner.domain_seen(new),
+                on_delete=assigner.domain_gone,
+            )
+        )
+        assert self.caches.claims is not None
+        self.caches.claims.add_handler(
+            EventHandler(
+                on_add=assigner.claim_seen,
+                on_update=lambda _old, new: assigner.claim_seen(new),
+                on_delete=assigner.claim_gone,
+            )
+        )
 
     def _domain_changed(self, cd: ComputeDomain) -> None:
         self.queue.add(object_key(cd))

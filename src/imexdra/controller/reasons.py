@@ -6,6 +6,10 @@ Warning: ``ReconcileFailed`` (a step failed and will be retried; the note says w
 ``ClaimTemplateConflict`` (a ResourceClaimTemplate not made for this domain already has the requested
 name), ``CliqueFull`` (a daemon got no index below maxNodesPerIMEXDomain), ``DaemonFailing`` (a node's
 IMEX daemon container keeps exiting; the note is its termination message).
+Channel isolation (docs/channel-isolation.md §7), also the reasons of the ``ChannelAllocated``
+condition: ``ChannelAllocated`` (Normal, condition True) and, as Warnings with the condition False,
+``ChannelsExhausted``, ``AllocationModeUnsupported``, ``ChannelConflict``, ``ChannelOutOfPool``,
+``IsolationMismatch`` and ``IsolationSwitchPending``.
 """
 
 from __future__ import annotations
@@ -17,3 +21,10 @@ CLAIM_TEMPLATE_CONFLICT: Final = "ClaimTemplateConflict"
 CLIQUE_FULL: Final = "CliqueFull"
 DAEMON_FAILING: Final = "DaemonFailing"
 FINALIZED: Final = "Finalized"
+CHANNEL_ALLOCATED: Final = "ChannelAllocated"
+CHANNELS_EXHAUSTED: Final = "ChannelsExhausted"
+ALLOCATION_MODE_UNSUPPORTED: Final = "AllocationModeUnsupported"
+CHANNEL_CONFLICT: Final = "ChannelConflict"
+CHANNEL_OUT_OF_POOL: Final = "ChannelOutOfPool"
+ISOLATION_MISMATCH: Final = "IsolationMismatch"
+ISOLATION_SWITCH_PENDING: Final = "IsolationSwitchPending"

@@ -7,6 +7,14 @@ Live domain (docs/data-path.md §2; §10 under HostManagedIMEX):
    ResourceClaimTemplate and the DaemonSet (found by the CD label, create-if-absent, never updated);
 3. publish membership and status (``sync``).
 
+Under channel isolation (docs/channel-isolation.md §4) step 2 waits for the domain's number: the
+verdict of ``isolation.ChannelAssigner`` is taken synchronously (the number reserved in memory), then
+written to ``status.channel`` in the status write that also says NotReady (guarded by the domain's
+resourceVersion; a failed write releases the reservation), and only then is the workload template
+ensured. A domain that gets no number gets no template, a NotReady status with its
+``ChannelAllocated`` condition and a Warning event. Under ``domain`` isolation a domain that records
+a number was made under ``channel`` and is left alone the same way (``IsolationMismatch``).
+
 An owned object someone else deleted is let go (our finalizer removed) and created again. Terminating
 domain: execute ``deletion.plan_deletion`` until it says ``FinalizeDomain``. Every step reads the
 caches only, so a reconcile with nothing to do costs no API call.
@@ -21,7 +29,7 @@ import structlog
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.api.constants import ClaimTemplateTarget
+from imexdra.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL, ClaimTemplateTarget
 from imexdra.common import tasks
 from imexdra.common.errors import DriverError
 from imexdra.common.events import EventRecorder
@@ -40,6 +48,7 @@ from imexdra.controller.deletion import (
     RemoveNodeLabel,
     plan_deletion,
 )
+from imexdra.controller.isolation import ChannelAssigner, Verdict
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.overlay import Overlay
 from imexdra.controller.sync import MembershipSync
@@ -53,6 +62,16 @@ _log = structlog.get_logger(__name__)
 WAIT_SECONDS = 5.0
 #: Re-check of a claim-template name clash (the clashing object is not watched).
 CONFLICT_RETRY_SECONDS = 10.0
+
+
+def template_device_classes(template: ResourceClaimTemplate) -> set[str]:
+    """The device classes a claim template's requests name."""
+    devices = template.spec.spec.devices if template.spec and template.spec.spec else None
+    return {
+        request.exactly.deviceClassName
+        for request in (devices.requests or [] if devices else [])
+        if request.exactly is not None
+    }
 
 
 def _later(a: float | None, b: float | None) -> float | None:
@@ -70,8 +89,13 @@ class Reconciler:
         writer: Writer,
         events: EventRecorder,
         metrics: DomainStatusMetrics,
+        *,
+        assigner: ChannelAssigner | None = None,
     ) -> None:
         self._config = config
+        #: Set under channel isolation only.
+        self._assigner = assigner
+        self._old_kind_scanned = False
         self._caches = caches
         self._writer = writer
         self._events = events
@@ -102,6 +126,19 @@ class Reconciler:
         # The finalizer first (upstream's order, in both IMEX modes): nothing exists that it does not guard.
         if not has_finalizer(cd):
             cd = await self._writer.add_finalizer(cd, self._caches.domain_view)
+        if self._assigner is not None:
+            return await self._ensure_channel(cd, self._assigner)
+        if cd.status is not None and cd.status.channel is not None:
+            return await self._refuse(
+                cd,
+                Verdict(
+                    None,
+                    False,
+                    reasons.ISOLATION_MISMATCH,
+                    'created under isolation "channel", the driver now runs "domain": delete and '
+                    "recreate it, or set isolation back",
+                ),
+            )
         steps: list[Awaitable[float | None]] = [self._ensure_workload_template(cd)]
         if not self._config.host_managed:
             steps.append(self._ensure_daemon_objects(render.domain_uid(cd)))
@@ -109,6 +146,65 @@ class Reconciler:
         for result in await tasks.settle(*steps):
             retry = _later(retry, result)
         return _later(retry, await self._sync.sync(cd))
+
+    async def _ensure_channel(self, cd: ComputeDomain, assigner: ChannelAssigner) -> float | None:
+        """The number first (recorded in status), then the template, then the status (§4 write order)."""
+        uid = render.domain_uid(cd)
+        self._scan_old_kind(assigner)
+        verdict = assigner.decide(cd, domain_kind_template=self._has_domain_kind_template(uid))
+        if not verdict.allocated:
+            return await self._refuse(cd, verdict)
+        recorded = cd.status.channel if cd.status is not None else None
+        if verdict.channel != recorded:
+            try:
+                await self._sync.sync(cd, verdict, guarded=True)
+            except Exception:
+                assigner.reservation_failed(uid)
+                raise
+            self._events.record(
+                cd, type="Normal", reason=verdict.reason, action="AllocateChannel", note=verdict.message
+            )
+            _log.info("channel_allocated", domain=uid, channel=verdict.channel)
+            assert cd.metadata is not None
+            cd = self._caches.domain_view.get(f"{cd.metadata.namespace}/{cd.metadata.name}") or cd
+        retry = await self._ensure_workload_template(cd)
+        return _later(retry, await self._sync.sync(cd, verdict))
+
+    async def _refuse(self, cd: ComputeDomain, verdict: Verdict) -> float | None:
+        """No template for this domain: say why in its status and a Warning event."""
+        self._events.record(
+            cd,
+            type="Warning",
+            reason=verdict.reason,
+            action="AllocateChannel",
+            note=verdict.note or verdict.message,
+        )
+        await self._sync.sync(cd, verdict)
+        return None
+
+    def _has_domain_kind_template(self, uid: str) -> bool:
+        """Whether a live workload template of the domain selects the shared channel 0 (domain kind)."""
+        view = self._caches.template_view
+        return any(
+            not view.terminating(template)
+            and template_device_classes(template) == {DEVICE_CLASS_DEFAULT_CHANNEL}
+            for template in self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
+        )
+
+    def _scan_old_kind(self, assigner: ChannelAssigner) -> None:
+        """Once, before the first verdict: every live domain made under ``domain`` isolation."""
+        if self._old_kind_scanned:
+            return
+        self._old_kind_scanned = True
+        for cd in self._caches.domain_view.all():
+            uid = render.domain_uid(cd)
+            live = not self._caches.domain_view.terminating(cd)
+            if (
+                live
+                and (cd.status is None or cd.status.channel is None)
+                and self._has_domain_kind_template(uid)
+            ):
+                assigner.mark_old_kind(uid)
 
     async def _ensure_one(self, view: Overlay[R], existing: list[R], create: Callable[[], R]) -> float | None:
         """Create-if-absent over ``existing``; terminating copies are let go first."""

@@ -13,31 +13,58 @@ import functools
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 import structlog
 from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 
-from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
+from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus, Condition
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo, clique_name
 from imexdra.api.constants import (
     CLIQUE_LABEL_KEY,
     COMPUTE_DOMAIN_LABEL_KEY,
     ClaimTemplateTarget,
     ComputeDomainStatusValue,
+    ConditionStatus,
 )
 from imexdra.common.events import EventRecorder
 from imexdra.controller import membership, reasons
 from imexdra.controller.caches import Caches
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod, one_per_node
+from imexdra.controller.isolation import CHANNEL_ALLOCATED, Verdict
 from imexdra.controller.membership import CliqueMembers
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.render import domain_uid
 from imexdra.controller.writes import Writer
 
 _log = structlog.get_logger(__name__)
+
+
+def channel_conditions(cd: ComputeDomain, verdict: Verdict, now: datetime) -> list[Condition]:
+    """The domain's conditions with ``ChannelAllocated`` set from ``verdict``.
+
+    The transition time moves only when the condition's status does, and an unchanged condition is
+    kept as it is, so a verdict that says the same thing again writes nothing.
+    """
+    current = cd.status.conditions if cd.status is not None else []
+    value = ConditionStatus.TRUE if verdict.allocated else ConditionStatus.FALSE
+    old = next((c for c in current if c.type == CHANNEL_ALLOCATED), None)
+    since = (
+        old.last_transition_time if old is not None and old.status == value else now.replace(microsecond=0)
+    )
+    generation = cd.metadata.generation if cd.metadata is not None else None
+    new = Condition(
+        type=CHANNEL_ALLOCATED,
+        status=value,
+        last_transition_time=since,
+        reason=verdict.reason,
+        message=verdict.message,
+        observed_generation=generation or 0,
+    )
+    return [c for c in current if c.type != CHANNEL_ALLOCATED] + [new]
 
 
 def clique_id_of(clique: ComputeDomainClique, uid: str) -> str:
@@ -61,6 +88,7 @@ class MembershipSync:
         metrics: DomainStatusMetrics,
         *,
         clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._config = config
         self._caches = caches
@@ -68,16 +96,33 @@ class MembershipSync:
         self._events = events
         self._metrics = metrics
         self._clock = clock
+        self._now = now
         #: When each domain last published (cliques or status), for ``config.min_publish_interval``.
         self._last_publish: dict[str, float] = {}
 
-    async def sync(self, cd: ComputeDomain) -> float | None:
+    async def sync(
+        self, cd: ComputeDomain, verdict: Verdict | None = None, *, guarded: bool = False
+    ) -> float | None:
         """Bring the domain's cliques (driver-managed, gate on) and status in line with its daemons.
 
         Returns a delay when a change is due but the domain published less than
-        ``config.min_publish_interval`` ago: the change is then written on the next pass.
+        ``config.min_publish_interval`` ago: the change is then written on the next pass. With a
+        channel-isolation ``verdict`` the status also carries the domain's number and its
+        ``ChannelAllocated`` condition, and is Ready only if the number is its own and its template
+        exists; ``guarded`` makes the write conditional on the domain's resourceVersion.
         """
         uid = domain_uid(cd)
+        if verdict is not None:
+            ready = verdict.allocated and self._has_workload_template(uid)
+            current = cd.status
+            recorded = current.channel if current is not None else None
+            status = ComputeDomainStatus(
+                status=membership.READY if ready else membership.NOT_READY,
+                channel=verdict.channel if verdict.channel is not None else recorded,
+                conditions=channel_conditions(cd, verdict, self._now()),
+            )
+            await self._publish_status(cd, status, guarded=guarded)
+            return None
         if self._config.host_managed:
             # Ready means the workload claim template exists (docs/host-managed.md), not someone else's
             # template of that name, which the reconciler reports as ClaimTemplateConflict; no nodes.
@@ -204,15 +249,20 @@ class MembershipSync:
     @staticmethod
     def _status_changed(cd: ComputeDomain, desired: ComputeDomainStatus) -> bool:
         current = cd.status
+        # An unset channel or no conditions leaves the published ones alone (write_status omits them).
         return (
             current is None
             or current.status != desired.status
             or not membership.same_nodes(current.nodes, desired.nodes)
+            or (desired.channel is not None and current.channel != desired.channel)
+            or (bool(desired.conditions) and current.conditions != desired.conditions)
         )
 
-    async def _publish_status(self, cd: ComputeDomain, desired: ComputeDomainStatus) -> None:
+    async def _publish_status(
+        self, cd: ComputeDomain, desired: ComputeDomainStatus, *, guarded: bool = False
+    ) -> None:
         if self._status_changed(cd, desired):
-            await self._writer.write_status(cd, desired, self._caches.domain_view)
+            await self._writer.write_status(cd, desired, self._caches.domain_view, guarded=guarded)
             _log.info(
                 "status_updated", domain=domain_uid(cd), status=desired.status.value, nodes=len(desired.nodes)
             )

@@ -165,12 +165,33 @@ class Writer:
         overlay.record(decoders.decode_object(body, type(obj)))
 
     async def write_status(
-        self, cd: ComputeDomain, status: ComputeDomainStatus, overlay: Overlay[ComputeDomain]
+        self,
+        cd: ComputeDomain,
+        status: ComputeDomainStatus,
+        overlay: Overlay[ComputeDomain],
+        *,
+        guarded: bool = False,
     ) -> ComputeDomain:
-        """Replace the domain's status (the controller is its only writer; empty nodes are removed)."""
+        """Replace the domain's status (the controller is its only writer; empty nodes are removed).
+
+        ``channel`` and ``conditions`` are sent only when set, so a domain-isolation status is
+        upstream's; ``guarded`` adds the domain's resourceVersion as a precondition (the write that
+        records a new channel number must not land on a status it has not seen).
+        """
         # A merge patch removes a key set to null: that is how an empty node list disappears.
-        body = {"status": status.status.value, "nodes": msgspec.to_builtins(status.nodes) or None}
-        answer = await self._patch(cd, {"status": body}, _MERGE, ComputeDomain.Status)
+        body: dict[str, Any] = {
+            "status": status.status.value,
+            "nodes": msgspec.to_builtins(status.nodes) or None,
+        }
+        if status.channel is not None:
+            body["channel"] = status.channel
+        if status.conditions:
+            body["conditions"] = msgspec.to_builtins(status.conditions)
+        patch: dict[str, Any] = {"status": body}
+        if guarded:
+            assert cd.metadata is not None
+            patch["metadata"] = {"resourceVersion": cd.metadata.resourceVersion}
+        answer = await self._patch(cd, patch, _MERGE, ComputeDomain.Status)
         updated: ComputeDomain = decoders.decode_object(answer, ComputeDomain)
         overlay.record(updated)
         return updated
