@@ -88,12 +88,6 @@ ENV_CASES: list[tuple[OptionGroup[Any], dict[str, str], str, Any]] = [
     ),
     (kubelet_plugin_options, {"HOST_DRIVER_ROOT": "/host"}, "nvidia_driver_root", Path("/host")),
     (kubelet_plugin_options, {"DRIVER_ROOT_CTR_PATH": "/dr"}, "container_driver_root", Path("/dr")),
-    (
-        kubelet_plugin_options,
-        {"NVIDIA_CDI_HOOK_PATH": "/usr/bin/nvidia-cdi-hook"},
-        "nvidia_cdi_hook_path",
-        Path("/usr/bin/nvidia-cdi-hook"),
-    ),
     (kubelet_plugin_options, {"IMEX_HOST_SOCKET_PATH": "/s.sock"}, "imex_host_socket_path", Path("/s.sock")),
     (kubelet_plugin_options, {"GPU_CLIQUE_LABEL_ENABLED": "true"}, "gpu_clique_label_enabled", True),
     (leader_election_options, {"LEADER_ELECTION_ENABLED": "true"}, "enabled", True),
@@ -205,6 +199,11 @@ def test_env_fallbacks(group: OptionGroup[Any], env: dict[str, str], attribute: 
             {"COMPUTE_DOMAIN_NAMESPACE": "Team"},
             ["'--compute-domain-namespace'", "DNS-1123 label"],
         ),
+        (
+            kubelet_plugin_options,
+            {"NVIDIA_CDI_HOOK_PATH": "/usr/bin/nvidia-cdi-hook"},
+            ["'--nvidia-cdi-hook-path'", "run no hooks", "Unset it (chart value nvidiaCDIHookPath)"],
+        ),
     ],
     ids=[
         "cdi-root-relative",
@@ -222,6 +221,7 @@ def test_env_fallbacks(group: OptionGroup[Any], env: dict[str, str], attribute: 
         "retry-zero",
         "daemon-pod-ip-invalid",
         "daemon-namespace-invalid",
+        "cdi-hook-path-set",
     ],
 )
 def test_invalid_values_are_usage_errors(

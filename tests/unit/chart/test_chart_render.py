@@ -180,7 +180,6 @@ def test_every_env_variable_is_one_the_binary_reads(kind: str, container: str) -
         "featureGates": {"MPSSupport": False},
         "imagePullSecrets": [{"name": "pull"}],
         "altProcDevices": "/srv/proc-devices",
-        "nvidiaCDIHookPath": "/usr/bin/nvidia-cdi-hook",
         "controller": {"replicas": 2, "leaderElection": {"enabled": True}},
     }
     env = render(everything_on).env(kind, container)
@@ -341,6 +340,13 @@ def test_kubelet_plugin_mounts_the_host_imex_socket_directory_when_host_managed(
     mounts = {m["name"]: m["mountPath"] for m in rendered.container(*PLUGIN)["volumeMounts"]}
     assert volumes.get("host-imex-socket-dir") == mounted
     assert mounts.get("host-imex-socket-dir") == mounted
+
+
+def test_a_cdi_hook_path_is_refused_with_the_reason() -> None:
+    """imexdra writes no CDI hooks: a hook path would be silently unused, so the install fails instead."""
+    error = render_error({"nvidiaCDIHookPath": "/usr/local/nvidia/toolkit/nvidia-cdi-hook"})
+    assert 'nvidiaCDIHookPath="/usr/local/nvidia/toolkit/nvidia-cdi-hook" is not used' in error
+    assert "run no hooks" in error and "Remove the value" in error
 
 
 def test_host_imex_socket_directly_under_root_is_refused() -> None:

@@ -13,6 +13,7 @@ import click
 
 from imexdra.api.config.groups import OptionGroup, check_absolute, option
 from imexdra.api.constants import DRIVER_NAME
+from imexdra.common.errors import ConfigError
 
 _PATH = click.Path(path_type=Path)
 
@@ -26,7 +27,7 @@ class KubeletPluginSettings:
     cdi_root: Path
     nvidia_driver_root: Path
     container_driver_root: Path
-    #: ``None``: the plugin provides its own copy of nvidia-cdi-hook.
+    #: Upstream's nvidia-cdi-hook location; imexdra's specs run no hooks, so only ``None`` is accepted.
     nvidia_cdi_hook_path: Path | None
     imex_host_socket_path: Path
     #: ``< 0`` disables the gRPC health server, ``0`` picks a free port.
@@ -47,6 +48,14 @@ class KubeletPluginSettings:
             value = getattr(self, name)
             if value is not None:
                 check_absolute(value, field=name)
+        if self.nvidia_cdi_hook_path is not None:
+            # Refused, not ignored: an operator setting it expects hooks to run (docs/driver-root.md).
+            raise ConfigError(
+                f"{self.nvidia_cdi_hook_path} is not used: imexdra's CDI specs run no hooks (the base spec "
+                "bind-mounts the driver's nvidia-imex and nvidia-imex-ctl and the device nodes, all an IMEX "
+                "daemon needs; docs/driver-root.md). Unset it (chart value nvidiaCDIHookPath)",
+                field="nvidia_cdi_hook_path",
+            )
 
     @property
     def plugin_data_directory(self) -> Path:
@@ -107,7 +116,7 @@ kubelet_plugin_options = OptionGroup(
         envvar="NVIDIA_CDI_HOOK_PATH",
         type=_PATH,
         default=None,
-        help="nvidia-cdi-hook executable; unset copies the bundled one into the plugin directory.",
+        help="Upstream's nvidia-cdi-hook executable; imexdra runs no CDI hooks, so setting it is an error.",
     ),
     option(
         "--imex-host-socket-path",
