@@ -22,7 +22,7 @@ from tests.unit.chart.helm import CHART_DIR, helm, merge, nested, render, render
 SCHEMA = json.loads((CHART_DIR / "values.schema.json").read_text())
 PYPROJECT = Path(__file__).parents[3] / "pyproject.toml"
 #: Keys the schema accepts only so that upstream values files fail with a clear guard message.
-SCHEMA_ONLY = {"nvidiaCtkPath"}
+SCHEMA_ONLY = {"nvidiaCtkPath", "consumableShares", "gpus", "init"}
 
 
 def _uncovered(schema: dict[str, Any], node: yaml.Node, lines: list[str], path: str = "") -> list[str]:
@@ -201,6 +201,14 @@ GUARDS = {
     "cliques-without-dns-names": (
         {"featureGates": {"IMEXDaemonsWithDNSNames": False}},
         "ComputeDomainCliques requires IMEXDaemonsWithDNSNames",
+    ),
+    "gpu-sharing": (
+        {"consumableShares": "4"},
+        'consumableShares="4": GPU sharing belongs to upstream\'s GPU plugin',
+    ),
+    "init-container": (
+        nested("kubeletPlugin.containers.init.resources", {"limits": {"cpu": "1"}}),
+        "kubeletPlugin.containers.init: imexdra's kubelet plugin pod has no init container",
     ),
     "replicas-without-leader-election": (
         nested("controller.replicas", 2),
