@@ -79,7 +79,16 @@ def test_one_per_node_prefers_ready_then_newest() -> None:
     assert [p.name for p in chosen] == ["a-new", "b-old"]
 
 
-def _with_container(pod: Pod, *, ready: bool, exit_code: int | None, message: str, reason: str) -> Pod:
+def _with_container(
+    pod: Pod,
+    *,
+    ready: bool,
+    exit_code: int | None = None,
+    message: str = "",
+    reason: str = "",
+    waiting: ContainerStateWaiting | None = None,
+) -> Pod:
+    """``pod`` with one daemon container: its last exit (``exit_code``...) and current ``waiting`` state."""
     assert pod.status is not None
     terminated = (
         ContainerStateTerminated(exitCode=exit_code, message=message or None, reason=reason or None)
@@ -94,6 +103,7 @@ def _with_container(pod: Pod, *, ready: bool, exit_code: int | None, message: st
             ready=ready,
             restartCount=3,
             lastState=ContainerState(terminated=terminated),
+            state=ContainerState(waiting=waiting) if waiting else None,
         )
     ]
     return pod
@@ -137,17 +147,6 @@ def test_failure_is_the_last_non_zero_exit_while_not_ready(
 )
 def test_failure_names_a_container_the_node_cannot_create(reason: str, message: str, failure: str) -> None:
     """A waiting reason that means the runtime refused the container is reported with its message."""
-    pod = make_pod(ready=False)
-    assert pod.status is not None
-    pod.status.containerStatuses = [
-        ContainerStatus(
-            name="compute-domain-daemon",
-            image="imexdra:0.1.0",
-            imageID="",
-            ready=False,
-            restartCount=0,
-            state=ContainerState(waiting=ContainerStateWaiting(reason=reason, message=message or None)),
-        )
-    ]
-    found = daemon_pod(pod)
+    waiting = ContainerStateWaiting(reason=reason, message=message or None)
+    found = daemon_pod(_with_container(make_pod(ready=False), ready=False, waiting=waiting))
     assert found is not None and found.failure == failure
