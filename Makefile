@@ -13,8 +13,8 @@ k8s:
 	@tools/k8s/build.sh
 
 lint: venv
-	$(BIN)/ruff check src tests bench tools
-	$(BIN)/ruff format --check src tests bench tools
+	$(BIN)/ruff check src sim tests bench tools
+	$(BIN)/ruff format --check src sim tests bench tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -32,6 +32,7 @@ test: lint k8s
 	$(BIN)/pytest tests $(PYTEST_ARGS)
 
 # The main job: the seed MPIJob with a ComputeDomain on a simulated NVL72 rack (DEMO_ARGS e.g. --host-managed).
+# `demo` is imexdra-sim's command (sim/), which hack/venv.sh installs beside the driver.
 DEMO_ARGS ?=
 demo: venv k8s
 	$(BIN)/imexdra demo $(DEMO_ARGS)
@@ -58,7 +59,7 @@ soak: venv k8s
 
 # A bare local cluster (no driver), kept running until Ctrl-C; for poking around.
 cluster-up: venv k8s
-	$(BIN)/python -m imexdra.localcluster --nodes 2
+	$(BIN)/python -m imexdra_sim.localcluster --nodes 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,6 +1,6 @@
 """Pieces the benchmarks share: paths, a simulated node's plugin environment, process readings, metrics.
 
-- ``simulated_node``: the stand-in hardware (``imexdra.devices.driverroot_fake``: a driver root with the
+- ``simulated_node``: the stand-in hardware (``imexdra_sim.devices.driverroot_fake``: a driver root with the
   mock NVML library and its GB200 profile and a dev root of regular files, a fake ``/proc/devices``) and
   kubelet directories of one node, as the environment of a ``compute-domain-kubelet-plugin``;
 - ``ControllerProcess``: a ComputeDomain controller as a child process, started from a command template
@@ -27,10 +27,10 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from imexdra.common.logging import configure_logging
-from imexdra.devices import driverroot_fake
-from imexdra.localcluster.binaries import nvml_mock_library
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.processes import free_port
+from imexdra_sim.devices import driverroot_fake
+from imexdra_sim.localcluster.binaries import nvml_mock_library
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.processes import free_port
 
 # Progress logs (e.g. the local cluster's) go to stderr, so stdout carries only the JSON summary.
 configure_logging(log_format="text", stream=sys.stderr)

@@ -70,7 +70,7 @@ from imexdra.api.computedomain import (
 )
 from imexdra.common.kube import load_config
 from imexdra.controller.transport import Transport, resource_path
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 
 NAMESPACE = "bench"
 CONTROLLER_RESOURCES = (

@@ -120,8 +120,8 @@ from imexdra.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL
 from imexdra.common.kube import http_client
 from imexdra.controller.render import DAEMON_SERVICE_ACCOUNT
 from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
 
 TARGETS_S = {18: 10.0, 256: 60.0}
 DEFAULT_NODES = (4, 18, 64, 144, 256)

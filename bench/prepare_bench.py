@@ -63,7 +63,7 @@ from imexdra.api.constants import NODE_LABEL_KEY
 from imexdra.common.kube import http_client
 from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
 from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 
 NODE = "bench-node"
 NAMESPACE = "bench"

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 
 _FAILED = pytest.StashKey[int]()
 

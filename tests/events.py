@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 
 # The prefix our plugin puts on every failed NodePrepareResources result (kubeletplugin/driver.py).
 DRIVER_PREPARE_ERROR = "error preparing devices for claim"

@@ -1,6 +1,6 @@
 """A simulated rack with imexdra installed by its Helm chart, one per IMEX mode, for the e2e tier.
 
-The bring-up is the demo's (``imexdra.cli.rack.bring_up``): real control plane and kubelets, fake
+The bring-up is the demo's (``imexdra_sim.rack.bring_up``): real control plane and kubelets, fake
 GB200 hardware per node, the real Kubeflow MPI Operator, and the chart's controller and kubelet
 plugin running as pods: host processes through fakecri, or real containers of the project's image
 on containerd nodes (``real_nodes_rack``, docs/node-runtime.md).
@@ -14,8 +14,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from imexdra.cli import rack
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim import rack
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import failure_count, progress
 
 

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from imexdra.api.constants import DRIVER_NAME
-from imexdra.cli import demo, rack
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.credentials import service_account_kubeconfig
+from imexdra_sim import demo, rack
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.credentials import service_account_kubeconfig
 
 WORKER_SELECTOR = "training.kubeflow.org/job-role=worker"
 
@@ -155,7 +155,7 @@ def imex_domain_view(cluster: LocalCluster, node: str, domain_uid: str) -> dict[
     config = cluster.node(node).plugins_dir / DRIVER_NAME / "domains" / domain_uid / "imexd.cfg"
     if not config.is_file():
         return None
-    ctl = [sys.executable, "-m", "imexdra.devices.fakeimex.ctl", "-c", str(config), "-N", "-j"]
+    ctl = [sys.executable, "-m", "imexdra_sim.devices.fakeimex.ctl", "-c", str(config), "-N", "-j"]
     result = subprocess.run(ctl, capture_output=True, text=True, timeout=30, check=False)
     if result.returncode != 0:
         return None

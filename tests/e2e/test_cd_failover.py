@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from imexdra.cli import demo, rack
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim import demo, rack
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import (
     CHANNEL_DEVICE_DIR,
     COMPUTE_DOMAIN_LABEL,

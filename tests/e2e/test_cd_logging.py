@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from imexdra.cli import rack
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim import rack
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import (
     CONTROLLER_SELECTOR,
     PLUGIN_SELECTOR,

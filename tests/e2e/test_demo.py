@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from imexdra.cli import demo
+from imexdra_sim import demo
 from tests.processes import processes_mentioning
 
 IMEXDRA = Path(sys.executable).parent / "imexdra"

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY
-from imexdra.cli import demo, rack
-from imexdra.devices.fakeimex.install import install_fake_imex
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim import demo, rack
+from imexdra_sim.devices.fakeimex.install import install_fake_imex
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import (
     PLUGIN_SELECTOR,
     apply,

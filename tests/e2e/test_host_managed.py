@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from imexdra.cli import demo, rack
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.credentials import kubectl_as
-from imexdra.localcluster.nodes import Node
+from imexdra_sim import demo, rack
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.credentials import kubectl_as
+from imexdra_sim.localcluster.nodes import Node
 from tests.e2e.helpers import (
     apply,
     channel_pod,

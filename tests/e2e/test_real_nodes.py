@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 import imexdra
-from imexdra.cli import rack
-from imexdra.devices.fakeimex.install import install_fake_imex
-from imexdra.devices.procfs_fake import DEFAULT_IMEX_CHANNELS_MAJOR
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim import rack
+from imexdra_sim.devices.fakeimex.install import install_fake_imex
+from imexdra_sim.devices.procfs_fake import DEFAULT_IMEX_CHANNELS_MAJOR
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import (
     COMPUTE_DOMAIN_LABEL,
     CONTROLLER_SELECTOR,

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from imexdra.api.constants import DRIVER_NAME
-from imexdra.cli import rack
 from imexdra.kubeletplugin.checkpoint import ClaimState, unmarshal
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.credentials import kubectl_as
+from imexdra_sim import rack
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.credentials import kubectl_as
 from tests.e2e.helpers import (
     apply,
     channel_pod,

@@ -42,8 +42,8 @@ from imexdra.api.computedomain import (
 from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY, AllocationMode
 from imexdra.controller import rbac
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.processes import free_port, tail
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.processes import free_port, tail
 
 CONTROLLER_BINARY = Path(sys.executable).parent / "compute-domain-controller"
 FAKE_IMAGE = "imexdra.test/compute-domain-daemon:fake"

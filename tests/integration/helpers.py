@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 
 
 async def eventually(

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imexdra.devices import driverroot_fake
-from imexdra.devices.fakeimex.hostservice import CONFIG_NAME, HostImexService, service_argv
 from imexdra.kubeletplugin.checkpoint import Checkpoint, unmarshal
-from imexdra.localcluster.binaries import nvml_mock_library
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.kubeconfig import write_kubeconfig
-from imexdra.localcluster.nodes import Node
-from imexdra.localcluster.processes import free_port
+from imexdra_sim.devices import driverroot_fake
+from imexdra_sim.devices.fakeimex.hostservice import CONFIG_NAME, HostImexService, service_argv
+from imexdra_sim.localcluster.binaries import nvml_mock_library
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.kubeconfig import write_kubeconfig
+from imexdra_sim.localcluster.nodes import Node
+from imexdra_sim.localcluster.processes import free_port
 from tests.integration.helpers import apply, eventually
 
 DRIVER = "compute-domain.nvidia.com"

@@ -41,7 +41,7 @@ from imexdra.api.constants import (
     ComputeDomainStatusValue,
     ConditionStatus,
 )
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.unit.chart.helm import render
 
 NAMESPACE = "chart-dryrun"

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.processes import free_port
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.processes import free_port
 from tests.integration.helpers import apply, eventually
 from tests.unit.chart.install import ChartRBAC, install_chart_rbac
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from imexdra.api.constants import DEVICE_CLASS_DAEMON, DEVICE_CLASS_DEFAULT_CHANNEL, DRIVER_NAME
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.helpers import apply, eventually
 from tests.unit.chart.helm import render
 

@@ -3,7 +3,7 @@
 The chart's identities are installed for release ``chartrbac`` (leader election, the GPU clique label
 and one additional namespace on, so every conditional grant is present). Then, per component:
 ``kubectl auth can-i --as=<ServiceAccount>`` allows each permission of rbac-uses.yaml and denies each
-of its ``denied`` list; tokens from ``imexdra.localcluster.credentials`` authenticate as the chart's
+of its ``denied`` list; tokens from ``imexdra_sim.localcluster.credentials`` authenticate as the chart's
 accounts; and the components' own write paths (the plugin's node label, the daemon's pod label) pass
 the own-node/own-pod admission policies while the same writes to another node or pod are refused.
 """
@@ -25,8 +25,8 @@ from imexdra.api.constants import CLIQUE_LABEL_KEY, NODE_LABEL_KEY
 from imexdra.common.errors import DriverError
 from imexdra.daemon.podlabel import label_own_pod
 from imexdra.kubeletplugin.domains import NodeLabeler
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.credentials import kubectl_as, whoami
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.credentials import kubectl_as, whoami
 from tests.integration.helpers import apply, eventually
 from tests.unit.chart import rbac
 from tests.unit.chart.install import ChartRBAC, install_chart_rbac

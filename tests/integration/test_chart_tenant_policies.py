@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from imexdra.api.constants import DEVICE_CLASS_DAEMON, DEVICE_CLASS_DEFAULT_CHANNEL, DRIVER_NAME
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.unit.chart.install import install_chart_rbac
 
 RELEASE = "tenantpol"

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.helpers import apply, eventually
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.helpers import apply, eventually
 from tests.integration.testdriver import DRIVER, TestDriver, cdi_id
 

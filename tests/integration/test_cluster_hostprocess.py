@@ -6,7 +6,7 @@ import os
 import signal
 from pathlib import Path
 
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.conftest import HOST_IMAGE, HOST_SRV
 from tests.integration.helpers import apply, eventually
 

@@ -34,7 +34,7 @@ from imexdra.common.kube import http_client, make_client, microtime
 from imexdra.common.leaderelection import LeaderElectionConfig, LeaderElector, LeadershipLostError
 from imexdra.common.store import index_by_label
 from imexdra.common.workqueue import WorkQueue, run_workers
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.helpers import eventually
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from imexdra.devices.procfs_fake import DEFAULT_IMEX_CHANNELS_MAJOR
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
+from imexdra_sim.devices.procfs_fake import DEFAULT_IMEX_CHANNELS_MAJOR
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
 from tests.integration.helpers import apply, eventually
 from tests.integration.pluginharness import (
     CLIQUE,

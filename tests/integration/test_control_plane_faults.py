@@ -43,7 +43,7 @@ from lightkube.config.kubeconfig import KubeConfig
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import failure_count, progress, stop_cluster
 from tests.integration.conftest import CRD_DIR
 from tests.integration.controller_harness import (

@@ -28,7 +28,7 @@ from imexdra.common.kube import load_config, make_client
 from imexdra.controller.config import CONTROLLER_NAME, ControllerConfig
 from imexdra.controller.controller import Controller
 from imexdra.controller.transport import Transport
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import compute_domain, events_of, kubectl_json, labelled
 from tests.integration.helpers import eventually
 

@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
     ControllerProcess,
     TeardownWatch,

@@ -20,7 +20,7 @@ from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import AllocationMode
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
     ControllerProcess,
     apply_objects,

@@ -23,7 +23,7 @@ from lightkube import AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import progress
 from tests.integration.controller_harness import (
     ControllerProcess,

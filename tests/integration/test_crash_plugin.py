@@ -33,7 +33,7 @@ from collections.abc import Iterator
 import pytest
 
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import progress
 from tests.integration.helpers import apply, eventually
 from tests.integration.pluginharness import (

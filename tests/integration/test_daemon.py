@@ -48,11 +48,11 @@ from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
 from imexdra.daemon.hostsfile import managed_mappings
-from imexdra.devices.fakeimex.ctl import CtlError, fetch_status
-from imexdra.devices.fakeimex.install import install_fake_imex
 from imexdra.devices.imex import parse_config
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
+from imexdra_sim.devices.fakeimex.ctl import CtlError, fetch_status
+from imexdra_sim.devices.fakeimex.install import install_fake_imex
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
 from tests.conftest import progress
 from tests.integration.conftest import HOST_IMAGE, HOST_SRV
 from tests.integration.controller_harness import (

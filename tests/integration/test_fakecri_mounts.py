@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from imexdra.localcluster.binaries import locate
+from imexdra_sim.localcluster.binaries import locate
 
 
 @pytest.fixture(scope="module")

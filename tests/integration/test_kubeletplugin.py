@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.helpers import eventually
 from tests.integration.pluginharness import (
     CLIQUE,

@@ -27,7 +27,7 @@ from imexdra.kubeletplugin.domains import (
 )
 from imexdra.kubeletplugin.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.slices import slice_devices
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import apiserver_requests, request_delta
 from tests.integration.helpers import apply, eventually
 from tests.integration.pluginharness import (

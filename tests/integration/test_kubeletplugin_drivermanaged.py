@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from imexdra.kubeletplugin.checkpoint import ClaimState
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.events import driver_prepare_failure
 from tests.integration.helpers import apply, eventually
 from tests.integration.pluginharness import (

@@ -16,7 +16,7 @@ import yaml
 
 from imexdra.kubeletplugin.applyconfig import HOST_IMEX_NOT_READY_MESSAGE, NO_CLIQUE_MESSAGE
 from imexdra.kubeletplugin.checkpoint import ClaimState
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.events import driver_prepare_failure
 from tests.integration.helpers import apply, eventually
 from tests.integration.pluginharness import (

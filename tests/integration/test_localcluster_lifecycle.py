@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 OWNER = """
 import sys, time
-from imexdra.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.cluster import LocalCluster
 with LocalCluster(nodes_specs=[]) as cluster:
     print("run_dir", cluster.run_dir, flush=True)
     time.sleep(600)

@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from imexdra.devices import driverroot_fake
 from imexdra.devices.driverroot import find_nvml_library
-from imexdra.localcluster.binaries import NVML_MOCK_LIBRARY, nvml_mock_library
+from imexdra_sim.devices import driverroot_fake
+from imexdra_sim.localcluster.binaries import NVML_MOCK_LIBRARY, nvml_mock_library
 
 PROBE = Path(__file__).with_name("nvml_probe.py")
 PROFILE = "nvml-mock-profile"

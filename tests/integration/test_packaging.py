@@ -76,6 +76,9 @@ def test_wheel_holds_the_package_and_its_entry_points(wheel: Path) -> None:
     }
     assert expected <= names
     assert not [n for n in names if n.startswith("tests/")]
+    # The test and demo equipment is imexdra-sim's (sim/), never the driver's (docs/architecture.md §2.3).
+    harness = ("imexdra_sim", "localcluster", "_fake.py", "fakeimex", "cli/rack.py", "cli/demo.py")
+    assert not [n for n in names if any(part in n for part in harness)]
     for script, target in PYPROJECT["project"]["scripts"].items():
         assert f"{script} = {target}" in entry_points
     for requirement in PYPROJECT["project"]["dependencies"]:
@@ -94,3 +97,11 @@ def test_console_script_answers_help(installed: Path, script: str) -> None:
     """Each console script of the installed wheel prints its usage and exits 0."""
     result = run(installed / script, "--help", timeout=120)
     assert f"Usage: {script}" in result.stdout
+
+
+def test_installed_driver_has_no_demo(installed: Path) -> None:
+    """Without imexdra-sim, as in the image, ``imexdra`` offers only its own commands."""
+    result = run(installed / "imexdra", "--help", timeout=120)
+    commands = result.stdout.partition("Commands:")[2].split()
+    assert "status" in commands
+    assert "demo" not in commands

@@ -1,36 +1,46 @@
 """Entry point of ``imexdra``."""
 
 import sys
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Literal
 
 import click
 
+COMMAND_GROUP = "imexdra.commands"
+"""Entry-point group through which another installed distribution adds commands (``imexdra demo`` comes
+from the repository's imexdra-sim this way; docs/architecture.md §2.3)."""
 
-@click.group(name="imexdra", context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Commands(click.Group):
+    """The built-in commands, then those registered under ``COMMAND_GROUP`` by installed distributions.
+
+    A registered command is imported only when it is asked for or listed, so the read-only commands
+    never load a plugin; a registered name never replaces a built-in one.
+    """
+
+    @staticmethod
+    def _registered() -> dict[str, EntryPoint]:
+        return {point.name: point for point in entry_points(group=COMMAND_GROUP)}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._registered()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        point = self._registered().get(cmd_name)
+        if point is None:
+            return None
+        loaded = point.load()
+        if not isinstance(loaded, click.Command):
+            raise click.ClickException(f"{point.value} (entry point {cmd_name!r}) is not a click command")
+        return loaded
+
+
+@click.group(name="imexdra", cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Operate and demonstrate the imexdra ComputeDomain driver."""
-
-
-@main.command("demo")
-@click.option("--nodes", default=4, show_default=True, help="simulated GB200 nodes (18 = a full NVL72 rack)")
-@click.option("--host-managed", is_flag=True, help="install with featureGates.HostManagedIMEX=true")
-@click.option("--keep", is_flag=True, help="leave the cluster running at the end")
-@click.option(
-    "--runtime",
-    type=click.Choice(["containerd", "fakecri"]),
-    default="containerd",
-    show_default=True,
-    help="containerd: real containers of the project's image; fakecri: pods as host processes",
-)
-def demo(nodes: int, host_managed: bool, keep: bool, runtime: Literal["containerd", "fakecri"]) -> None:
-    """Run the seed's MPIJob with a ComputeDomain on a simulated NVL72 rack."""
-    # Imported here: the local cluster needs the development extras (cryptography) and the Go-built
-    # binaries, which an installed driver does not have; `imexdra --help` must work without them.
-    from imexdra.cli.demo import run_demo
-    from imexdra.cli.rack import RackConfig
-
-    run_demo(RackConfig(nodes=nodes, host_managed=host_managed, runtime=runtime), keep=keep)
 
 
 _KUBECONFIG_HELP = "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster credentials)"

@@ -8,10 +8,11 @@ The compute-domain daemon supervises exactly one ``nvidia-imex -c <config>`` chi
   reaches the daemon through the command service named in the config, not through the child handle.
 
 Backends: ``imex_real.SubprocessImex`` runs the binaries (the real ones on a GPU node, the fake ones
-of ``imexdra.devices.fakeimex`` on a simulated node); ``imex_fake.FakeImex`` is an in-memory stand-in
-for unit tests of supervision logic. This module also owns the facts every backend and the fake
-binaries share: the config file syntax, the exact ``READY`` answer and IMEX's SIGUSR1 rate limit.
-Deliberately stdlib-only, so the short-lived probe and control processes start fast.
+of ``imexdra_sim.devices.fakeimex`` on a simulated node); ``imexdra_sim.devices.imex_fake.FakeImex`` is
+an in-memory stand-in for unit tests of supervision logic. This module also owns the facts every
+backend and the fake binaries share: the config file syntax, the exact ``READY`` answer and IMEX's
+SIGUSR1 rate limit. Deliberately stdlib-only, so the short-lived probe and control processes start
+fast.
 """
 
 from __future__ import annotations

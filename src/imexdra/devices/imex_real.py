@@ -1,7 +1,7 @@
 """``Imex`` backed by the binaries: ``nvidia-imex -c <config>`` as a child, ``nvidia-imex-ctl`` to query.
 
 Which binaries run is the caller's choice (names looked up on ``PATH``, or absolute paths): NVIDIA's on
-a GPU node, the simulated ones from ``imexdra.devices.fakeimex`` on a test node. The child inherits
+a GPU node, the simulated ones from ``imexdra_sim.devices.fakeimex`` on a test node. The child inherits
 stdout and stderr, so IMEX's own log lines (``LOG_FILE_NAME=`` empty) end up in the pod log.
 
 The child is asked to receive SIGTERM when its parent dies: in a container the PID namespace would

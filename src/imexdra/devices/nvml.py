@@ -1,9 +1,9 @@
 """The NVML boundary: the GPU facts the driver reads, and the clique-ID rules built on them.
 
 Owns the ``Nvml`` Protocol — implemented by ``nvml_real.PynvmlNvml`` (on GPU hosts, and on simulated
-nodes over the mock library) and by ``nvml_fake.FakeNvml`` in unit tests — the per-GPU snapshot
-types, the errors NVML failures become, and ``clique_id()``: upstream's clique discovery
-(docs/hardware.md §6.1) as a pure function, so both backends share one implementation of the rules
+nodes over the mock library) and by ``imexdra_sim.devices.nvml_fake.FakeNvml`` in unit tests — the
+per-GPU snapshot types, the errors NVML failures become, and ``clique_id()``: upstream's clique
+discovery (docs/hardware.md §6.1) as a pure function, so both backends share one implementation of the rules
 and the rules are testable without a GPU.
 
 A clique ID is ``<clusterUUID>.<cliqueId>`` (lower-case canonical UUID, decimal clique), or ``""`` when

@@ -8,8 +8,9 @@ Owns the ``ImexDevices`` Protocol and its one implementation, ``HostImexDevices`
   (docs/hardware.md §3).
 
 There is no fake class: a simulated node is this same class pointed at other files (upstream does the
-same with ``ALT_PROC_DEVICES_PATH``); ``procfs_fake`` writes such files. The channel count is fixed at
-2048 as upstream hard-codes it; the allocatable set never depends on GPU enumeration.
+same with ``ALT_PROC_DEVICES_PATH``); ``imexdra_sim.devices.procfs_fake`` writes such files. The
+channel count is fixed at 2048 as upstream hard-codes it; the allocatable set never depends on GPU
+enumeration.
 """
 
 from __future__ import annotations

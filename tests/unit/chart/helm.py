@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from imexdra.localcluster.binaries import KUBE_VERSION, locate
+from imexdra_sim.localcluster.binaries import KUBE_VERSION, locate
 
 CHART_DIR = Path(__file__).parents[3] / "deployments/helm/imexdra"
 RELEASE = "imexdra"

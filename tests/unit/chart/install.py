@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.credentials import BoundObject, service_account_kubeconfig
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.credentials import BoundObject, service_account_kubeconfig
 from tests.unit.chart import rbac
 from tests.unit.chart.helm import Object, Rendered, render
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from imexdra.api.featuregates import ALIASES, GATES
-from imexdra.localcluster.binaries import KUBE_VERSION
+from imexdra_sim.localcluster.binaries import KUBE_VERSION
 from tests.unit.chart.helm import CHART_DIR, helm, merge, nested, render, render_error
 
 SCHEMA = json.loads((CHART_DIR / "values.schema.json").read_text())

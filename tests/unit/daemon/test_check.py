@@ -6,7 +6,7 @@ import pytest
 
 from imexdra.daemon.check import NOOP_MESSAGE, check
 from imexdra.devices.imex import ImexError, QueryResult
-from imexdra.devices.imex_fake import FakeImex
+from imexdra_sim.devices.imex_fake import FakeImex
 
 
 class Answer(FakeImex):

@@ -15,8 +15,8 @@ from imexdra.api.config.daemon import DaemonSettings
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.daemon.options import DaemonFiles
 from imexdra.daemon.run import RunConfig, prepare_imexd
-from imexdra.devices.fakeimex.install import install_fake_imex
 from imexdra.devices.imex import parse_config
+from imexdra_sim.devices.fakeimex.install import install_fake_imex
 
 DAEMON = str(Path(sys.executable).parent / "compute-domain-daemon")
 

@@ -10,7 +10,7 @@ import pytest
 
 from imexdra.common.ratelimit import Backoff
 from imexdra.daemon.supervisor import ImexSupervisor
-from imexdra.devices.imex_fake import FakeImex
+from imexdra_sim.devices.imex_fake import FakeImex
 
 BASE = 0.1
 INTERVAL = 0.3

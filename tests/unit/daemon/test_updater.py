@@ -17,7 +17,7 @@ from imexdra.daemon.peers import Latest
 from imexdra.daemon.planning import Action
 from imexdra.daemon.supervisor import ImexSupervisor
 from imexdra.daemon.updater import Updater
-from imexdra.devices.imex_fake import FakeImex
+from imexdra_sim.devices.imex_fake import FakeImex
 
 A, B, C = Peer("node-a", "10.0.0.1", 0), Peer("node-b", "10.0.0.2", 1), Peer("node-c", "10.0.0.3", 2)
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from imexdra.devices.devnodes import nvidia_device_nodes
-from imexdra.devices.driverroot_fake import make_char_device
 from imexdra.devices.procfs import DeviceDiscoveryError
+from imexdra_sim.devices.driverroot_fake import make_char_device
 
 FAKE_DEV = [
     "nvidia0",

@@ -7,7 +7,8 @@ import pytest
 
 from imexdra.devices.devnodes import nvidia_device_nodes
 from imexdra.devices.driverroot import driver_binaries, find_nvml_library
-from imexdra.devices.driverroot_fake import (
+from imexdra.devices.procfs import HostImexDevices
+from imexdra_sim.devices.driverroot_fake import (
     NVML_MOCK_PROFILE,
     Fabric,
     Tray,
@@ -16,7 +17,6 @@ from imexdra.devices.driverroot_fake import (
     write_driver_root,
     write_node_hardware,
 )
-from imexdra.devices.procfs import HostImexDevices
 
 CLUSTER = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60"
 
@@ -98,6 +98,6 @@ def test_driver_root_ships_the_fake_imex_programs(tmp_path: Path, imex: bool) ->
     if imex:
         assert found == {name: root / "usr/bin" / name for name in ("nvidia-imex", "nvidia-imex-ctl")}
         with zipfile.ZipFile(found["nvidia-imex"]) as program:  # a zip app after its #! line
-            assert "imexdra/devices/fakeimex/daemon.py" in program.namelist()
+            assert "imexdra_sim/devices/fakeimex/daemon.py" in program.namelist()
     else:
         assert found == {}

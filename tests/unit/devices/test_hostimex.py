@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from imexdra.devices.fakeimex.install import install_fake_imex
 from imexdra.devices.hostimex import CtlHostImex, HostImexNotReadyError, is_ready
+from imexdra_sim.devices.fakeimex.install import install_fake_imex
 
 SOCKET = Path("/etc/nvidia-imex/imex_ctrl.sock")
 
@@ -140,7 +140,9 @@ def host_imex(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
         f"SERVER_PORT={port}\nIMEX_NODE_CONFIG_FILE={tmp_path / 'nodes.cfg'}\nIMEX_CMD_ENABLED=1\n"
         f"IMEX_CMD_UNIX_DOMAIN_PATH={sock}\nLOG_FILE_NAME=\n"
     )
-    daemon = subprocess.Popen([sys.executable, "-m", "imexdra.devices.fakeimex.daemon", "-c", str(config)])
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "imexdra_sim.devices.fakeimex.daemon", "-c", str(config)]
+    )
     yield sock, daemon
     daemon.terminate()
     daemon.wait(timeout=10)

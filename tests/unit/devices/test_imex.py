@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from imexdra.devices.imex import ImexError, QueryResult, config_int, parse_config, parse_node_list
-from imexdra.devices.imex_fake import FakeImex
+from imexdra_sim.devices.imex_fake import FakeImex
 
 
 def test_parse_config_skips_comments_and_keeps_empty_values() -> None:

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from imexdra.devices.fakeimex.ctl import CtlError, fetch_status
-from imexdra.devices.fakeimex.install import install_fake_imex
 from imexdra.devices.imex import READY_OUTPUT
+from imexdra_sim.devices.fakeimex.ctl import CtlError, fetch_status
+from imexdra_sim.devices.fakeimex.install import install_fake_imex
 
 PYTHON = sys.executable
 
@@ -73,7 +73,7 @@ class FakeDomain:
     def start(self, i: int, **config: Any) -> subprocess.Popen[str]:
         env = {**os.environ, "FAKE_IMEX_HOSTS_FILE": str(self.hosts_file), "FAKE_IMEX_PROBE_INTERVAL": "0.1"}
         process = subprocess.Popen(
-            [PYTHON, "-m", "imexdra.devices.fakeimex.daemon", "-c", str(self.config(i, **config))],
+            [PYTHON, "-m", "imexdra_sim.devices.fakeimex.daemon", "-c", str(self.config(i, **config))],
             env=env,
             stderr=subprocess.PIPE,
             text=True,
@@ -96,7 +96,7 @@ class FakeDomain:
 
     def ctl(self, i: int, *args: str) -> subprocess.CompletedProcess[str]:
         config = self.tmp / f"imex-{i}.cfg"
-        command = [PYTHON, "-m", "imexdra.devices.fakeimex.ctl", "-c", str(config), *args]
+        command = [PYTHON, "-m", "imexdra_sim.devices.fakeimex.ctl", "-c", str(config), *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
 
     def signal(self, i: int, signum: int = signal.SIGUSR1) -> None:
@@ -287,7 +287,7 @@ async def test_ctl_over_unix_socket_and_json(domain: FakeDomain) -> None:
     domain.start(1, unix=socket_path)
     await eventually("READY", lambda: _is(domain, 1, "READY"))
     result = subprocess.run(
-        [PYTHON, "-m", "imexdra.devices.fakeimex.ctl", "-q", f"--u={socket_path}"],
+        [PYTHON, "-m", "imexdra_sim.devices.fakeimex.ctl", "-q", f"--u={socket_path}"],
         capture_output=True,
         text=True,
         timeout=30,

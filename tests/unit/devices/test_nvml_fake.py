@@ -7,7 +7,7 @@ import pytest
 
 from imexdra.common.errors import ConfigError
 from imexdra.devices.nvml import FabricState, NvmlError, NvmlUnavailableError, clique_id
-from imexdra.devices.nvml_fake import DEFAULT_DRIVER_VERSION, FakeNvml
+from imexdra_sim.devices.nvml_fake import DEFAULT_DRIVER_VERSION, FakeNvml
 
 CLUSTER = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60"
 

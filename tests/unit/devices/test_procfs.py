@@ -11,7 +11,11 @@ from imexdra.devices.procfs import (
     parse_char_device_major,
     parse_nvcap_info,
 )
-from imexdra.devices.procfs_fake import proc_devices_text, write_fabric_mgmt_capability, write_proc_devices
+from imexdra_sim.devices.procfs_fake import (
+    proc_devices_text,
+    write_fabric_mgmt_capability,
+    write_proc_devices,
+)
 
 REAL_SHAPE = """Character devices:
   1 mem

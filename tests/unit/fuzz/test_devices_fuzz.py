@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.common.errors import DriverError
 from imexdra.devices.nvml import FabricInfo, FabricState, Gpu, clique_id
-from imexdra.devices.nvml_fake import FakeNvml
 from imexdra.devices.procfs import (
     IMEX_CHANNELS_DEVICE,
     NVIDIA_CAPS_DEVICE,
@@ -34,6 +33,7 @@ from imexdra.devices.procfs import (
     parse_nvcap_info,
 )
 from imexdra.kubeletplugin.hardware import CliqueTracker
+from imexdra_sim.devices.nvml_fake import FakeNvml
 from tests.unit.fuzz.profiles import fuzz
 
 INT32_MAX = 2**31 - 1

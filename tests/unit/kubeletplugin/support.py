@@ -18,7 +18,6 @@ from typing import Any
 from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.devices.hostimex import HostImexNotReadyError
 from imexdra.devices.procfs import HostImexDevices
-from imexdra.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
 from imexdra.kubeletplugin.applyconfig import ConfigApplier, DomainInfo
 from imexdra.kubeletplugin.cdi import DriverRoots
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
@@ -26,6 +25,7 @@ from imexdra.kubeletplugin.devicestate import DeviceState
 from imexdra.kubeletplugin.driverapi import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.paths import PluginPaths
 from imexdra.kubeletplugin.slices import allocatable_devices
+from imexdra_sim.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
 
 DRIVER = "compute-domain.nvidia.com"
 NODE = "node-a"

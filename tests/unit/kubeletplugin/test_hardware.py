@@ -9,11 +9,8 @@ import structlog.testing
 
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.common.errors import PermanentError
-from imexdra.devices.driverroot_fake import make_char_device
-from imexdra.devices.nvml_fake import FakeNvml
 from imexdra.devices.nvml_real import PynvmlNvml
 from imexdra.devices.procfs import DeviceDiscoveryError
-from imexdra.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
 from imexdra.kubeletplugin.cdi import Mount
 from imexdra.kubeletplugin.hardware import (
     CliqueTracker,
@@ -23,6 +20,9 @@ from imexdra.kubeletplugin.hardware import (
     open_imex_devices,
     open_nvml,
 )
+from imexdra_sim.devices.driverroot_fake import make_char_device
+from imexdra_sim.devices.nvml_fake import FakeNvml
+from imexdra_sim.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
 
 UUID = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60"
 

@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from imexdra.common import termination
-from imexdra.devices.procfs_fake import write_proc_devices
 from imexdra.kubeletplugin.main import main
+from imexdra_sim.devices.procfs_fake import write_proc_devices
 from tests.unit.api.cli import ALL_GROUPS, env_vars
 
 ISOLATED: dict[str, str | None] = {

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from imexdra.localcluster.addons import hold_health_port_lock
-from imexdra.localcluster.processes import ClusterStartError
+from imexdra_sim.localcluster.addons import hold_health_port_lock
+from imexdra_sim.localcluster.processes import ClusterStartError
 
 
 def test_second_holder_gets_a_clear_error_until_the_first_child_exits(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from imexdra.localcluster import cluster, dns
-from imexdra.localcluster.nodes import NodeSpec, new_node
-from imexdra.localcluster.processes import ClusterStartError
+from imexdra_sim.localcluster import cluster, dns
+from imexdra_sim.localcluster.nodes import NodeSpec, new_node
+from imexdra_sim.localcluster.processes import ClusterStartError
 
 REPO = Path(__file__).resolve().parents[3]
 

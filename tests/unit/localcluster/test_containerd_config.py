@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from imexdra.localcluster import containerd
-from imexdra.localcluster.binaries import Binaries
-from imexdra.localcluster.fabric import Fabric
-from imexdra.localcluster.nodes import NodeSpec, new_node, start_node
-from imexdra.localcluster.processes import ClusterStartError, Supervisor
+from imexdra_sim.localcluster import containerd
+from imexdra_sim.localcluster.binaries import Binaries
+from imexdra_sim.localcluster.fabric import Fabric
+from imexdra_sim.localcluster.nodes import NodeSpec, new_node, start_node
+from imexdra_sim.localcluster.processes import ClusterStartError, Supervisor
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -13,10 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imexdra.localcluster.binaries import Binaries
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.credentials import BoundObject, service_account_kubeconfig, service_account_token
-from imexdra.localcluster.pki import ClusterPKI
+from imexdra_sim.localcluster.binaries import Binaries
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.credentials import (
+    BoundObject,
+    service_account_kubeconfig,
+    service_account_token,
+)
+from imexdra_sim.localcluster.pki import ClusterPKI
 
 
 class TokenKubectl:

@@ -8,9 +8,9 @@ import pytest
 from cryptography import x509
 
 from imexdra.common.errors import ConfigError
-from imexdra.localcluster import binaries
-from imexdra.localcluster.nodes import NodeSpec, new_node
-from imexdra.localcluster.pki import ClusterPKI
+from imexdra_sim.localcluster import binaries
+from imexdra_sim.localcluster.nodes import NodeSpec, new_node
+from imexdra_sim.localcluster.pki import ClusterPKI
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imexdra.localcluster.processes import Supervisor, wait_until
+from imexdra_sim.localcluster.processes import Supervisor, wait_until
 
 
 def test_restart_kills_and_starts_the_same_argv_in_place(tmp_path: Path) -> None:

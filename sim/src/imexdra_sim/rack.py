@@ -30,13 +30,13 @@ from typing import Any, Literal
 import yaml
 
 import imexdra
-from imexdra.devices import driverroot_fake
-from imexdra.devices.fakeimex.hostservice import CONFIG_NAME, SOCKET_NAME, HostImexService, service_argv
-from imexdra.localcluster.addons import start_mpi_operator
-from imexdra.localcluster.binaries import nvml_mock_library
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.nodes import GPU_NODE_LABELS, HostImage, Node, NodeSpec
-from imexdra.localcluster.processes import ManagedProcess, free_port
+from imexdra_sim.devices import driverroot_fake
+from imexdra_sim.devices.fakeimex.hostservice import CONFIG_NAME, SOCKET_NAME, HostImexService, service_argv
+from imexdra_sim.localcluster.addons import start_mpi_operator
+from imexdra_sim.localcluster.binaries import nvml_mock_library
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, HostImage, Node, NodeSpec
+from imexdra_sim.localcluster.processes import ManagedProcess, free_port
 
 IMAGE_REPOSITORY = "imexdra.local/imexdra"
 IMAGE_TAG = imexdra.__version__

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.kubeconfig import write_kubeconfig
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.kubeconfig import write_kubeconfig
 
 DEFAULT_TOKEN_SECONDS = 3600
 """Token lifetime; the API server's minimum is 10 minutes."""

@@ -24,8 +24,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from imexdra.localcluster.binaries import Binaries, cache_root
-from imexdra.localcluster.processes import ClusterStartError, ManagedProcess, Supervisor, wait_until
+from imexdra_sim.localcluster.binaries import Binaries, cache_root
+from imexdra_sim.localcluster.processes import ClusterStartError, ManagedProcess, Supervisor, wait_until
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"
 """The kubelet's sandbox image; tools/image/build.sh builds it (PAUSE_VERSION in versions.env)."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from imexdra.localcluster.pki import CertPair
+from imexdra_sim.localcluster.pki import CertPair
 
 
 def write_kubeconfig(

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imexdra.devices.driverroot import IMEX_BINARIES, NVML_LIBRARY
-from imexdra.devices.fakeimex.install import install_fake_imex
-from imexdra.devices.procfs_fake import (
+from imexdra_sim.devices.fakeimex.install import install_fake_imex
+from imexdra_sim.devices.procfs_fake import (
     DEFAULT_FABRIC_MGMT_MINOR,
     DEFAULT_IMEX_CHANNELS_MAJOR,
     DEFAULT_NVIDIA_CAPS_MAJOR,

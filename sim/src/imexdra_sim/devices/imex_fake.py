@@ -3,7 +3,7 @@
 ``FakeImex`` hands out increasing fake PIDs, records every start, signal and stop with the event-loop
 time it happened at, and lets a test end the current "process" as if it crashed (``exit``) or make
 starts fail (``fail_next_starts``). ``query`` answers ``READY`` while a process runs and ``ready`` is
-set. For the faithful, networked simulation of nvidia-imex see ``imexdra.devices.fakeimex``.
+set. For the faithful, networked simulation of nvidia-imex see ``imexdra_sim.devices.fakeimex``.
 """
 
 from __future__ import annotations

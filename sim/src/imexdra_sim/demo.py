@@ -20,8 +20,8 @@ from typing import Any
 import click
 import yaml
 
-from imexdra.cli import rack
-from imexdra.localcluster.cluster import LocalCluster, exit_on_sigterm
+from imexdra_sim import rack
+from imexdra_sim.localcluster.cluster import LocalCluster, exit_on_sigterm
 
 WORKLOAD_NAMESPACE = "nvbandwidth"
 DOMAIN = "imex-domain"

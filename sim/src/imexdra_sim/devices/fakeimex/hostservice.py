@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from imexdra.devices.fakeimex.install import IMEX_NAME
+from imexdra_sim.devices.fakeimex.install import IMEX_NAME
 
 CONFIG_NAME = "config.cfg"
 NODES_NAME = "nodes_config.cfg"

@@ -1,4 +1,4 @@
-"""``python -m imexdra.localcluster``: bring the local cluster up and keep it running until Ctrl-C."""
+"""``python -m imexdra_sim.localcluster``: bring the local cluster up and keep it running until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import click
 
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
 
 
 @click.command()

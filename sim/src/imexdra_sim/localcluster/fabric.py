@@ -21,7 +21,7 @@ import ipaddress
 import subprocess
 from dataclasses import dataclass, field
 
-from imexdra.localcluster.processes import ClusterStartError, ManagedProcess, Supervisor, wait_until
+from imexdra_sim.localcluster.processes import ClusterStartError, ManagedProcess, Supervisor, wait_until
 
 FIRST_OCTET, SECOND_OCTET_BASE, MAX_FABRICS = 10, 200, 50
 

@@ -27,14 +27,14 @@ from types import TracebackType
 import structlog
 import yaml
 
-from imexdra.localcluster import dns
-from imexdra.localcluster.binaries import Binaries, locate
-from imexdra.localcluster.containerd import kill_shims
-from imexdra.localcluster.fabric import Fabric
-from imexdra.localcluster.kubeconfig import write_kubeconfig
-from imexdra.localcluster.nodes import HostImage, Node, NodeNetwork, NodeSpec, new_node, start_node
-from imexdra.localcluster.pki import CertPair, ClusterPKI
-from imexdra.localcluster.processes import (
+from imexdra_sim.localcluster import dns
+from imexdra_sim.localcluster.binaries import Binaries, locate
+from imexdra_sim.localcluster.containerd import kill_shims
+from imexdra_sim.localcluster.fabric import Fabric
+from imexdra_sim.localcluster.kubeconfig import write_kubeconfig
+from imexdra_sim.localcluster.nodes import HostImage, Node, NodeNetwork, NodeSpec, new_node, start_node
+from imexdra_sim.localcluster.pki import CertPair, ClusterPKI
+from imexdra_sim.localcluster.processes import (
     ClusterStartError,
     ManagedProcess,
     Supervisor,

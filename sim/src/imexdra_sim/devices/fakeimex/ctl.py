@@ -1,4 +1,4 @@
-"""The fake ``nvidia-imex-ctl`` (``python -m imexdra.devices.fakeimex.ctl``).
+"""The fake ``nvidia-imex-ctl`` (``python -m imexdra_sim.devices.fakeimex.ctl``).
 
 Supported invocations, with the real tool's output shapes (docs/hardware.md §7.2):
 
@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from imexdra.devices.fakeimex.protocol import Message, ProtocolError, Target, request
 from imexdra.devices.imex import (
     CMD_BIND_INTERFACE_IP,
     CMD_PORT,
@@ -31,6 +30,7 @@ from imexdra.devices.imex import (
     config_int,
     parse_config,
 )
+from imexdra_sim.devices.fakeimex.protocol import Message, ProtocolError, Target, request
 
 LEGEND = """Connectivity Table Legend:
 I - Invalid - Node wasn't reachable, no connection status available

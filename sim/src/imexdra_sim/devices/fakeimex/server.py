@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imexdra.devices.fakeimex.nodemap import NodeEntry, NodeMap, load_node_map
-from imexdra.devices.fakeimex.protocol import Message, ProtocolError, decode, encode, read_message
 from imexdra.devices.imex import (
     BIND_INTERFACE_IP,
     CMD_BIND_INTERFACE_IP,
@@ -43,6 +41,8 @@ from imexdra.devices.imex import (
     SIGUSR1_MIN_INTERVAL,
     config_int,
 )
+from imexdra_sim.devices.fakeimex.nodemap import NodeEntry, NodeMap, load_node_map
+from imexdra_sim.devices.fakeimex.protocol import Message, ProtocolError, decode, encode, read_message
 
 VERSION = "570.172.08"
 HOSTS_FILE_ENV = "FAKE_IMEX_HOSTS_FILE"

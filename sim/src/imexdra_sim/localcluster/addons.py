@@ -15,9 +15,9 @@ from pathlib import Path
 import structlog
 import yaml
 
-from imexdra.localcluster.cluster import LocalCluster
-from imexdra.localcluster.credentials import service_account_kubeconfig
-from imexdra.localcluster.processes import ClusterStartError, ManagedProcess, free_port, wait_until
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.credentials import service_account_kubeconfig
+from imexdra_sim.localcluster.processes import ClusterStartError, ManagedProcess, free_port, wait_until
 
 MPI_OPERATOR_NAMESPACE = "mpi-operator"
 HEALTH_PORT_LOCK = "/tmp/imexdra-mpi-operator-8080.lock"

@@ -18,25 +18,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import imexdra
+import imexdra_sim
 
 IMEX_NAME = "nvidia-imex"
 CTL_NAME = "nvidia-imex-ctl"
 INTERPRETER = "/usr/bin/env python3"
 
-# What the fakes import: all standard library besides these (tests/unit/devices checks it).
-_MODULES = (
-    "__init__.py",
-    "common/__init__.py",
-    "common/errors.py",
-    "devices/__init__.py",
-    "devices/imex.py",
-    "devices/fakeimex/__init__.py",
-    "devices/fakeimex/ctl.py",
-    "devices/fakeimex/daemon.py",
-    "devices/fakeimex/nodemap.py",
-    "devices/fakeimex/protocol.py",
-    "devices/fakeimex/server.py",
-)
+# What the fakes import, per package: all standard library besides these (tests/unit/devices checks
+# it). The driver's own IMEX config and error definitions come along, so the fakes parse exactly what
+# the daemon writes.
+_MODULES = {
+    imexdra: (
+        "__init__.py",
+        "common/__init__.py",
+        "common/errors.py",
+        "devices/__init__.py",
+        "devices/imex.py",
+    ),
+    imexdra_sim: (
+        "__init__.py",
+        "devices/__init__.py",
+        "devices/fakeimex/__init__.py",
+        "devices/fakeimex/ctl.py",
+        "devices/fakeimex/daemon.py",
+        "devices/fakeimex/nodemap.py",
+        "devices/fakeimex/protocol.py",
+        "devices/fakeimex/server.py",
+    ),
+}
 
 _MAIN = '''"""Run the fake nvidia-imex, or nvidia-imex-ctl when started under that name."""
 import os
@@ -44,7 +53,7 @@ import runpy
 import sys
 
 _ctl = os.path.basename(sys.argv[0]).endswith("-ctl")
-_module = "imexdra.devices.fakeimex." + ("ctl" if _ctl else "daemon")
+_module = "imexdra_sim.devices.fakeimex." + ("ctl" if _ctl else "daemon")
 runpy.run_module(_module, run_name="__main__", alter_sys=True)
 '''
 
@@ -68,14 +77,15 @@ def install_fake_imex(directory: Path) -> FakeImexBinaries:
     Existing programs of the same names are replaced by a rename, so a running one keeps its file.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    package = Path(imexdra.__file__).parent
     binaries = FakeImexBinaries(imex=directory / IMEX_NAME, ctl=directory / CTL_NAME)
     with tempfile.TemporaryDirectory() as scratch:
         source = Path(scratch) / "app"
-        for module in _MODULES:
-            target = source / "imexdra" / module
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(package / module, target)
+        for package, modules in _MODULES.items():
+            package_dir = Path(package.__file__ or "").parent
+            for module in modules:
+                target = source / package.__name__ / module
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(package_dir / module, target)
         (source / "__main__.py").write_text(_MAIN)
         archive = Path(scratch) / "fake-imex.pyz"
         zipapp.create_archive(source, archive, interpreter=INTERPRETER)

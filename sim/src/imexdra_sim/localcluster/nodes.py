@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 import yaml
 
-from imexdra.localcluster.binaries import Binaries
-from imexdra.localcluster.containerd import start_containerd
-from imexdra.localcluster.dns import CLUSTER_DNS_IP, CLUSTER_DOMAIN
-from imexdra.localcluster.fabric import Fabric
-from imexdra.localcluster.processes import (
+from imexdra_sim.localcluster.binaries import Binaries
+from imexdra_sim.localcluster.containerd import start_containerd
+from imexdra_sim.localcluster.dns import CLUSTER_DNS_IP, CLUSTER_DOMAIN
+from imexdra_sim.localcluster.fabric import Fabric
+from imexdra_sim.localcluster.processes import (
     ClusterStartError,
     ManagedProcess,
     Supervisor,

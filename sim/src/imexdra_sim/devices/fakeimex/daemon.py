@@ -1,4 +1,4 @@
-"""The fake ``nvidia-imex`` program (``python -m imexdra.devices.fakeimex.daemon -c <config>``).
+"""The fake ``nvidia-imex`` program (``python -m imexdra_sim.devices.fakeimex.daemon -c <config>``).
 
 Reads the config file once, at start (like IMEX), sets up logging as ``LOG_FILE_NAME`` says (empty or
 unopenable: stderr) and runs one ``server.FakeImexDaemon``. ``DAEMONIZE`` is ignored: the fake always
@@ -28,13 +28,13 @@ from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import TextIO  # noqa: E402
 
-from imexdra.devices.fakeimex.server import (  # noqa: E402
+from imexdra.devices.imex import DEFAULT_CONFIG_PATH, parse_config  # noqa: E402
+from imexdra_sim.devices.fakeimex.server import (  # noqa: E402
     HOSTS_FILE_ENV,
     PROBE_INTERVAL_ENV,
     FakeImexDaemon,
     Settings,
 )
-from imexdra.devices.imex import DEFAULT_CONFIG_PATH, parse_config  # noqa: E402
 
 
 def _logger(target: str) -> Callable[[str], None]:
