@@ -59,6 +59,8 @@ print(tomllib.load(sys.stdin.buffer)["project"]["version"])' \
   < "$top/pyproject.toml")
 # The revision label: the last commit that touched the wheel's inputs, "-dirty" when the tree differs.
 wheel_inputs=(pyproject.toml README.md src)
+# Every package of the venv pinned, as the Dockerfile installs it (tools/image/constraints.py).
+constraints=deployments/container/constraints.txt
 revision=$(git -C "$top" log -1 --format=%H -- "${wheel_inputs[@]}" 2>/dev/null || true)
 [ -n "$revision" ] || revision=unknown
 if [ -n "$(git -C "$top" status --porcelain -- "${wheel_inputs[@]}" 2>/dev/null || true)" ]; then
@@ -73,7 +75,7 @@ venv_steps=(
   "python3 -m venv $IMAGE_VENV"
   "$IMAGE_VENV/bin/python -m pip install --quiet pip==$IMAGE_PIP_VERSION"
   "$IMAGE_VENV/bin/python -m pip wheel --quiet --no-deps --wheel-dir /wheels /src"
-  "$IMAGE_VENV/bin/python -m pip install --quiet /wheels/imexdra-*.whl"
+  "$IMAGE_VENV/bin/python -m pip install --quiet --constraint /src/constraints.txt /wheels/imexdra-*.whl"
 )
 smoke_test="for command in ${image_entry_points[*]}; do \"\$command\" --help > /dev/null || exit 1; done"
 imexdra_oci_args=(--ref "$imexdra_ref" --cmd "$IMAGE_CMD" --user "$IMAGE_USER"
@@ -285,7 +287,7 @@ fi
 # Step 2, the image: a copy of the base, the venv built in it as the Dockerfile's build stage does, the
 # smoke test, caches stripped, packed. Stamp: this directory (script, contract), the base, the wheel's
 # inputs (pyproject.toml, README.md for its metadata, the package sources) and the reference/labels.
-sources_stamp=$(cd "$top" && find "${wheel_inputs[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
+sources_stamp=$(cd "$top" && find "${wheel_inputs[@]}" "$constraints" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
   -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 stamp=$(stamp_of "$base_stamp" "$sources_stamp" "${imexdra_oci_args[@]}")
 if current imexdra "$stamp"; then
@@ -298,6 +300,7 @@ else
   # The build context, filtered as /.dockerignore filters it (no bytecode), at /src as in the Dockerfile.
   mkdir -p "$root/src"
   tar -C "$top" --exclude=__pycache__ --exclude='*.pyc' -cf - "${wheel_inputs[@]}" | tar -C "$root/src" -xf -
+  cp "$top/$constraints" "$root/src/constraints.txt"
   # pip in the chroot needs /proc, DNS, and the CA bundle the host trusts (a TLS-intercepting proxy's CA
   # may be in it; pip's own certifi would not know it). All three are removed again below.
   mount -t proc proc "$root/proc"
