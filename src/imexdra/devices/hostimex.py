@@ -14,13 +14,13 @@ difference. Every failure — no program, no answer in time, an answer other tha
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from imexdra.common.errors import RetryableError
 from imexdra.devices.driverroot import BINARY_DIRS, driver_binaries
+from imexdra.devices.imex_real import run_query
 
 CTL_NAME = "nvidia-imex-ctl"
 READY_LINE = "READY"
@@ -76,24 +76,14 @@ class CtlHostImex:
             )
         not_ready = f"host IMEX not ready at {self.socket}"
         try:
-            process = await asyncio.create_subprocess_exec(
-                *self.command(ctl),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-            )
-        except OSError as error:
-            raise HostImexNotReadyError(f"{not_ready}: cannot run {ctl}: {error}") from error
-        try:
-            raw, _ = await asyncio.wait_for(process.communicate(), timeout=self.timeout)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+            result = await run_query(self.command(ctl), self.timeout)
+        except TimeoutError:  # before OSError, of which it is a subclass
             raise HostImexNotReadyError(
                 f"{not_ready}: {CTL_NAME} -q did not answer within {self.timeout:g}s"
             ) from None
-        output = raw.decode(errors="replace")
-        code = process.returncode if process.returncode is not None else -1
+        except OSError as error:
+            raise HostImexNotReadyError(f"{not_ready}: cannot run {ctl}: {error}") from error
+        code, output = result.returncode, result.output
         if not is_ready(code, output):
             raise HostImexNotReadyError(
                 f"{not_ready}: {CTL_NAME} -q exited {code} and said {_quoted(output)}; the node's "

@@ -15,6 +15,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
 from imexdra.devices.imex import ImexError, QueryResult
@@ -102,22 +103,34 @@ class SubprocessImex:
     async def query(self) -> QueryResult:
         """Run ``nvidia-imex-ctl -c <config> -q`` and return its exit code and combined output."""
         try:
-            ctl = await asyncio.create_subprocess_exec(
-                self.ctl_binary,
-                "-c",
-                str(self.config),
-                "-q",
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-            )
+            return await run_query([self.ctl_binary, "-c", str(self.config), "-q"], self._query_timeout)
+        except TimeoutError:  # before OSError, of which it is a subclass
+            raise ImexError(f"{self.ctl_binary} -q did not answer within {self._query_timeout:g}s") from None
         except OSError as error:
             raise ImexError(f"run {self.ctl_binary}: {error}") from error
-        try:
-            output, _ = await asyncio.wait_for(ctl.communicate(), timeout=self._query_timeout)
-        except TimeoutError:
-            ctl.kill()
-            await ctl.wait()
-            raise ImexError(f"{self.ctl_binary} -q did not answer within {self._query_timeout:g}s") from None
-        code = ctl.returncode if ctl.returncode is not None else -1
-        return QueryResult(returncode=code, output=output.decode(errors="replace"))
+
+
+async def run_query(argv: Sequence[str], answer_within: float) -> QueryResult:
+    """Run one ``nvidia-imex-ctl`` query: its exit code and stdout+stderr as one text.
+
+    Shared by the daemon's query of its own IMEX and the plugin's of the host's (``hostimex``).
+
+    Raises:
+        OSError: the program could not be started.
+        TimeoutError: no answer within ``answer_within`` seconds; the program is killed and reaped first.
+
+    """
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), timeout=answer_within)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    code = process.returncode if process.returncode is not None else -1
+    return QueryResult(returncode=code, output=output.decode(errors="replace"))
