@@ -40,6 +40,7 @@ from imexdra.api.computedomain import (
     ResourceClaimTemplateReference,
 )
 from imexdra.api.computedomainclique import ComputeDomainClique
+from imexdra.api.config.common import ImexIsolation
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY, AllocationMode
 from imexdra.controller import rbac
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -59,9 +60,13 @@ def apply_objects(cluster: LocalCluster, *objects: dict[str, Any]) -> None:
 
 
 def install_controller_identity(
-    cluster: LocalCluster, namespace: str, name: str = "imexdra-controller"
+    cluster: LocalCluster,
+    namespace: str,
+    name: str = "imexdra-controller",
+    *,
+    isolation: ImexIsolation = ImexIsolation.DOMAIN,
 ) -> Path:
-    """A ServiceAccount with only the controller's RBAC rules, and a kubeconfig authenticating as it."""
+    """A ServiceAccount with only the controller's RBAC rules (for ``isolation``), and a kubeconfig for it."""
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
     apply_objects(
         cluster,
@@ -70,7 +75,7 @@ def install_controller_identity(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": f"{name}-{namespace}"},
-            "rules": [r.manifest() for r in rbac.CLUSTER_RULES],
+            "rules": [r.manifest() for r in rbac.cluster_rules(isolation)],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

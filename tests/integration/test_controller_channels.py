@@ -2,10 +2,14 @@
 
 Channel isolation is still refused at startup (docs/channel-isolation.md §10), so the controller runs
 in-process here with its configuration built directly: host-managed, ``channel`` isolation, a pool of
-three channels (numbers 1 and 2). Aspects covered: domains get distinct numbers in ``status.channel``
-with ``ChannelAllocated=True`` and become Ready with their template; a third waits NotReady with
-``ChannelsExhausted`` (condition and Warning event naming the holders) and no template, and gets the
-number of a deleted domain once it is gone; ``All`` is refused with ``AllocationModeUnsupported``.
+three channels (numbers 1 and 2), authenticated as an account holding exactly the controller's RBAC
+rules for that isolation (``imexdra.controller.rbac.cluster_rules``: ResourceClaims are read). Aspects
+covered: domains get distinct numbers in ``status.channel`` with ``ChannelAllocated=True`` and become
+Ready with their template; a third waits NotReady with ``ChannelsExhausted`` (condition and Warning
+event naming the holders) and no template, and gets the number of a deleted domain once it is gone;
+``All`` is refused with ``AllocationModeUnsupported``; switched back to ``domain`` isolation, a
+channel domain gets ``IsolationMismatch`` (number and template kept) and a new domain waits with
+``IsolationSwitchPending`` until it is deleted, then becomes Ready as upstream's (no conditions).
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +34,13 @@ from imexdra.controller.config import CONTROLLER_NAME, ControllerConfig
 from imexdra.controller.controller import Controller
 from imexdra.controller.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.integration.controller_harness import compute_domain, events_of, kubectl_json, labelled
+from tests.integration.controller_harness import (
+    compute_domain,
+    events_of,
+    install_controller_identity,
+    kubectl_json,
+    labelled,
+)
 from tests.integration.helpers import eventually
 
 pytestmark = pytest.mark.integration
@@ -39,45 +50,72 @@ DRIVER_NS = f"imexdra-chan-{SUFFIX}"
 USER_NS = f"cd-chan-{SUFFIX}"
 
 
-@pytest.fixture(scope="module")
-async def controller(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIterator[Controller]:
-    """An in-process channel-isolation controller over a pool of channels 0..2."""
-    cluster.create_namespace(DRIVER_NS)
-    cluster.create_namespace(USER_NS)
-    config = ControllerConfig(
+def config_for(isolation: ImexIsolation) -> ControllerConfig:
+    """Host-managed, with ``isolation`` and a pool of channels 0..2."""
+    return ControllerConfig(
         driver_namespace=DRIVER_NS,
         managed_namespaces=(DRIVER_NS,),
-        pod_name="controller-channels",
+        pod_name=f"controller-{isolation.value}",
         image_name="imexdra.test/unused:latest",
         image_pull_secrets=(),
         daemon_log_verbosity=0,
         max_nodes_per_imex_domain=18,
         feature_gates=resolve_feature_gates("HostManagedIMEX=true"),
         host_managed=True,
-        imex_isolation=ImexIsolation.CHANNEL,
+        imex_isolation=isolation,
         imex_channel_count=3,
     )
-    client = make_client(field_manager=CONTROLLER_NAME, kubeconfig=cluster.kubeconfig)
-    transport = Transport(load_config(cluster.kubeconfig))
+
+
+@pytest.fixture(scope="module")
+def identities(cluster: LocalCluster, compute_domain_crds: None) -> Iterator[dict[ImexIsolation, Path]]:
+    """The namespaces, and a kubeconfig per isolation for an account with exactly that RBAC."""
+    cluster.create_namespace(DRIVER_NS)
+    cluster.create_namespace(USER_NS)
+    yield {
+        isolation: install_controller_identity(
+            cluster, DRIVER_NS, f"imexdra-controller-{isolation.value}", isolation=isolation
+        )
+        for isolation in ImexIsolation
+    }
+    cluster.kubectl("delete", "namespace", USER_NS, DRIVER_NS, "--wait=false")
+
+
+@contextlib.asynccontextmanager
+async def running(
+    cluster: LocalCluster, kubeconfig: Path, isolation: ImexIsolation, *, clean_up: bool = True
+) -> AsyncIterator[Controller]:
+    """An in-process controller with ``isolation``; on exit (``clean_up``) it deletes every test domain."""
+    config = config_for(isolation)
+    client = make_client(field_manager=CONTROLLER_NAME, kubeconfig=kubeconfig)
+    transport = Transport(load_config(kubeconfig))
     controller = Controller(
-        client,
-        transport,
-        config,
-        EventRecorder(client, controller=CONTROLLER_NAME, instance="controller-channels"),
+        client, transport, config, EventRecorder(client, controller=CONTROLLER_NAME, instance=config.pod_name)
     )
     task = asyncio.create_task(controller.run())
-    await eventually("controller synced", controller.synced, within=30)
-    yield controller
-    # In a thread: the controller that removes the finalizers runs on this event loop.
-    await asyncio.to_thread(
-        cluster.kubectl, "delete", "computedomains", "--all", "-n", USER_NS, "--timeout=50s"
-    )
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    transport.close()
-    await client.close()
-    cluster.kubectl("delete", "namespace", USER_NS, DRIVER_NS, "--wait=false")
+    try:
+        await eventually("controller synced", controller.synced, within=30)
+        yield controller
+        if clean_up:
+            # In a thread: the controller that removes the finalizers runs on this event loop.
+            await asyncio.to_thread(
+                cluster.kubectl, "delete", "computedomains", "--all", "-n", USER_NS, "--timeout=50s"
+            )
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        transport.close()
+        await client.close()
+
+
+@pytest.fixture
+async def controller(
+    cluster: LocalCluster, identities: dict[ImexIsolation, Path]
+) -> AsyncIterator[Controller]:
+    """A channel-isolation controller over channels 0..2, as an account with only its RBAC rules."""
+    async with running(cluster, identities[ImexIsolation.CHANNEL], ImexIsolation.CHANNEL) as controller:
+        yield controller
 
 
 def raw(cluster: LocalCluster, name: str) -> dict[str, Any]:
@@ -138,3 +176,50 @@ async def test_allocation_mode_all_is_refused(
     assert allocated(cluster, "everything")["reason"] == "AllocationModeUnsupported"
     uid = raw(cluster, "everything")["metadata"]["uid"]
     assert labelled(cluster, "resourceclaimtemplates", uid) == []
+
+
+def condition(cluster: LocalCluster, name: str, reason: str) -> dict[str, Any] | None:
+    """The domain's ChannelAllocated condition if it has ``reason``."""
+    conditions = (raw(cluster, name).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "ChannelAllocated" and c["reason"] == reason), None)
+
+
+async def test_switch_back_to_domain_isolation(
+    cluster: LocalCluster, kube: AsyncClient, identities: dict[ImexIsolation, Path]
+) -> None:
+    """Back to domain isolation: a channel domain is a mismatch and a new domain waits until it is gone."""
+    async with running(cluster, identities[ImexIsolation.CHANNEL], ImexIsolation.CHANNEL, clean_up=False):
+        await kube.create(compute_domain("before", USER_NS))
+        await eventually("before Ready", lambda: status_of(cluster, "before", "Ready"), within=30)
+    before = raw(cluster, "before")
+    (template,) = labelled(cluster, "resourceclaimtemplates", before["metadata"]["uid"])
+
+    async with running(cluster, identities[ImexIsolation.DOMAIN], ImexIsolation.DOMAIN):
+        await eventually(
+            "before mismatched", lambda: condition(cluster, "before", "IsolationMismatch"), within=30
+        )
+        status = raw(cluster, "before")["status"]
+        assert (status["status"], status["channel"]) == ("NotReady", before["status"]["channel"])
+        (kept,) = labelled(cluster, "resourceclaimtemplates", before["metadata"]["uid"])
+        assert kept["metadata"]["resourceVersion"] == template["metadata"]["resourceVersion"]
+
+        await kube.create(compute_domain("after", USER_NS))
+        held = await eventually(
+            "after held", lambda: condition(cluster, "after", "IsolationSwitchPending"), within=30
+        )
+        assert '1 ComputeDomain(s) made under isolation "channel" still live' in held["message"]
+        after_uid = raw(cluster, "after")["metadata"]["uid"]
+        assert raw(cluster, "after")["status"]["status"] == "NotReady"
+        assert labelled(cluster, "resourceclaimtemplates", after_uid) == []
+
+        await kube.delete(ComputeDomain, "before", namespace=USER_NS)
+
+        def upstream_ready() -> dict[str, Any] | None:
+            status: dict[str, Any] = raw(cluster, "after").get("status") or {}
+            return status if status.get("status") == "Ready" and "conditions" not in status else None
+
+        ready = await eventually("after Ready, as upstream", upstream_ready, within=40)
+        assert "channel" not in ready
+        (made,) = labelled(cluster, "resourceclaimtemplates", after_uid)
+        (request,) = made["spec"]["spec"]["devices"]["requests"]
+        assert request["exactly"]["deviceClassName"] == "compute-domain-default-channel.nvidia.com"

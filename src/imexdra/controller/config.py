@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from imexdra.api.config.common import ImexIsolation, ImexSettings
+from imexdra.api.config.common import DEFAULT_IMEX_CHANNEL_COUNT, ImexIsolation, ImexSettings
 from imexdra.api.config.controller import ControllerSettings
 from imexdra.api.featuregates import FeatureGates, Gate
-from imexdra.devices.procfs import IMEX_CHANNEL_COUNT
 
 #: Field manager and Event ``reportingController`` of every write the controller makes.
 CONTROLLER_NAME = "compute-domain.nvidia.com/controller"
@@ -49,7 +48,7 @@ class ControllerConfig:
     #: ``channel`` gives each domain its own IMEX channel (docs/channel-isolation.md); host-managed only.
     imex_isolation: ImexIsolation = ImexIsolation.DOMAIN
     #: Channels ``0 .. count - 1`` on every node (docs/channel-isolation.md §3); channel isolation only.
-    imex_channel_count: int = IMEX_CHANNEL_COUNT
+    imex_channel_count: int = DEFAULT_IMEX_CHANNEL_COUNT
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
     min_publish_interval: float = DEFAULT_MIN_PUBLISH_INTERVAL_SECONDS
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
@@ -84,4 +83,5 @@ class ControllerConfig:
             feature_gates=feature_gates,
             host_managed=host_managed,
             imex_isolation=imex.isolation(host_managed=host_managed),
+            imex_channel_count=imex.imex_channel_count,
         )

@@ -9,7 +9,9 @@ workers at once, and adding a queued key again is free):
   (at once while the domain is terminating: each teardown step waits for the previous one's event);
 - anything labelled for an unknown domain, or a domain vanishing → a sweep (``cleanup``) a second later;
 - under channel isolation, ResourceClaims and ComputeDomains also feed the channel book, which
-  requeues domains waiting for a number, oldest first, when one may have come free;
+  requeues domains waiting for a number, oldest first, when one may have come free; under domain
+  isolation ComputeDomains feed ``switching``, which requeues held domains when the last domain made
+  under channel isolation is gone;
 - every ``config.resync_seconds``: every domain again (informer resync) and a sweep.
 
 Workers start only after every informer has listed once, so no reconcile or sweep acts on a half-filled
@@ -39,6 +41,7 @@ from imexdra.controller.config import ControllerConfig
 from imexdra.controller.isolation import ChannelAssigner
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.reconciler import Reconciler
+from imexdra.controller.switching import ChannelKindDomains
 from imexdra.controller.transport import Transport
 from imexdra.controller.writes import Writer
 
@@ -65,12 +68,22 @@ class Controller:
         writer = Writer(transport)
         #: The channel book and its verdicts, under channel isolation only (docs/channel-isolation.md).
         self.assigner: ChannelAssigner | None = None
+        #: The domains made under channel isolation, under domain isolation only (``switching``).
+        self.channel_kind: ChannelKindDomains | None = None
         if config.imex_isolation is ImexIsolation.CHANNEL:
             self.assigner = ChannelAssigner(
                 config.imex_channel_count, name_of=self.caches.domain_key, requeue=self.queue.add
             )
+        else:
+            self.channel_kind = ChannelKindDomains(requeue=self._requeue_uid)
         self.reconciler = Reconciler(
-            config, self.caches, writer, events, self.metrics, assigner=self.assigner
+            config,
+            self.caches,
+            writer,
+            events,
+            self.metrics,
+            assigner=self.assigner,
+            switching=self.channel_kind,
         )
         self.sweeper = StaleObjectSweeper(self.caches, writer)
         self._started = asyncio.Event()
@@ -118,6 +131,15 @@ class Controller:
         )
         if self.assigner is not None:
             self._wire_channels(self.assigner)
+        if self.channel_kind is not None:
+            kinds = self.channel_kind
+            caches.domains.add_handler(
+                EventHandler(
+                    on_add=kinds.domain_seen,
+                    on_update=lambda _old, new: kinds.domain_seen(new),
+                    on_delete=kinds.domain_gone,
+                )
+            )
         caches.templates.add_handler(self._owned_handler())
         for pod_informer in caches.pods:
             pod_informer.add_handler(self._owned_handler())
@@ -145,6 +167,11 @@ class Controller:
                 on_delete=assigner.claim_gone,
             )
         )
+
+    def _requeue_uid(self, uid: str) -> None:
+        key = self.caches.domain_key(uid)
+        if key is not None:
+            self.queue.add(key)
 
     def _domain_changed(self, cd: ComputeDomain) -> None:
         self.queue.add(object_key(cd))

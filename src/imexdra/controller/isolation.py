@@ -155,6 +155,7 @@ class ChannelAssigner:
             channel = self.book.channel_of(uid)
         if channel is None:
             if self._old_kind:
+                self._waiting[uid] = _created(cd)  # woken when an old-kind domain is gone
                 return self._refuse(
                     reasons.ISOLATION_SWITCH_PENDING,
                     f'{len(self._old_kind)} ComputeDomain(s) made under isolation "domain" still live; '

@@ -91,6 +91,7 @@ def main(
         maxNodesPerIMEXDomain=config.max_nodes_per_imex_domain,
         hostManagedIMEX=config.host_managed,
         imexIsolation=config.imex_isolation.value,
+        imexChannelCount=config.imex_channel_count,
         computeDomainCliques=config.cliques_enabled,
         leaderElection=leader_election.enabled,
         kubeAPIQPS=kube_client.kube_api_qps,

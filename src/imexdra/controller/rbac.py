@@ -4,13 +4,16 @@ Compared with upstream's (docs/compatibility.md §3.1): ``patch`` replaces ``upd
 controller never sends whole objects, see ``writes``), pods are read only in the managed namespaces
 instead of cluster-wide, cliques get ``create``/``patch``/``delete`` because the controller is their
 only writer, and Events are written through ``events.k8s.io``. Nothing is read with ``get``: the
-informers ``list`` and ``watch``; only leader election reads its Lease.
+informers ``list`` and ``watch``; only leader election reads its Lease. ResourceClaims are read only
+under channel isolation (the numbers claims hold, docs/channel-isolation.md §4), and never written.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from imexdra.api.config.common import ImexIsolation
 
 _READ = ("list", "watch")
 
@@ -48,3 +51,13 @@ NAMESPACE_RULES: tuple[Rule, ...] = (
     Rule(("",), ("pods",), _READ),
     Rule(("resource.nvidia.com",), ("computedomaincliques",), (*_READ, "create", "patch", "delete")),
 )
+
+#: Also bound cluster-wide under channel isolation: the claim projection (``claimholds``) reads every claim.
+CHANNEL_ISOLATION_RULES: tuple[Rule, ...] = (Rule(("resource.k8s.io",), ("resourceclaims",), _READ),)
+
+
+def cluster_rules(isolation: ImexIsolation) -> tuple[Rule, ...]:
+    """The cluster-wide rules of an install running with ``isolation``."""
+    if isolation is ImexIsolation.CHANNEL:
+        return (*CLUSTER_RULES, *CHANNEL_ISOLATION_RULES)
+    return CLUSTER_RULES

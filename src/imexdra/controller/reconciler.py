@@ -13,7 +13,9 @@ written to ``status.channel`` in the status write that also says NotReady (guard
 resourceVersion; a failed write releases the reservation), and only then is the workload template
 ensured. A domain that gets no number gets no template, a NotReady status with its
 ``ChannelAllocated`` condition and a Warning event. Under ``domain`` isolation a domain that records
-a number was made under ``channel`` and is left alone the same way (``IsolationMismatch``).
+a number was made under ``channel`` and is left alone the same way (``IsolationMismatch``); while any
+such domain lives, a domain without its template yet is held back (``IsolationSwitchPending``, see
+``switching``).
 
 An owned object someone else deleted is let go (our finalizer removed) and created again. Terminating
 domain: execute ``deletion.plan_deletion`` until it says ``FinalizeDomain``. Every step reads the
@@ -51,6 +53,7 @@ from imexdra.controller.deletion import (
 from imexdra.controller.isolation import ChannelAssigner, Verdict
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.overlay import Overlay
+from imexdra.controller.switching import ChannelKindDomains
 from imexdra.controller.sync import MembershipSync
 from imexdra.controller.writes import Writer, has_finalizer
 
@@ -91,10 +94,13 @@ class Reconciler:
         metrics: DomainStatusMetrics,
         *,
         assigner: ChannelAssigner | None = None,
+        switching: ChannelKindDomains | None = None,
     ) -> None:
         self._config = config
         #: Set under channel isolation only.
         self._assigner = assigner
+        #: Set under domain isolation only.
+        self._switching = switching
         self._old_kind_scanned = False
         self._caches = caches
         self._writer = writer
@@ -139,6 +145,10 @@ class Reconciler:
                     "recreate it, or set isolation back",
                 ),
             )
+        if self._switching is not None and not self._has_live_workload_template(render.domain_uid(cd)):
+            held = self._switching.hold(cd)
+            if held is not None:
+                return await self._refuse(cd, held)
         steps: list[Awaitable[float | None]] = [self._ensure_workload_template(cd)]
         if not self._config.host_managed:
             steps.append(self._ensure_daemon_objects(render.domain_uid(cd)))
@@ -181,6 +191,13 @@ class Reconciler:
         )
         await self._sync.sync(cd, verdict)
         return None
+
+    def _has_live_workload_template(self, uid: str) -> bool:
+        view = self._caches.template_view
+        return any(
+            not view.terminating(template)
+            for template in self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
+        )
 
     def _has_domain_kind_template(self, uid: str) -> bool:
         """Whether a live workload template of the domain selects the shared channel 0 (domain kind)."""

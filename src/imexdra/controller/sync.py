@@ -67,6 +67,14 @@ def channel_conditions(cd: ComputeDomain, verdict: Verdict, now: datetime) -> li
     return [c for c in current if c.type != CHANNEL_ALLOCATED] + [new]
 
 
+def _without_channel_condition(cd: ComputeDomain) -> list[Condition] | None:
+    """The domain's other conditions if it still has a ``ChannelAllocated`` one, else None."""
+    current = cd.status.conditions if cd.status is not None else []
+    if not any(c.type == CHANNEL_ALLOCATED for c in current):
+        return None
+    return [c for c in current if c.type != CHANNEL_ALLOCATED]
+
+
 def clique_id_of(clique: ComputeDomainClique, uid: str) -> str:
     """The clique ID a clique object stands for (its label, else the part of its name after the UID)."""
     meta = clique.metadata
@@ -123,13 +131,16 @@ class MembershipSync:
             )
             await self._publish_status(cd, status, guarded=guarded)
             return None
+        # A domain released from IsolationSwitchPending drops that condition: its status is upstream's.
+        others = _without_channel_condition(cd)
         if self._config.host_managed:
             # Ready means the workload claim template exists (docs/host-managed.md), not someone else's
             # template of that name, which the reconciler reports as ClaimTemplateConflict; no nodes.
             ready = self._has_workload_template(uid)
-            await self._publish_status(
-                cd, ComputeDomainStatus(status=membership.READY if ready else membership.NOT_READY)
+            status = ComputeDomainStatus(
+                status=membership.READY if ready else membership.NOT_READY, conditions=others or []
             )
+            await self._publish_status(cd, status, clear_conditions=others is not None)
             return None
         members = one_per_node(self._caches.daemon_pods(uid))
         self._report_failing(cd, members)
@@ -145,10 +156,12 @@ class MembershipSync:
         nodes = membership.status_nodes(cliques, non_fabric)
         num_nodes = cd.spec.num_nodes if cd.spec else 0
         status = ComputeDomainStatus(
-            status=membership.global_status(nodes, num_nodes=num_nodes, host_managed=False), nodes=nodes
+            status=membership.global_status(nodes, num_nodes=num_nodes, host_managed=False),
+            nodes=nodes,
+            conditions=others or [],
         )
         clique_changes = self._clique_changes(uid, cliques, objects) if cliques_on else []
-        if not clique_changes and not self._status_changed(cd, status):
+        if not clique_changes and not self._status_changed(cd, status) and others is None:
             self._observe(cd, status)
             return None
         wait = self._last_publish.get(uid, -math.inf) + self._config.min_publish_interval - self._clock()
@@ -157,7 +170,7 @@ class MembershipSync:
         self._report_unplaced(cd, cliques.values())
         for change in clique_changes:
             await change()
-        await self._publish_status(cd, status)
+        await self._publish_status(cd, status, clear_conditions=others is not None)
         self._last_publish[uid] = self._clock()
         return None
 
@@ -259,10 +272,17 @@ class MembershipSync:
         )
 
     async def _publish_status(
-        self, cd: ComputeDomain, desired: ComputeDomainStatus, *, guarded: bool = False
+        self,
+        cd: ComputeDomain,
+        desired: ComputeDomainStatus,
+        *,
+        guarded: bool = False,
+        clear_conditions: bool = False,
     ) -> None:
-        if self._status_changed(cd, desired):
-            await self._writer.write_status(cd, desired, self._caches.domain_view, guarded=guarded)
+        if clear_conditions or self._status_changed(cd, desired):
+            await self._writer.write_status(
+                cd, desired, self._caches.domain_view, guarded=guarded, clear_conditions=clear_conditions
+            )
             _log.info(
                 "status_updated", domain=domain_uid(cd), status=desired.status.value, nodes=len(desired.nodes)
             )

@@ -171,12 +171,15 @@ class Writer:
         overlay: Overlay[ComputeDomain],
         *,
         guarded: bool = False,
+        clear_conditions: bool = False,
     ) -> ComputeDomain:
         """Replace the domain's status (the controller is its only writer; empty nodes are removed).
 
         ``channel`` and ``conditions`` are sent only when set, so a domain-isolation status is
-        upstream's; ``guarded`` adds the domain's resourceVersion as a precondition (the write that
-        records a new channel number must not land on a status it has not seen).
+        upstream's; ``clear_conditions`` removes the published conditions when ``status`` has none (a
+        domain no longer held back by channel isolation's switch); ``guarded`` adds the domain's
+        resourceVersion as a precondition (the write that records a new channel number must not land
+        on a status it has not seen).
         """
         # A merge patch removes a key set to null: that is how an empty node list disappears.
         body: dict[str, Any] = {
@@ -187,6 +190,8 @@ class Writer:
             body["channel"] = status.channel
         if status.conditions:
             body["conditions"] = msgspec.to_builtins(status.conditions)
+        elif clear_conditions:
+            body["conditions"] = None
         patch: dict[str, Any] = {"status": body}
         if guarded:
             assert cd.metadata is not None

@@ -30,6 +30,8 @@ from imexdra.api.featuregates import Gate, resolve_feature_gates
 from imexdra.common.errors import ConfigError
 from tests.unit.api.cli import invoke, settings_of
 
+COUNT_FLAG = "'--imex-channel-count'"
+
 DEFAULT_CASES: list[tuple[OptionGroup[Any], Any]] = [
     (logging_options, LoggingSettings(verbosity=0, logging_format=None)),
     (kube_client_options, KubeClientSettings(kubeconfig=None, kube_api_qps=5.0, kube_api_burst=10)),
@@ -57,6 +59,7 @@ ENV_CASES: list[tuple[OptionGroup[Any], dict[str, str], str, Any]] = [
     (imex_options, {"IMEX_MODE": "hostManaged"}, "imex_mode", ImexMode.HOST_MANAGED),
     (imex_options, {"IMEX_ISOLATION": ""}, "imex_isolation", ImexIsolation.DOMAIN),
     (imex_options, {"IMEX_ISOLATION": "channel"}, "imex_isolation", ImexIsolation.CHANNEL),
+    (imex_options, {"IMEX_CHANNEL_COUNT": "16"}, "imex_channel_count", 16),
 ]
 
 
@@ -106,6 +109,14 @@ def test_env_fallbacks(group: OptionGroup[Any], env: dict[str, str], attribute: 
             {"IMEX_ISOLATION": "node"},
             ["'--imex-isolation'", "IMEX_ISOLATION", 'unknown value "node"; use "domain" or "channel"'],
         ),
+        (
+            imex_options,
+            {"IMEX_CHANNEL_COUNT": "1"},
+            [COUNT_FLAG, "IMEX_CHANNEL_COUNT", '"1" is not a channel count', "from 2 to 1048576"],
+        ),
+        (imex_options, {"IMEX_CHANNEL_COUNT": "1048577"}, [COUNT_FLAG, "NVreg_ImexChannelCount"]),
+        (imex_options, {"IMEX_CHANNEL_COUNT": "2k"}, [COUNT_FLAG, '"2k" is not a channel count']),
+        (imex_options, {"IMEX_CHANNEL_COUNT": "-4"}, [COUNT_FLAG, '"-4" is not a channel count']),
     ],
     ids=[
         "node-name-missing",
@@ -123,6 +134,10 @@ def test_env_fallbacks(group: OptionGroup[Any], env: dict[str, str], attribute: 
         "metrics-path-relative",
         "imex-mode-unknown",
         "imex-isolation-unknown",
+        "channel-count-only-channel-0",
+        "channel-count-beyond-20-bit-minor",
+        "channel-count-not-a-number",
+        "channel-count-negative",
     ],
 )
 def test_invalid_values_are_usage_errors(

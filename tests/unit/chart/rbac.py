@@ -19,7 +19,9 @@ from tests.unit.chart.helm import CHART_DIR, Rendered
 
 USES_FILE = CHART_DIR / "rbac-uses.yaml"
 COMPONENTS = ("controller", "kubeletPlugin", "daemon")
-CONDITIONS = frozenset({"driverManaged", "cliques", "noCliques", "leaderElection", "gpuCliqueLabel"})
+CONDITIONS = frozenset(
+    {"driverManaged", "cliques", "noCliques", "leaderElection", "gpuCliqueLabel", "channelIsolation"}
+)
 CLUSTER_SCOPED = frozenset({"nodes", "nodes/status", "resourceslices", "deviceclasses", "clusterroles"})
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from imexdra.api.config.common import ImexIsolation
 from imexdra.controller import rbac as controller_rules
 from tests.unit.chart import rbac
 from tests.unit.chart.helm import NAMESPACE, merge, nested, render
@@ -157,15 +158,26 @@ def test_admission_policies_can_be_disabled() -> None:
     assert rendered.of_kind("ValidatingAdmissionPolicyBinding") == []
 
 
-def test_controller_rules_module_agrees_with_the_uses_list() -> None:
+@pytest.mark.parametrize(
+    ("isolation", "conditions"),
+    [
+        (ImexIsolation.DOMAIN, frozenset({"driverManaged", "cliques", "leaderElection"})),
+        (ImexIsolation.CHANNEL, frozenset({"channelIsolation", "leaderElection"})),
+    ],
+    ids=["domain-isolation", "channel-isolation"],
+)
+def test_controller_rules_module_agrees_with_the_uses_list(
+    isolation: ImexIsolation, conditions: frozenset[str]
+) -> None:
     """``imexdra.controller.rbac`` (the controller tests' identity) names the same verbs per resource."""
+    rules = (*controller_rules.cluster_rules(isolation), *controller_rules.NAMESPACE_RULES)
     listed = {
         (group, resource, verb)
-        for rule in (*controller_rules.CLUSTER_RULES, *controller_rules.NAMESPACE_RULES)
+        for rule in rules
         for group in rule.api_groups
         for resource in rule.resources
         for verb in rule.verbs
     }
-    everything = install(frozenset({"driverManaged", "cliques", "leaderElection"}))
+    everything = install(conditions | {"driverManaged", "cliques"})
     used = {(p.group, p.resource, p.verb) for p in rbac.expected("controller", everything)}
     assert listed == used

@@ -64,6 +64,20 @@ def test_channel_isolation_is_refused_at_startup(gates: str, message: str) -> No
         )
 
 
+def test_channel_count_is_passed_on() -> None:
+    """--imex-channel-count reaches the controller configuration (the channel pool's size)."""
+    config = ControllerConfig.from_settings(
+        namespace="drv",
+        controller=controller_settings(),
+        imex=ImexSettings(
+            imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation=ImexIsolation.DOMAIN, imex_channel_count=17
+        ),
+        feature_gates=resolve_feature_gates(""),
+    )
+    assert config.imex_channel_count == 17
+    assert make_config().imex_channel_count == 2048
+
+
 def test_domain_isolation_is_the_default() -> None:
     """Without IMEX_ISOLATION the controller runs domain isolation, in both modes."""
     assert make_config().imex_isolation is ImexIsolation.DOMAIN

@@ -142,6 +142,18 @@ def test_domain_kind_domains_are_refused_and_hold_new_ones_back() -> None:
     assert decide(book, new).channel == 1
 
 
+def test_domains_held_by_the_switch_are_requeued_when_the_old_kind_is_gone() -> None:
+    """IsolationSwitchPending domains are woken, oldest first, when the last domain-kind domain goes."""
+    legacy, newer, new = domain("legacy"), domain("newer", age=2), domain("new", age=1)
+    book, requeued = assigner(4, legacy, newer, new)
+    assert decide(book, legacy, old_kind=True).reason == reasons.ISOLATION_MISMATCH
+    assert decide(book, newer).reason == reasons.ISOLATION_SWITCH_PENDING
+    assert decide(book, new).reason == reasons.ISOLATION_SWITCH_PENDING
+    assert requeued.keys == []
+    book.domain_gone(legacy)
+    assert requeued.keys == ["team-a/new", "team-a/newer"]
+
+
 def test_a_failed_status_write_releases_the_reservation() -> None:
     """After reservation_failed the number is free again for whoever asks first."""
     a, b = domain("a"), domain("b")

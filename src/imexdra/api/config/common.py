@@ -218,12 +218,37 @@ def _isolation(_ctx: click.Context, _param: click.Parameter, value: str) -> Imex
         raise click.BadParameter(f'unknown value "{value}"; use {choices}') from None
 
 
+#: The driver's default ``NVreg_ImexChannelCount`` (channels ``0 .. 2047``), which upstream hard-codes.
+DEFAULT_IMEX_CHANNEL_COUNT = 2048
+#: The most channels the driver can have: the module parameter is bounded by the 20-bit dev_t minor.
+MAX_IMEX_CHANNEL_COUNT = 1 << 20
+
+
+def _channel_count(_ctx: click.Context, _param: click.Parameter, value: str | int) -> int:
+    """Parse ``--imex-channel-count``, the ``NVreg_ImexChannelCount`` of docs/channel-isolation.md §3."""
+    text = str(value).strip()
+    count = int(text) if text.isascii() and text.isdigit() else None
+    if count is None or not 2 <= count <= MAX_IMEX_CHANNEL_COUNT:
+        raise click.BadParameter(
+            f'"{value}" is not a channel count: give the nodes\' NVreg_ImexChannelCount, a whole number '
+            f"from 2 to {MAX_IMEX_CHANNEL_COUNT} (channels 0..count-1 exist; channel isolation hands out "
+            "1..count-1, so at least channel 1 must exist); the driver's default is "
+            f"{DEFAULT_IMEX_CHANNEL_COUNT}"
+        )
+    return count
+
+
 @dataclass(frozen=True, slots=True)
 class ImexSettings:
-    """Upstream's IMEX mode and isolation flags; the mode and the feature gates decide what they mean."""
+    """Upstream's IMEX mode and isolation flags; the mode and the feature gates decide what they mean.
+
+    ``imex_channel_count`` is ours (upstream hard-codes 2048): how many channels every node's driver
+    has, read by channel isolation only.
+    """
 
     imex_mode: ImexMode
     imex_isolation: ImexIsolation
+    imex_channel_count: int = DEFAULT_IMEX_CHANNEL_COUNT
 
     def host_managed(self, gates: FeatureGates) -> bool:
         """Whether the host runs nvidia-imex: the gate decides; ``--imex-mode=hostManaged`` needs it on."""
@@ -274,5 +299,12 @@ imex_options = OptionGroup(
         callback=_isolation,
         default=ImexIsolation.DOMAIN.value,
         help="IMEX isolation: domain (all domains share channel 0) or channel (host-managed only).",
+    ),
+    option(
+        "--imex-channel-count",
+        envvar="IMEX_CHANNEL_COUNT",
+        callback=_channel_count,
+        default=str(DEFAULT_IMEX_CHANNEL_COUNT),
+        help="IMEX channels on every node (the driver's NVreg_ImexChannelCount); channel isolation only.",
     ),
 )

@@ -1,0 +1,84 @@
+"""The chart under ``imex.isolation=channel`` (docs/channel-isolation.md), past the being-built refusal.
+
+Aspects covered: the controller's RBAC gains exactly ``list``/``watch`` on ResourceClaims (and only
+under channel isolation); ``channelCount`` reaches both binaries as ``IMEX_CHANNEL_COUNT`` and the
+schema refuses counts without a channel to hand out or beyond the driver's limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.unit.chart import rbac, unrefused
+from tests.unit.chart.helm import NAMESPACE, merge, nested, render_error
+
+HOST_MANAGED = {"featureGates": {"HostManagedIMEX": True}}
+CHANNEL = merge(HOST_MANAGED, nested("resources.computeDomains.imex.isolation", "channel"))
+CONTROLLER = ("Deployment", "compute-domain")
+PLUGIN = ("DaemonSet", "compute-domains")
+
+INSTALLS: dict[str, tuple[dict[str, Any], frozenset[str]]] = {
+    "channel": (CHANNEL, frozenset({"channelIsolation"})),
+    "channel-leader-election": (
+        merge(CHANNEL, {"controller": {"replicas": 2, "leaderElection": {"enabled": True}}}),
+        frozenset({"channelIsolation", "leaderElection"}),
+    ),
+    "domain-host-managed": (HOST_MANAGED, frozenset()),
+}
+
+
+@pytest.mark.parametrize("component", rbac.COMPONENTS)
+@pytest.mark.parametrize(("values", "conditions"), INSTALLS.values(), ids=INSTALLS.keys())
+def test_granted_equals_used(component: str, values: dict[str, Any], conditions: frozenset[str]) -> None:
+    """Under either isolation each ServiceAccount is granted exactly what rbac-uses.yaml says it uses."""
+    setup = rbac.Install(
+        driver_namespace=NAMESPACE,
+        managed_namespaces=(NAMESPACE,),
+        base="imexdra-service-account",
+        lease="imexdra-controller",
+        conditions=conditions,
+    )
+    granted = rbac.granted(unrefused.render(values), NAMESPACE, rbac.service_account(component, setup))
+    expected = rbac.expected(component, setup)
+    assert sorted(map(str, granted - expected)) == [], "granted but not used"
+    assert sorted(map(str, expected - granted)) == [], "used but not granted"
+
+
+def test_only_channel_isolation_reads_claims() -> None:
+    """The controller may list and watch ResourceClaims under channel isolation, and not otherwise."""
+    account = "imexdra-service-account-controller"
+    claims = {
+        p.verb
+        for p in rbac.granted(unrefused.render(CHANNEL), NAMESPACE, account)
+        if p.resource == "resourceclaims"
+    }
+    assert claims == {"list", "watch"}
+    domain = rbac.granted(unrefused.render(HOST_MANAGED), NAMESPACE, account)
+    assert not [p for p in domain if p.resource == "resourceclaims"]
+
+
+@pytest.mark.parametrize("count", [2, 2048, 1048576], ids=["smallest", "default", "largest"])
+def test_channel_count_reaches_both_binaries(count: int) -> None:
+    """channelCount is IMEX_CHANNEL_COUNT of the controller and the plugin, as a plain integer."""
+    rendered = unrefused.render(merge(CHANNEL, nested("resources.computeDomains.imex.channelCount", count)))
+    assert rendered.env(*CONTROLLER)["IMEX_CHANNEL_COUNT"] == str(count)
+    assert rendered.env(*PLUGIN)["IMEX_CHANNEL_COUNT"] == str(count)
+
+
+@pytest.mark.parametrize(
+    ("count", "fragment"),
+    [
+        (1, "minimum: got 1, want 2"),
+        (0, "minimum: got 0, want 2"),
+        (1048577, "maximum: got 1.048577"),
+        ("2048", "got string, want integer"),
+    ],
+    ids=["only-channel-0", "zero", "beyond-20-bit-minor", "string"],
+)
+def test_channel_count_out_of_range_is_refused(count: Any, fragment: str) -> None:
+    """A channel count with no channel to hand out, or beyond the driver's limit, fails the install."""
+    error = render_error(nested("resources.computeDomains.imex.channelCount", count))
+    assert "channelCount" in error
+    assert fragment in error
