@@ -41,8 +41,8 @@ from imexdra.devices.procfs import ImexDevices
 from imexdra.kubeletplugin.cdi import ContainerEdits, channel_edits, daemon_edits
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState, ConfigState
 from imexdra.kubeletplugin.configs import ConfigGroup
-from imexdra.kubeletplugin.driverapi import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.paths import PluginPaths
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
 
 _log = structlog.get_logger(__name__)
 

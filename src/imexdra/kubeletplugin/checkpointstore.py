@@ -28,10 +28,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 
@@ -47,7 +47,7 @@ from imexdra.kubeletplugin.checkpoint import (
     marshal,
     unmarshal,
 )
-from imexdra.kubeletplugin.claimstatus import canonical_claim_status
+from imexdra.kubeletplugin.gojson import JsonValue
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_MODE = 0o600
@@ -196,12 +196,12 @@ def read_boot_id(path: Path = BOOT_ID_PATH) -> str:
 
 
 def mark_prepare_started(
-    checkpoint: Checkpoint, uid: str, *, status: Mapping[str, Any], name: str, namespace: str
+    checkpoint: Checkpoint, uid: str, *, status: dict[str, JsonValue], name: str, namespace: str
 ) -> None:
-    """Record that preparing ``uid`` began (before any side effect)."""
+    """Record that preparing ``uid`` began (before any side effect); ``status`` is canonical."""
     checkpoint.claims[uid] = PreparedClaim(
         state=ClaimState.PREPARE_STARTED,
-        status=canonical_claim_status(status),
+        status=status,
         name=name,
         namespace=namespace,
     )
@@ -211,15 +211,15 @@ def mark_prepare_completed(
     checkpoint: Checkpoint,
     uid: str,
     *,
-    status: Mapping[str, Any],
+    status: dict[str, JsonValue],
     name: str,
     namespace: str,
     prepared_devices: tuple[PreparedDeviceGroup, ...],
 ) -> None:
-    """Record that ``uid`` is fully prepared with ``prepared_devices``."""
+    """Record that ``uid`` is fully prepared with ``prepared_devices``; ``status`` is canonical."""
     checkpoint.claims[uid] = PreparedClaim(
         state=ClaimState.PREPARE_COMPLETED,
-        status=canonical_claim_status(status),
+        status=status,
         prepared_devices=prepared_devices,
         name=name,
         namespace=namespace,
@@ -266,12 +266,12 @@ def delete_expired_aborted(
     return len(expired)
 
 
-def same_status(claim: PreparedClaim, status: Mapping[str, Any]) -> bool:
-    """Whether ``status`` equals the stored one semantically (after Go canonicalisation).
+def same_status(claim: PreparedClaim, status: dict[str, JsonValue]) -> bool:
+    """Whether ``status`` (canonical, ``claimstatus``) equals the stored one semantically.
 
     Both sides go through JSON once so that a number read from the file (kept in its source
     spelling, e.g. ``1.50``) compares equal to the same number from the API (``1.5``).
     """
     stored = json.loads(gojson.encode(claim.status))
-    incoming = json.loads(gojson.encode(canonical_claim_status(status)))
+    incoming = json.loads(gojson.encode(status))
     return bool(stored == incoming)

@@ -1,35 +1,37 @@
-"""Reading ResourceClaims from the API server as raw JSON (the ``driverapi.ClaimGetter`` the plugin uses).
+"""Reading ResourceClaims from the API server (the ``driverapi.ClaimGetter`` the plugin uses).
 
-Raw JSON rather than typed models: the claim's status goes into the checkpoint verbatim (opaque
-parameters included), and skipping model decoding keeps the per-prepare GET cheap. Only
+The claim is decoded by ``resourceclaim.parse_claim`` rather than lightkube's models: the checkpoint
+records the whole status in Go's canonical form (opaque parameters verbatim), and decoding only what
+the plugin reads keeps the per-prepare GET cheap. Only
 ``resource.k8s.io/v1`` is asked; upstream's library falls back to v1beta2/v1beta1 on 404 for older
 clusters, which this driver (Kubernetes >= 1.34 with DRA GA) does not target.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import msgspec
 from lightkube import AsyncClient
-from lightkube.resources.resource_v1 import ResourceClaim
+from lightkube.resources import resource_v1
 
 from imexdra.common.kube import collection_path, http_client, kube_errors, raise_for_status
 from imexdra.kubeletplugin.driverapi import ClaimGetter
+from imexdra.kubeletplugin.resourceclaim import ResourceClaim, parse_claim
 
 
 def api_claim_getter(client: AsyncClient) -> ClaimGetter:
-    """A ``ClaimGetter`` over ``client``; failures raise ``ApiStatusError`` (404 → ``is_not_found``)."""
+    """A ``ClaimGetter`` over ``client``.
+
+    Failures raise ``ApiStatusError`` (404 → ``is_not_found``); a body that is not a ResourceClaim
+    raises ``MalformedClaimError``.
+    """
     http = http_client(client)
 
-    async def get_claim(namespace: str, name: str) -> Mapping[str, Any]:
+    async def get_claim(namespace: str, name: str) -> ResourceClaim:
         action = f"get ResourceClaim {namespace}/{name}"
-        path = f"{collection_path(client, ResourceClaim, namespace)}/{name}"
+        path = f"{collection_path(client, resource_v1.ResourceClaim, namespace)}/{name}"
         with kube_errors(action):
             response = await http.get(path)
         await raise_for_status(response, action)
-        claim: Mapping[str, Any] = msgspec.json.decode(response.content)
-        return claim
+        return parse_claim(msgspec.json.decode(response.content))
 
     return get_claim

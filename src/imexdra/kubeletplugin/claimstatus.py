@@ -107,8 +107,10 @@ _ZERO: dict[str, JsonValue] = {
 }
 
 
-def canonical_claim_status(status: Mapping[str, Any] | None) -> dict[str, JsonValue]:
+def canonical_claim_status(status: object) -> dict[str, JsonValue]:
     """Return ``status`` as Go's round trip through ``ResourceClaimStatus`` would produce it.
+
+    ``status`` is parsed JSON; None reads as an empty status.
 
     Raises:
         ValueError: a field has a JSON type Go could not decode into the struct.

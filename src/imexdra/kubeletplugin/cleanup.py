@@ -24,7 +24,8 @@ from imexdra.common.kube import is_not_found
 from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from imexdra.kubeletplugin.devicestate import DeviceState
-from imexdra.kubeletplugin.driverapi import ClaimGetter, ClaimRef
+from imexdra.kubeletplugin.driverapi import ClaimGetter
+from imexdra.kubeletplugin.resourceclaim import ClaimRef
 
 _log = structlog.get_logger(__name__)
 
@@ -85,7 +86,7 @@ class StaleClaimCleanup:
                 return True
             _log.info("Checkpointed RC cleanup: cannot check claim", claim=str(ref), error=str(error))
             return False
-        if (claim.get("metadata") or {}).get("uid") != ref.uid:
+        if claim.ref.uid != ref.uid:
             return True
         _log.info(f"Checkpointed RC cleanup: partially prepared claim not stale: {ref}")
         return False

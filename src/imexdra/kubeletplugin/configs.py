@@ -1,8 +1,9 @@
 """A claim's opaque device configs and the allocation results each one applies to (docs/data-path.md §7.2).
 
-Works on the claim's ``status`` as raw JSON (what the API server returned or the checkpoint stored):
+Works on the claim's typed status (``resourceclaim.ResourceClaimStatus``, from the API server or the
+checkpoint):
 
-- ``allocation_results`` reads ``status.allocation.devices.results``; a missing status or allocation
+- ``allocation_results`` reads ``status.allocation.devices.results``; a status without allocation
   yields nothing (legacy checkpoint entries have no status — upstream panics there);
 - ``opaque_device_configs`` reads ``status.allocation.devices.config``: class-sourced configs first,
   then claim-sourced ones, other drivers' configs skipped, ours decoded (strictly for Prepare,
@@ -14,9 +15,7 @@ Works on the claim's ``status`` as raw JSON (what the API server returned or the
 
 Error classes follow docs/errors.md §3.5: a config that does not decode or validate is permanent
 (``ConfigError``); an unknown ``source``, a non-opaque config, a device this node cannot prepare or a
-config aimed at the wrong device type is retryable, as upstream classifies them. A status of a shape
-no API server produces (a list where an object belongs, a number where the request names belong) is a
-permanent ``MalformedStatusError``, never a crash: Go's decoder would refuse it just as firmly.
+config aimed at the wrong device type is retryable, as upstream classifies them.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from imexdra.api.constants import DRIVER_NAME, DeviceType
 from imexdra.api.opaque import (
@@ -33,7 +31,8 @@ from imexdra.api.opaque import (
     OpaqueConfig,
     decode_opaque_config,
 )
-from imexdra.common.errors import ConfigError, PermanentError, RetryableError
+from imexdra.common.errors import ConfigError, RetryableError
+from imexdra.kubeletplugin.resourceclaim import DeviceRequestAllocationResult, ResourceClaimStatus
 from imexdra.kubeletplugin.slices import AllocatableDevice
 
 #: Lowest-precedence configs: every result gets one, and their empty domainID fails validation.
@@ -41,26 +40,11 @@ DEFAULT_DAEMON_CONFIG = ComputeDomainDaemonConfig(domain_id="")
 DEFAULT_CHANNEL_CONFIG = ComputeDomainChannelConfig(domain_id="")
 
 
-class MalformedStatusError(PermanentError):
-    """The claim's status does not have the shape of a ``ResourceClaimStatus``."""
-
-
 class ConfigSource(StrEnum):
     """``status.allocation.devices.config[].source`` values, in precedence order (lowest first)."""
 
     FROM_CLASS = "FromClass"
     FROM_CLAIM = "FromClaim"
-
-
-@dataclass(frozen=True, slots=True)
-class AllocationResult:
-    """One ``status.allocation.devices.results[]`` entry."""
-
-    request: str
-    driver: str
-    pool: str
-    device: str
-    admin_access: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +60,7 @@ class ConfigGroup:
     """The results prepared under one config object, and their allocatable devices (same order)."""
 
     config: OpaqueConfig
-    results: tuple[AllocationResult, ...]
+    results: tuple[DeviceRequestAllocationResult, ...]
     devices: tuple[AllocatableDevice, ...]
 
     @property
@@ -87,89 +71,44 @@ class ConfigGroup:
         )
 
 
-def _allocation_devices(status: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    allocation = _object(_object(status, "status").get("allocation"), "status.allocation")
-    return _object(allocation.get("devices"), "status.allocation.devices")
-
-
-def _object(value: object, where: str) -> Mapping[str, Any]:
-    """The JSON object at ``where``; absent or empty reads as ``{}``."""
-    if not value:
-        return {}
-    if not isinstance(value, Mapping):
-        raise MalformedStatusError(f"malformed ResourceClaim status: {where} is not an object")
-    return value
-
-
-def _objects(value: object, where: str) -> Sequence[Mapping[str, Any]]:
-    """The list of JSON objects at ``where``; absent or empty reads as ``[]``."""
-    if not value:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
-        raise MalformedStatusError(f"malformed ResourceClaim status: {where} is not a list of objects")
-    return value
-
-
-def _strings(value: object, where: str) -> tuple[str, ...]:
-    """The list of strings at ``where``; absent or empty reads as ``()``."""
-    if not value:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise MalformedStatusError(f"malformed ResourceClaim status: {where} is not a list of strings")
-    return tuple(value)
-
-
 def allocation_results(
-    status: Mapping[str, Any] | None, *, driver: str = DRIVER_NAME
-) -> list[AllocationResult]:
+    status: ResourceClaimStatus, *, driver: str = DRIVER_NAME
+) -> list[DeviceRequestAllocationResult]:
     """The allocation results of ``driver`` in ``status`` (none when there is no allocation)."""
-    return [
-        AllocationResult(
-            request=str(result.get("request") or ""),
-            driver=str(result.get("driver") or ""),
-            pool=str(result.get("pool") or ""),
-            device=str(result.get("device") or ""),
-            admin_access=result.get("adminAccess") is True,
-        )
-        for result in _objects(
-            _allocation_devices(status).get("results"), "status.allocation.devices.results"
-        )
-        if result.get("driver") == driver
-    ]
+    if status.allocation is None:
+        return []
+    return [result for result in status.allocation.devices.results if result.driver == driver]
 
 
-def non_admin_devices(status: Mapping[str, Any] | None) -> set[str]:
+def non_admin_devices(status: ResourceClaimStatus) -> set[str]:
     """Names of this driver's devices in ``status`` held without admin access (overlap checks)."""
     return {result.device for result in allocation_results(status) if not result.admin_access}
 
 
-def opaque_device_configs(status: Mapping[str, Any] | None, *, strict: bool) -> list[DeviceConfig]:
+def opaque_device_configs(status: ResourceClaimStatus, *, strict: bool) -> list[DeviceConfig]:
     """The configs of this driver in ``status``, class-sourced before claim-sourced, each decoded.
 
     Raises:
         RetryableError: a config has an unknown source or is not an opaque config.
         ConfigError: one of our configs does not decode or validate (message names the field).
-        MalformedStatusError: ``status`` is not shaped as a ResourceClaimStatus.
 
     """
     by_source: dict[ConfigSource, list[DeviceConfig]] = {source: [] for source in ConfigSource}
-    where = "status.allocation.devices.config"
-    for entry in _objects(_allocation_devices(status).get("config"), where):
+    entries = status.allocation.devices.config if status.allocation is not None else ()
+    for entry in entries:
         try:
-            source = ConfigSource(entry.get("source", ""))
+            source = ConfigSource(entry.source)
         except ValueError:
-            raise RetryableError(f"invalid config source: {entry.get('source')!r}") from None
-        opaque = _object(entry.get("opaque"), f"{where}[].opaque")
-        if not opaque:
+            raise RetryableError(f"invalid config source: {entry.source!r}") from None
+        if entry.opaque is None:
             raise RetryableError("only opaque parameters are supported by this driver")
-        if opaque.get("driver") != DRIVER_NAME:
+        if entry.opaque.driver != DRIVER_NAME:
             continue
         try:
-            config = decode_opaque_config(opaque.get("parameters"), strict=strict)
+            config = decode_opaque_config(entry.opaque.parameters, strict=strict)
         except ConfigError as error:
             raise ConfigError(f"error decoding config parameters: {error}") from error
-        requests = _strings(entry.get("requests"), f"{where}[].requests")
-        by_source[source].append(DeviceConfig(requests, config))
+        by_source[source].append(DeviceConfig(entry.requests, config))
     return [config for source in ConfigSource for config in by_source[source]]
 
 
@@ -185,7 +124,7 @@ def _names_request(requests: Sequence[str], request: str) -> bool:
 
 
 def config_groups(
-    status: Mapping[str, Any] | None,
+    status: ResourceClaimStatus,
     allocatable: Mapping[str, AllocatableDevice],
     *,
     strict: bool,
@@ -203,7 +142,7 @@ def config_groups(
         DeviceConfig((), DEFAULT_CHANNEL_CONFIG),
         *opaque_device_configs(status, strict=strict),
     ]
-    chosen: dict[int, list[tuple[AllocationResult, AllocatableDevice]]] = {}
+    chosen: dict[int, list[tuple[DeviceRequestAllocationResult, AllocatableDevice]]] = {}
     for result in allocation_results(status):
         device = allocatable.get(result.device)
         if device is None:
@@ -219,7 +158,9 @@ def config_groups(
     ]
 
 
-def _pick(candidates: Sequence[DeviceConfig], result: AllocationResult, device: AllocatableDevice) -> int:
+def _pick(
+    candidates: Sequence[DeviceConfig], result: DeviceRequestAllocationResult, device: AllocatableDevice
+) -> int:
     for index in reversed(range(len(candidates))):
         candidate = candidates[index]
         if candidate.requests:

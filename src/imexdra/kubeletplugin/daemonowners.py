@@ -19,8 +19,7 @@ cannot answer is a ``RetryableError``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
@@ -29,7 +28,7 @@ from lightkube.resources.core_v1 import Pod
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, DEVICE_CLASS_DAEMON
 from imexdra.common.errors import DriverError, PermanentError, RetryableError
 from imexdra.common.kube import is_not_found, kube_errors
-from imexdra.kubeletplugin.driverapi import ResourceClaim
+from imexdra.kubeletplugin.resourceclaim import ResourceClaim, ResourceClaimConsumerReference
 
 _Object = TypeVar("_Object", Pod, DaemonSet)
 
@@ -47,6 +46,11 @@ def _refused(claim: ResourceClaim, why: str) -> DaemonClaimRefusedError:
     )
 
 
+def _consumer_text(consumer: ResourceClaimConsumerReference) -> str:
+    group = f"{consumer.api_group}/" if consumer.api_group else ""
+    return f"{group}{consumer.resource} {consumer.name} (UID {consumer.uid})"
+
+
 class DaemonPodOwners:
     """``DaemonClaimOwners`` against the API server (pods and DaemonSets of the driver namespace)."""
 
@@ -58,20 +62,17 @@ class DaemonPodOwners:
         """Return when only ``domain_uid``'s daemon pods hold ``claim``; raise otherwise."""
         if claim.ref.namespace != self._namespace:
             raise _refused(claim, f"it is not in the driver namespace {self._namespace}")
-        consumers = claim.status.get("reservedFor") or []
-        if not isinstance(consumers, list) or not consumers:
+        if not claim.status.reserved_for:
             raise _refused(claim, "it is reserved for no pod")
-        for consumer in consumers:
+        for consumer in claim.status.reserved_for:
             await self._check_consumer(claim, consumer, domain_uid)
 
-    async def _check_consumer(self, claim: ResourceClaim, consumer: Any, domain_uid: str) -> None:
-        if (
-            not isinstance(consumer, Mapping)
-            or consumer.get("resource") != "pods"
-            or consumer.get("apiGroup")
-        ):
-            raise _refused(claim, f"it is reserved for {consumer!r}, which is not a pod")
-        name, uid = str(consumer.get("name") or ""), str(consumer.get("uid") or "")
+    async def _check_consumer(
+        self, claim: ResourceClaim, consumer: ResourceClaimConsumerReference, domain_uid: str
+    ) -> None:
+        if consumer.resource != "pods" or consumer.api_group:
+            raise _refused(claim, f"it is reserved for {_consumer_text(consumer)}, which is not a pod")
+        name, uid = consumer.name, consumer.uid
         pod = await self._get(Pod, name) if name else None
         if pod is None or pod.metadata is None or pod.metadata.uid != uid:
             raise _refused(claim, f"the pod {name} it is reserved for (UID {uid}) no longer exists")

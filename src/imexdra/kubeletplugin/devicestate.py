@@ -24,13 +24,12 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from imexdra.api.constants import DeviceType
 from imexdra.api.opaque import ComputeDomainChannelConfig
-from imexdra.common.errors import ConfigError, DriverError, PermanentError, RetryableError
+from imexdra.common.errors import DriverError, PermanentError, RetryableError
 from imexdra.kubeletplugin import checkpointstore as lifecycle
 from imexdra.kubeletplugin.applyconfig import AppliedConfig, ConfigApplier
 from imexdra.kubeletplugin.cdi import ContainerEdits, DriverRoots, base_device_id, claim_device_id, claim_spec
@@ -44,7 +43,8 @@ from imexdra.kubeletplugin.checkpoint import (
 )
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from imexdra.kubeletplugin.configs import ConfigGroup, config_groups, non_admin_devices, opaque_device_configs
-from imexdra.kubeletplugin.driverapi import ClaimGetter, ClaimRef, Device, ResourceClaim
+from imexdra.kubeletplugin.driverapi import ClaimGetter, Device
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim, ResourceClaimStatus, recorded_status
 from imexdra.kubeletplugin.slices import AllocatableDevice
 
 _log = structlog.get_logger(__name__)
@@ -79,12 +79,13 @@ class DeviceState:
         self._clock = clock
 
     async def prepare(self, claim: ResourceClaim) -> tuple[Device, ...]:
-        """Prepare ``claim`` (idempotent); raise a ``DriverError`` saying whether retrying can help."""
-        ref, status = claim.ref, claim.status
-        if not status.get("allocation"):
-            raise PermanentError(
-                f"no allocation set in ResourceClaim {ref.name} in namespace {ref.namespace}"
-            )
+        """Prepare ``claim`` (allocated, as ``draservice`` checks; idempotent).
+
+        Raises:
+            DriverError: saying whether retrying can help.
+
+        """
+        ref, status, status_json = claim.ref, claim.status, claim.status_json
         checkpoint = await self._store.read()
         entry = checkpoint.claims.get(ref.uid)
         if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
@@ -92,7 +93,7 @@ class DeviceState:
         if (
             entry is not None
             and entry.state == ClaimState.PREPARE_ABORTED
-            and lifecycle.same_status(entry, status)
+            and lifecycle.same_status(entry, status_json)
         ):
             raise PermanentError(f"stale prepare for claim {ref}: claim prepare was already aborted")
         groups = config_groups(status, self._allocatable, strict=True)
@@ -102,7 +103,7 @@ class DeviceState:
         validate_no_overlap(checkpoint, ref.uid, status)
         await self._update(
             lambda cp: lifecycle.mark_prepare_started(
-                cp, ref.uid, status=status, name=ref.name, namespace=ref.namespace
+                cp, ref.uid, status=status_json, name=ref.name, namespace=ref.namespace
             )
         )
         applied = [await self._applier.apply(group, ref, checkpoint) for group in groups]
@@ -112,7 +113,12 @@ class DeviceState:
         await self._write_claim_spec(ref.uid, groups, applied)
         await self._update(
             lambda cp: lifecycle.mark_prepare_completed(
-                cp, ref.uid, status=status, name=ref.name, namespace=ref.namespace, prepared_devices=prepared
+                cp,
+                ref.uid,
+                status=status_json,
+                name=ref.name,
+                namespace=ref.namespace,
+                prepared_devices=prepared,
             )
         )
         return tuple(Device.from_record(device.device) for group in prepared for device in group.devices)
@@ -129,7 +135,9 @@ class DeviceState:
             return
         if entry.state not in (ClaimState.PREPARE_COMPLETED, ClaimState.PREPARE_STARTED):
             raise RetryableError(f"unsupported ClaimCheckpointState: {entry.state!r}")
-        status = entry.status if entry.status.get("allocation") else await self._legacy_status(ref)
+        status = recorded_status(entry.status)
+        if status.allocation is None:
+            status = await self._legacy_status(ref)
         in_use = domains_in_use(checkpoint, exclude=ref.uid)
         for group in config_groups(status, self._allocatable, strict=False):
             await self._applier.undo(group, domain_still_used=group.config.domain_id in in_use)
@@ -182,7 +190,7 @@ class DeviceState:
         except OSError as error:
             raise RetryableError(f"error writing CDI spec of claim {uid}: {error}") from error
 
-    async def _legacy_status(self, ref: ClaimRef) -> Mapping[str, Any]:
+    async def _legacy_status(self, ref: ClaimRef) -> ResourceClaimStatus:
         # Entries converted from old checkpoints carry no status: the API server has to say what
         # was allocated, and if it cannot, nothing can be undone safely (permanent, docs/errors.md §3.5).
         try:
@@ -191,10 +199,9 @@ class DeviceState:
             raise PermanentError(
                 f"error fetching ResourceClaim {ref} for a legacy checkpoint entry: {error}"
             ) from error
-        status: Mapping[str, Any] = claim.get("status") or {}
-        if not status.get("allocation"):
+        if claim.status.allocation is None:
             raise PermanentError(f"ResourceClaim {ref} has no allocation (legacy checkpoint entry)")
-        return status
+        return claim.status
 
 
 def _prepared_group(uid: str, group: ConfigGroup, applied: AppliedConfig) -> PreparedDeviceGroup:
@@ -214,7 +221,7 @@ def _prepared_group(uid: str, group: ConfigGroup, applied: AppliedConfig) -> Pre
     return PreparedDeviceGroup(devices=tuple(devices), config_state=applied.config_state)
 
 
-def validate_no_overlap(checkpoint: Checkpoint, uid: str, status: Mapping[str, Any]) -> None:
+def validate_no_overlap(checkpoint: Checkpoint, uid: str, status: ResourceClaimStatus) -> None:
     """Fail (retryably) if another prepared claim holds one of ``status``'s devices (docs/data-path.md §7.3).
 
     Admin-access allocations on either side, other drivers, the same claim and claims that are not
@@ -224,7 +231,7 @@ def validate_no_overlap(checkpoint: Checkpoint, uid: str, status: Mapping[str, A
     for other_uid, other in checkpoint.claims.items():
         if other_uid == uid or other.state != ClaimState.PREPARE_COMPLETED:
             continue
-        for device in sorted(wanted & non_admin_devices(other.status)):
+        for device in sorted(wanted & non_admin_devices(recorded_status(other.status))):
             raise RetryableError(
                 f"requested device {device} is already allocated to different claim {other_uid}"
             )
@@ -244,8 +251,8 @@ def domains_in_use(checkpoint: Checkpoint, *, exclude: str) -> set[str]:
             )
         elif claim.state == ClaimState.PREPARE_STARTED:
             try:
-                configs = opaque_device_configs(claim.status, strict=False)
-            except (ConfigError, DriverError):
+                configs = opaque_device_configs(recorded_status(claim.status), strict=False)
+            except DriverError:
                 continue  # it never got past decoding, so it never labelled the node
             used.update(
                 c.config.domain_id for c in configs if isinstance(c.config, ComputeDomainChannelConfig)

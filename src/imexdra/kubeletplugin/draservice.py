@@ -3,7 +3,8 @@
 Mirrors the Go kubeletplugin library (docs/data-path.md §5, docs/compatibility.md §2.7):
 
 - Prepare first GETs every claim (concurrently here) and fails the *whole call* if one cannot be
-  read, is not allocated, or was replaced (UID mismatch) — the kubelet retries the pod later. Then
+  read, is not allocated, or was replaced (UID mismatch) — the kubelet retries the pod later. A claim
+  that does not decode (``MalformedClaimError``) fails alone, with that permanent error. Then
   the driver prepares; one response entry per result, ``request_names`` with any ``/subrequest``
   suffix stripped, ``share_id`` set only when the driver reported one.
 - Unprepare makes no API calls.
@@ -29,7 +30,8 @@ from imexdra.kubeletplugin._pb import dra_v1_pb2 as v1
 from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as v1_grpc
 from imexdra.kubeletplugin._pb import dra_v1beta1_pb2 as v1beta1
 from imexdra.kubeletplugin._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
-from imexdra.kubeletplugin.driverapi import ClaimGetter, ClaimRef, Driver, ResourceClaim
+from imexdra.kubeletplugin.driverapi import ClaimGetter, Driver, PrepareResult
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, MalformedClaimError, ResourceClaim
 
 _log = structlog.get_logger(__name__)
 
@@ -58,12 +60,20 @@ class DraService:
             return v1.NodePrepareResourcesResponse()
         refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
         log.debug("request", claims=[str(ref) for ref in refs])
-        claims = await asyncio.gather(*(self._fetch(ref) for ref in refs), return_exceptions=True)
-        for claim in claims:
-            if isinstance(claim, BaseException):
+        fetched = await asyncio.gather(*(self._fetch(ref) for ref in refs), return_exceptions=True)
+        claims: list[ResourceClaim] = []
+        malformed: dict[str, PrepareResult] = {}
+        for ref, claim in zip(refs, fetched, strict=True):
+            if isinstance(claim, MalformedClaimError):
+                # Permanent for this claim alone, as any other bad input of one claim is.
+                log.error("malformed ResourceClaim", claim=str(ref), error=str(claim))
+                malformed[ref.uid] = PrepareResult(error=claim)
+            elif isinstance(claim, BaseException):
                 raise RequestError(f"get resource claims: {claim}") from claim
+            else:
+                claims.append(claim)
         try:
-            results = await self._driver.prepare([c for c in claims if isinstance(c, ResourceClaim)])
+            results = {**(await self._driver.prepare(claims) if claims else {}), **malformed}
         except Exception as error:
             raise RequestError(f"prepare resource claims: {error}") from error
         response = v1.NodePrepareResourcesResponse()
@@ -101,19 +111,19 @@ class DraService:
         log.debug("response", claims={uid: entry.error or "ok" for uid, entry in response.claims.items()})
         return response
 
-    async def _fetch(self, ref: ClaimRef) -> ResourceClaim:
+    async def _fetch(self, ref: ClaimRef) -> ResourceClaim | MalformedClaimError:
         where = f"{ref.namespace}/{ref.name}"
         try:
             claim = await self._get_claim(ref.namespace, ref.name)
+        except MalformedClaimError as error:
+            return MalformedClaimError(f"retrieve claim {where}: {error}")
         except Exception as error:
             raise RequestError(f"retrieve claim {where}: {error}") from error
-        uid = (claim.get("metadata") or {}).get("uid")
-        if uid != ref.uid:
+        if claim.ref.uid != ref.uid:
             raise RequestError(f"claim {where} got replaced")
-        status = claim.get("status") or {}
-        if not status.get("allocation"):
+        if claim.status.allocation is None:
             raise RequestError(f"claim {where} not allocated")
-        return ResourceClaim(ref=ref, status=status)
+        return claim
 
 
 def _requested_only(results: Mapping[str, _R], refs: list[ClaimRef], log: Any) -> dict[str, _R]:

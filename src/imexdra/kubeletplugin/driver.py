@@ -25,7 +25,8 @@ from imexdra.common.errors import DriverError, PermanentError, RetryableError, R
 from imexdra.common.logging import log_context
 from imexdra.common.pulse import Pulse
 from imexdra.kubeletplugin import metrics
-from imexdra.kubeletplugin.driverapi import ClaimRef, Device, PrepareResult, ResourceClaim, UnprepareResult
+from imexdra.kubeletplugin.driverapi import Device, PrepareResult, UnprepareResult
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.retries import DEFAULT_POLICY, Attempt, Done, Retry, RetryPolicy, run_until_done
 
 _log = structlog.get_logger(__name__)

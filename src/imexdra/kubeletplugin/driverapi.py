@@ -5,38 +5,19 @@ a ``Driver``; they know nothing about IMEX. The driver answers per claim: a resu
 is done (devices, or an error that stops the kubelet's retry for this call), and no entry at all for
 a claim it gave up on within the call's budget (docs/errors.md §3.3).
 
-``ClaimGetter`` is the one Kubernetes API dependency of the gRPC layer (the library's step (1), GET
-each ResourceClaim before preparing); it is injected so the kube client can be wired in later.
+Claims arrive decoded (``resourceclaim``). ``ClaimGetter`` is the one Kubernetes API dependency of
+the gRPC layer (the library's step (1), GET each ResourceClaim before preparing); it is injected so
+the kube client can be wired in later.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from imexdra.kubeletplugin.checkpoint import CheckpointedDevice
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRef:
-    """A ResourceClaim's identity as the kubelet sends it."""
-
-    namespace: str
-    name: str
-    uid: str
-
-    def __str__(self) -> str:
-        """Upstream's claim string, ``<namespace>/<name>:<uid>``."""
-        return f"{self.namespace}/{self.name}:{self.uid}" if self.uid else f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class ResourceClaim:
-    """A claim to prepare: its identity and its ``status`` as read from the API server (raw JSON)."""
-
-    ref: ClaimRef
-    status: Mapping[str, Any]
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +70,12 @@ class Driver(Protocol):
 
 
 class ClaimGetter(Protocol):
-    """Fetch a ResourceClaim object (its JSON as a mapping) from the API server.
+    """Fetch a ResourceClaim from the API server, decoded (``resourceclaim.parse_claim``).
 
-    Raise any exception when it cannot be read; its text becomes part of the kubelet-visible error.
+    Raise ``MalformedClaimError`` for a claim that does not decode, and any other exception when it
+    cannot be read; its text becomes part of the kubelet-visible error.
     """
 
-    async def __call__(self, namespace: str, name: str) -> Mapping[str, Any]:
+    async def __call__(self, namespace: str, name: str) -> ResourceClaim:
         """GET ``resourceclaims/<name>`` in ``namespace``."""
         ...

@@ -6,7 +6,8 @@ Three input domains:
   with random requests, drivers, devices, config sources and near-valid opaque parameters: config
   selection either groups every one of our results exactly once under a config of its device type,
   or raises a ``DriverError``;
-- arbitrary JSON where the status goes (what a corrupt source could hold): ``DriverError`` only;
+- arbitrary JSON where the status goes (what a corrupt source could hold): decoding it at the edge
+  (``resourceclaim``) and selecting configs raise ``DriverError`` only;
 - schema-shaped claims prepared and unprepared by a real ``DeviceState`` over real files: each call
   returns or raises a ``DriverError``, and the checkpoint stays readable.
 """
@@ -27,7 +28,7 @@ from imexdra.api.constants import DeviceType
 from imexdra.api.opaque import ComputeDomainChannelConfig
 from imexdra.common.errors import DriverError
 from imexdra.kubeletplugin.configs import config_groups, non_admin_devices, opaque_device_configs
-from imexdra.kubeletplugin.driverapi import ClaimRef, ResourceClaim
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaimStatus, resource_claim
 from imexdra.kubeletplugin.slices import allocatable_devices
 from tests.unit.api.test_opaque import json_values
 from tests.unit.fuzz.profiles import fuzz
@@ -106,6 +107,14 @@ junk_statuses = st.recursive(
 )
 
 
+REF = ClaimRef(NAMESPACE, "name", "claim-1")
+
+
+def typed(status: object) -> ResourceClaimStatus:
+    """``status`` decoded as it enters the plugin (raises ``MalformedClaimError``, a DriverError)."""
+    return resource_claim(REF, status).status
+
+
 def ours(status: Mapping[str, Any]) -> list[str]:
     """The device names of our driver's results, in order (the oracle's own reading of the status)."""
     results = status.get("allocation", {}).get("devices", {}).get("results", [])
@@ -117,7 +126,7 @@ def ours(status: Mapping[str, Any]) -> list[str]:
 def test_api_shaped_statuses(status: dict[str, Any], strict: bool) -> None:
     """API-shaped statuses: every result of ours grouped once under a fitting config, or a DriverError."""
     try:
-        groups = config_groups(status, ALLOCATABLE, strict=strict)
+        groups = config_groups(typed(status), ALLOCATABLE, strict=strict)
     except DriverError:
         return
     grouped = [result.device for group in groups for result in group.results]
@@ -127,7 +136,7 @@ def test_api_shaped_statuses(status: dict[str, Any], strict: bool) -> None:
             DeviceType.CHANNEL if isinstance(group.config, ComputeDomainChannelConfig) else DeviceType.DAEMON
         )
         assert all(device.type == wanted for device in group.devices)
-    assert non_admin_devices(status) <= set(ours(status))
+    assert non_admin_devices(typed(status)) <= set(ours(status))
 
 
 @fuzz(ci=200, soak=15_000)
@@ -155,11 +164,11 @@ def test_api_shaped_statuses(status: dict[str, Any], strict: bool) -> None:
     strict=True,
 )
 def test_statuses_of_any_shape(status: Any, strict: bool) -> None:
-    """Any JSON where the status goes: config selection returns or raises DriverError (was AttributeError)."""
+    """Any JSON where the status goes: decoding and config selection return or raise DriverError."""
     for call in (
-        lambda: config_groups(status, ALLOCATABLE, strict=strict),
-        lambda: opaque_device_configs(status, strict=strict),
-        lambda: non_admin_devices(status),
+        lambda: config_groups(typed(status), ALLOCATABLE, strict=strict),
+        lambda: opaque_device_configs(typed(status), strict=strict),
+        lambda: non_admin_devices(typed(status)),
     ):
         with contextlib.suppress(DriverError):
             call()
@@ -189,7 +198,7 @@ def test_prepare_and_unprepare_through_device_state(
                 await node.state.unprepare(refs[0])
         for ref, (_, status) in zip(refs, statuses, strict=True):
             with contextlib.suppress(DriverError):
-                await node.state.prepare(ResourceClaim(ref, status))
+                await node.state.prepare(resource_claim(ref, status))
         for ref in refs:
             with contextlib.suppress(DriverError):
                 await node.state.unprepare(ref)

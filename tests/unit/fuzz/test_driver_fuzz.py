@@ -28,8 +28,9 @@ from imexdra.kubeletplugin._pb import dra_v1beta1_pb2 as v1beta1
 from imexdra.kubeletplugin._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from imexdra.kubeletplugin.draservice import DraService, RequestError
 from imexdra.kubeletplugin.driver import ImexDriver
-from imexdra.kubeletplugin.driverapi import ClaimRef, Device, ResourceClaim
+from imexdra.kubeletplugin.driverapi import Device
 from imexdra.kubeletplugin.paths import PluginPaths
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.retries import RetryPolicy
 from imexdra.kubeletplugin.server import KubeletPluginServer
 from tests.unit.fuzz.profiles import fuzz
@@ -69,14 +70,18 @@ claims = st.lists(st.tuples(names, names, uids), max_size=8)
 API_ANSWERS = ["ok", "ok", "ok", "missing", "replaced", "unallocated", "status-is-a-list", "metadata-is-text"]
 
 
-def api_object(answer: str, uid: str) -> dict[str, Any] | None:
+MALFORMED = {"status-is-a-list", "metadata-is-text"}
+
+
+def api_object(answer: str, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
     """What the API server holds for a claim, per the drawn answer (None: no such claim)."""
+    meta = {"namespace": namespace, "name": name, "uid": uid}
     return {
-        "ok": {"metadata": {"uid": uid}, "status": ALLOCATED},
+        "ok": {"metadata": meta, "status": ALLOCATED},
         "missing": None,
-        "replaced": {"metadata": {"uid": uid + "-new"}, "status": ALLOCATED},
-        "unallocated": {"metadata": {"uid": uid}, "status": {}},
-        "status-is-a-list": {"metadata": {"uid": uid}, "status": ["allocation"]},
+        "replaced": {"metadata": {**meta, "uid": uid + "-new"}, "status": ALLOCATED},
+        "unallocated": {"metadata": meta, "status": {}},
+        "status-is-a-list": {"metadata": meta, "status": ["allocation"]},
         "metadata-is-text": {"metadata": "uid", "status": ALLOCATED},
     }[answer]
 
@@ -98,14 +103,20 @@ def test_prepare_and_unprepare_requests(
     failures: dict[str, list[str]],
     permanent: set[str],
 ) -> None:
-    """Any request: one entry per UID (an error exactly for permanent outcomes), or RequestError."""
+    """Any request: one entry per UID (errors for malformed claims, permanent outcomes), or RequestError."""
     api = ApiClaims()
+    drawn: dict[tuple[str, str], str] = {}
     for (namespace, name, uid), answer in zip(requested, answers, strict=False):
-        obj = api_object(answer, uid)
-        if obj is not None:
-            api.objects.setdefault((namespace, name), obj)
+        obj = api_object(answer, namespace, name, uid)
+        if obj is not None and (namespace, name) not in api.objects:
+            api.objects[(namespace, name)] = obj
+            drawn[(namespace, name)] = answer
+    ok = {"metadata": {"namespace": "", "name": "", "uid": ""}, "status": ALLOCATED}
+    malformed = {uid for namespace, name, uid in requested if drawn.get((namespace, name)) in MALFORMED}
     readable = all(
-        api.objects.get((namespace, name)) == {"metadata": {"uid": uid}, "status": ALLOCATED}
+        drawn.get((namespace, name)) in MALFORMED
+        or api.objects.get((namespace, name))
+        == {**ok, "metadata": {"namespace": namespace, "name": name, "uid": uid}}
         for namespace, name, uid in requested
     )
     wanted = {uid for _, _, uid in requested}
@@ -121,8 +132,9 @@ def test_prepare_and_unprepare_requests(
             assert readable or not requested
             assert set(prepared.claims) == wanted
             for uid, entry in prepared.claims.items():
-                assert bool(entry.error) == (uid in permanent)
-                assert len(entry.devices) == (0 if uid in permanent else 1)
+                failed = uid in permanent or uid in malformed
+                assert bool(entry.error) == failed
+                assert len(entry.devices) == (0 if failed else 1)
         unprepare = v1.NodeUnprepareResourcesRequest(claims=[_claim(*c) for c in requested])
         unprepared = await service.unprepare(unprepare)
         assert set(unprepared.claims) == wanted

@@ -22,8 +22,14 @@ from imexdra.kubeletplugin.applyconfig import ConfigApplier, DomainInfo
 from imexdra.kubeletplugin.cdi import DriverRoots
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from imexdra.kubeletplugin.devicestate import DeviceState
-from imexdra.kubeletplugin.driverapi import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.paths import PluginPaths
+from imexdra.kubeletplugin.resourceclaim import (
+    ClaimRef,
+    ResourceClaim,
+    ResourceClaimStatus,
+    parse_claim,
+    resource_claim,
+)
 from imexdra.kubeletplugin.slices import allocatable_devices
 from imexdra_sim.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
 
@@ -79,21 +85,26 @@ def status(results: Sequence[Mapping[str, Any]], configs: Sequence[Mapping[str, 
     return {"allocation": {"devices": devices}}
 
 
+def typed(raw: object) -> ResourceClaimStatus:
+    """A raw status decoded as the plugin's edge decodes it (``resourceclaim``)."""
+    return resource_claim(ClaimRef(NAMESPACE, "claim", "claim-uid"), raw).status
+
+
 def channel_claim(
     uid: str = "claim-1", *, params: Mapping[str, Any] | str | None = None, namespace: str = NAMESPACE
 ) -> ResourceClaim:
     """A workload claim as the controller's template renders it: request ``channel`` on channel-0."""
     cfg = channel_params() if params is None else params
-    return ResourceClaim(
-        ref=ClaimRef(namespace, f"{uid}-name", uid),
-        status=status([result("channel", "channel-0")], [config(cfg, requests=["channel"])]),
+    return resource_claim(
+        ClaimRef(namespace, f"{uid}-name", uid),
+        status([result("channel", "channel-0")], [config(cfg, requests=["channel"])]),
     )
 
 
 def daemon_claim(uid: str = "daemon-1", *, domain: str = DOMAIN_UID) -> ResourceClaim:
-    return ResourceClaim(
-        ref=ClaimRef("driver-ns", f"{uid}-name", uid),
-        status=status([result("daemon", "daemon-0")], [config(daemon_params(domain), requests=["daemon"])]),
+    return resource_claim(
+        ClaimRef("driver-ns", f"{uid}-name", uid),
+        status([result("daemon", "daemon-0")], [config(daemon_params(domain), requests=["daemon"])]),
     )
 
 
@@ -223,11 +234,12 @@ class Node:
     async def initialize(self) -> None:
         await self.store.initialize(BOOT_ID)
 
-    async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
+    async def get_claim(self, namespace: str, name: str) -> ResourceClaim:
         try:
-            return self.api_claims[namespace, name]
+            obj = self.api_claims[namespace, name]
         except KeyError:
             raise LookupError(f"resourceclaims {name!r} not found") from None
+        return parse_claim(obj)
 
     def cdi_file(self, uid: str) -> Path:
         return self.cdi_root / f"k8s.compute-domain.nvidia.com-claim_{uid}.yaml"

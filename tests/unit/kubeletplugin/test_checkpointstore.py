@@ -32,10 +32,12 @@ from imexdra.kubeletplugin.checkpointstore import (
     read_boot_id,
     same_status,
 )
+from imexdra.kubeletplugin.claimstatus import canonical_claim_status
 
 BOOT = "3f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
 NOW = datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=datetime.UTC)
 STATUS = {"reservedFor": [{"uid": "p1", "name": "pod", "resource": "pods"}], "allocation": {"devices": {}}}
+CANONICAL = canonical_claim_status(STATUS)  # as claims enter the plugin (resourceclaim)
 GROUP = PreparedDeviceGroup(
     devices=(
         PreparedDevice(DeviceType.CHANNEL, 0, CheckpointedDevice(("channel",), "node-a", "channel-0", ())),
@@ -46,7 +48,7 @@ GROUP = PreparedDeviceGroup(
 
 def completed(boot: str = BOOT) -> Checkpoint:
     cp = Checkpoint(node_boot_id=boot)
-    mark_prepare_completed(cp, "u1", status=STATUS, name="c", namespace="ns", prepared_devices=(GROUP,))
+    mark_prepare_completed(cp, "u1", status=CANONICAL, name="c", namespace="ns", prepared_devices=(GROUP,))
     return cp
 
 
@@ -153,7 +155,7 @@ async def test_update_returns_mutator_result(tmp_path: Path) -> None:
 def test_started_then_completed() -> None:
     """PrepareStarted carries the canonical status and name; PrepareCompleted adds the devices."""
     cp = Checkpoint()
-    mark_prepare_started(cp, "u1", status=STATUS, name="c", namespace="ns")
+    mark_prepare_started(cp, "u1", status=CANONICAL, name="c", namespace="ns")
     started = cp.claims["u1"]
     assert (started.state, started.name, started.namespace, started.prepared_devices) == (
         ClaimState.PREPARE_STARTED,
@@ -162,7 +164,7 @@ def test_started_then_completed() -> None:
         (),
     )
     assert list(started.status) == ["allocation", "reservedFor"]
-    mark_prepare_completed(cp, "u1", status=STATUS, name="c", namespace="ns", prepared_devices=(GROUP,))
+    mark_prepare_completed(cp, "u1", status=CANONICAL, name="c", namespace="ns", prepared_devices=(GROUP,))
     assert cp.claims["u1"].state == ClaimState.PREPARE_COMPLETED
     assert cp.claims["u1"].all_devices() == list(GROUP.devices)
 
@@ -179,7 +181,7 @@ def test_started_then_aborted() -> None:
         NOW,
         (),
     )
-    assert same_status(entry, STATUS)
+    assert same_status(entry, CANONICAL)
 
 
 def test_delete_expired_aborted() -> None:
@@ -213,7 +215,7 @@ def test_delete_expired_aborted() -> None:
 )
 def test_same_status(incoming: dict[str, object], expected: bool) -> None:
     """Status equality is semantic: key order does not matter, a changed reservedFor does."""
-    assert same_status(completed().claims["u1"], incoming) is expected
+    assert same_status(completed().claims["u1"], canonical_claim_status(incoming)) is expected
 
 
 def test_read_boot_id_trims(tmp_path: Path) -> None:

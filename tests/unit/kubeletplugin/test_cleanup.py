@@ -12,6 +12,7 @@ from imexdra.common.errors import RetryableError
 from imexdra.common.kube import PermanentApiError, RetryableApiError
 from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.kubeletplugin.cleanup import StaleClaimCleanup, remove_orphaned_domain_dirs
+from imexdra.kubeletplugin.resourceclaim import ResourceClaim, parse_claim
 from tests.unit.kubeletplugin.support import DOMAIN_UID, NAMESPACE, Node, channel_claim
 
 
@@ -21,11 +22,11 @@ class Api:
     def __init__(self, claims: dict[str, Mapping[str, Any] | Exception]) -> None:
         self.claims = claims
 
-    async def get(self, namespace: str, name: str) -> Mapping[str, Any]:
+    async def get(self, namespace: str, name: str) -> ResourceClaim:
         answer = self.claims[name]
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        return parse_claim(answer)
 
 
 async def partially_prepared(node: Node, uid: str) -> None:

@@ -23,6 +23,7 @@ from tests.unit.kubeletplugin.support import (
     daemon_params,
     result,
     status,
+    typed,
 )
 
 ALLOCATABLE = allocatable_devices()
@@ -31,7 +32,9 @@ CLAIM_CHANNEL = config(channel_params(DOMAIN_UID), requests=["channel"])
 
 
 def groups_of(st: dict[str, Any]) -> list[tuple[object, list[str]]]:
-    return [(g.config, [r.request for r in g.results]) for g in config_groups(st, ALLOCATABLE, strict=True)]
+    return [
+        (g.config, [r.request for r in g.results]) for g in config_groups(typed(st), ALLOCATABLE, strict=True)
+    ]
 
 
 def chan(domain: str, mode: str = "Single") -> ComputeDomainChannelConfig:
@@ -140,7 +143,7 @@ def test_shared_config_groups_results_together() -> None:
 def test_retryable_config_errors(st: dict[str, Any], message: str) -> None:
     """These mapping errors are retryable, with upstream's wording."""
     with pytest.raises(RetryableError, match="^" + message.replace("(", r"\(")):
-        config_groups(st, ALLOCATABLE, strict=True)
+        config_groups(typed(st), ALLOCATABLE, strict=True)
 
 
 def test_strict_decoding_rejects_unknown_fields_permanently() -> None:
@@ -149,7 +152,7 @@ def test_strict_decoding_rejects_unknown_fields_permanently() -> None:
         [result("channel", "channel-0")], [config(channel_params(unexpectedField=1), requests=["channel"])]
     )
     with pytest.raises(ConfigError) as caught:
-        config_groups(st, ALLOCATABLE, strict=True)
+        config_groups(typed(st), ALLOCATABLE, strict=True)
     assert is_permanent(caught.value)
     assert str(caught.value).startswith("error decoding config parameters: ")
     assert 'strict decoding error: unknown field "unexpectedField"' in str(caught.value)
@@ -160,7 +163,7 @@ def test_lenient_decoding_drops_unknown_fields() -> None:
     st = status(
         [result("channel", "channel-0")], [config(channel_params(unexpectedField=1), requests=["channel"])]
     )
-    assert [g.config for g in config_groups(st, ALLOCATABLE, strict=False)] == [chan(DOMAIN_UID)]
+    assert [g.config for g in config_groups(typed(st), ALLOCATABLE, strict=False)] == [chan(DOMAIN_UID)]
 
 
 def test_decoding_accepts_raw_json_parameters() -> None:
@@ -173,7 +176,7 @@ def test_decoding_accepts_raw_json_parameters() -> None:
             )
         ],
     )
-    assert [c.config for c in opaque_device_configs(st, strict=True)] == [chan("x")]
+    assert [c.config for c in opaque_device_configs(typed(st), strict=True)] == [chan("x")]
 
 
 def test_non_admin_devices() -> None:
@@ -186,7 +189,7 @@ def test_non_admin_devices() -> None:
             result("d", "gpu-0", driver="gpu.nvidia.com"),
         ]
     )
-    assert non_admin_devices(st) == {"channel-0", "channel-1"}
-    assert non_admin_devices(None) == set()
-    assert non_admin_devices({}) == set()
-    assert allocation_results({"allocation": {}}) == []
+    assert non_admin_devices(typed(st)) == {"channel-0", "channel-1"}
+    assert non_admin_devices(typed(None)) == set()
+    assert non_admin_devices(typed({})) == set()
+    assert allocation_results(typed({"allocation": {}})) == []

@@ -3,6 +3,7 @@
 Specification: docs/data-path.md §7, §11, and docs/compatibility.md §3.2.
 """
 
+import dataclasses
 import datetime
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from imexdra.common.errors import ConfigError, PermanentError, RetryableError, i
 from imexdra.kubeletplugin.applyconfig import DomainInfo
 from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.kubeletplugin.checkpointstore import mark_prepare_aborted
-from imexdra.kubeletplugin.driverapi import ClaimRef, ResourceClaim
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, MalformedClaimError, resource_claim
 from tests.unit.kubeletplugin.support import (
     CLIQUE,
     DOMAIN_UID,
@@ -132,7 +133,7 @@ async def test_channel_zero_held_by_another_claim(node: Node) -> None:
     """Any channel claim is checked against channel 0 of completed claims (retryable conflict)."""
     await node.state.prepare(channel_claim("claim-1"))
     second = channel_claim("claim-2")
-    second = ResourceClaim(
+    second = resource_claim(
         second.ref,
         status([result("channel", "channel-7")], [config(channel_params(), requests=["channel"])]),
     )
@@ -183,8 +184,8 @@ async def test_aborted_claim_with_same_status_is_stale(node: Node) -> None:
         match="stale prepare for claim team-a/claim-1-name:claim-1: claim prepare was already aborted",
     ):
         await node.state.prepare(claim)
-    reserved = {**claim.status, "reservedFor": [{"resource": "pods", "name": "p", "uid": "pod-2"}]}
-    await node.state.prepare(ResourceClaim(claim.ref, reserved))
+    reserved = {**claim.status_json, "reservedFor": [{"resource": "pods", "name": "p", "uid": "pod-2"}]}
+    await node.state.prepare(resource_claim(claim.ref, reserved))
     assert await node.entries() == {"claim-1": ClaimState.PREPARE_COMPLETED}
 
 
@@ -203,15 +204,8 @@ async def test_bad_config_is_permanent_and_leaves_no_entry(node: Node, params: d
 
 async def test_claim_without_config_is_permanent(node: Node) -> None:
     """No opaque config: the default config has no domainID, which no retry can fix."""
-    claim = ResourceClaim(ClaimRef(NAMESPACE, "c", "claim-1"), status([result("channel", "channel-0")]))
+    claim = resource_claim(ClaimRef(NAMESPACE, "c", "claim-1"), status([result("channel", "channel-0")]))
     with pytest.raises(ConfigError, match="domainID"):
-        await node.state.prepare(claim)
-
-
-async def test_claim_without_allocation_is_refused(node: Node) -> None:
-    """No allocation: nothing to prepare (permanent, upstream's wording)."""
-    claim = ResourceClaim(ClaimRef(NAMESPACE, "c", "claim-1"), {})
-    with pytest.raises(PermanentError, match="no allocation set in ResourceClaim c in namespace team-a"):
         await node.state.prepare(claim)
 
 
@@ -321,7 +315,7 @@ async def test_label_kept_while_a_partially_prepared_claim_of_the_domain_remains
     with pytest.raises(RetryableError):
         await node.state.prepare(channel_claim("claim-s"))
     node.readiness.ready = True
-    completed = ResourceClaim(
+    completed = resource_claim(
         ClaimRef(NAMESPACE, "claim-c-name", "claim-c"),
         status([result("channel", "channel-1")], [config(channel_params(), requests=["channel"])]),
     )
@@ -342,7 +336,7 @@ async def test_legacy_entry_reads_the_claim_from_the_api(node: Node) -> None:
     await node.store.write(checkpoint)
     with pytest.raises(PermanentError, match="legacy checkpoint entry"):
         await node.state.unprepare(claim.ref)
-    node.api_claims[NAMESPACE, "claim-1-name"] = {"metadata": {"uid": "claim-1"}, "status": claim.status}
+    node.api_claims[NAMESPACE, "claim-1-name"] = {"metadata": {"uid": "claim-1"}, "status": claim.status_json}
     await node.state.unprepare(claim.ref)
     assert await node.entries() == {}
     assert node.labels.value is None
@@ -358,3 +352,17 @@ async def test_expired_tombstones_are_forgotten(node: Node) -> None:
     await node.store.update(lambda cp: mark_prepare_aborted(cp, "claim-1", name="n", namespace="ns", now=old))
     assert await node.state.delete_expired_aborted() == 1
     assert await node.entries() == {}
+
+
+async def test_malformed_recorded_status_fails_unprepare_permanently(node: Node) -> None:
+    """A checkpointed status that does not decode into the API types cannot be undone: permanent."""
+    await node.state.prepare(channel_claim())
+    checkpoint = await node.store.read()
+    entry = checkpoint.claims["claim-1"]
+    bad = {"allocation": {"devices": {"results": [{**result("channel", "channel-0"), "adminAccess": "yes"}]}}}
+    checkpoint.claims["claim-1"] = dataclasses.replace(entry, status=bad)
+    await node.store.write(checkpoint)
+    with pytest.raises(MalformedClaimError, match="adminAccess") as caught:
+        await node.state.unprepare(channel_claim().ref)
+    assert is_permanent(caught.value)
+    assert await node.entries() == {"claim-1": ClaimState.PREPARE_COMPLETED}

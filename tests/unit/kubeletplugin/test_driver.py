@@ -9,7 +9,8 @@ from prometheus_client import REGISTRY
 from imexdra.common import flock
 from imexdra.common.errors import ConfigError, PermanentError, RetryableError, RetryLaterError
 from imexdra.kubeletplugin.driver import ImexDriver, first_driver_error_is_permanent
-from imexdra.kubeletplugin.driverapi import ClaimRef, Device, ResourceClaim
+from imexdra.kubeletplugin.driverapi import Device
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim, resource_claim
 from imexdra.kubeletplugin.retries import RetryPolicy
 from tests.unit.kubeletplugin.support import Node, channel_claim
 
@@ -43,7 +44,7 @@ def sample(name: str, **labels: str) -> float:
 
 
 def claim(uid: str) -> ResourceClaim:
-    return ResourceClaim(ClaimRef("ns", f"{uid}-name", uid), {"allocation": {}})
+    return resource_claim(ClaimRef("ns", f"{uid}-name", uid), {"allocation": {}})
 
 
 async def test_permanent_error_ends_the_claim_with_upstreams_text(tmp_path: Path) -> None:

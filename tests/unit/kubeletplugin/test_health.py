@@ -6,7 +6,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from imexdra.kubeletplugin.driverapi import ClaimRef, PrepareResult, ResourceClaim, UnprepareResult
+from imexdra.kubeletplugin.driverapi import PrepareResult, UnprepareResult
 from imexdra.kubeletplugin.health import (
     NOT_SERVING,
     SERVING,
@@ -15,6 +15,7 @@ from imexdra.kubeletplugin.health import (
     encode_check_response,
 )
 from imexdra.kubeletplugin.paths import PluginPaths
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.server import KubeletPluginServer
 
 
@@ -28,7 +29,7 @@ class IdleDriver:
         raise AssertionError("the health check must not reach the driver")
 
 
-async def no_claims(namespace: str, name: str) -> Mapping[str, object]:
+async def no_claims(namespace: str, name: str) -> ResourceClaim:
     raise AssertionError("no claim is fetched")
 
 

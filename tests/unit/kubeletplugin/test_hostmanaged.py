@@ -19,7 +19,7 @@ from imexdra.kubeletplugin.applyconfig import HOST_IMEX_NOT_READY_MESSAGE, NO_CL
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from imexdra.kubeletplugin.driver import first_driver_error_is_permanent
-from imexdra.kubeletplugin.driverapi import ClaimRef, ResourceClaim
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim, resource_claim
 from imexdra.kubeletplugin.slices import slice_devices
 from tests.unit.kubeletplugin.support import (
     DOMAIN_UID,
@@ -135,7 +135,7 @@ async def test_unprepare_skips_label_but_removes_cdi_and_checkpoint(node: Node) 
 async def test_second_channel_claim_refused_by_checkpoint_conflict(node: Node) -> None:
     """A second channel claim on the node is refused while the first is prepared."""
     await node.state.prepare(channel_claim("claim-1"))
-    second = ResourceClaim(
+    second = resource_claim(
         ClaimRef(NAMESPACE, "claim-2-name", "claim-2"),
         status([result("channel", "channel-5")], [config(channel_params(), requests=["channel"])]),
     )
@@ -165,14 +165,14 @@ class FailingStore(CheckpointStore):
 
 
 def on_channel_5() -> ResourceClaim:
-    return ResourceClaim(
+    return resource_claim(
         ClaimRef(NAMESPACE, "claim-1-name", "claim-1"),
         status([result("channel", "channel-5")], [config(channel_params(), requests=["channel"])]),
     )
 
 
 def two_results() -> ResourceClaim:
-    return ResourceClaim(
+    return resource_claim(
         ClaimRef(NAMESPACE, "claim-1-name", "claim-1"),
         status(
             [result("a", "channel-0"), result("b", "channel-1")],

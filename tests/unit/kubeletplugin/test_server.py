@@ -26,8 +26,10 @@ from imexdra.kubeletplugin._pb import dra_v1beta1_pb2 as v1beta1
 from imexdra.kubeletplugin._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2 as reg
 from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2_grpc as reg_grpc
-from imexdra.kubeletplugin.driverapi import ClaimRef, Device, PrepareResult, ResourceClaim, UnprepareResult
+from imexdra.kubeletplugin.claimstatus import canonical_claim_status
+from imexdra.kubeletplugin.driverapi import Device, PrepareResult, UnprepareResult
 from imexdra.kubeletplugin.paths import PluginPaths
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim, parse_claim
 from imexdra.kubeletplugin.server import KubeletPluginServer
 
 ALLOCATED = {
@@ -85,18 +87,19 @@ class ApiClaims:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls = 0
 
-    def add(self, namespace: str, name: str, uid: str, status: dict[str, Any] | None = None) -> None:
+    def add(self, namespace: str, name: str, uid: str, status: object = None) -> None:
         self.objects[(namespace, name)] = {
-            "metadata": {"uid": uid},
+            "metadata": {"namespace": namespace, "name": name, "uid": uid},
             "status": ALLOCATED if status is None else status,
         }
 
-    async def __call__(self, namespace: str, name: str) -> Mapping[str, Any]:
+    async def __call__(self, namespace: str, name: str) -> ResourceClaim:
         self.calls += 1
         try:
-            return self.objects[(namespace, name)]
+            obj = self.objects[(namespace, name)]
         except KeyError:
             raise LookupError(f'resourceclaims "{name}" not found') from None
+        return parse_claim(obj)
 
 
 @pytest.fixture
@@ -198,7 +201,32 @@ async def test_v1_prepare_round_trip(
     assert [c.ref for c in driver.prepared] == [
         ClaimRef("default", f"claim-{u}", u) for u in ("u1", "u2", "u3", "u4")
     ]
-    assert driver.prepared[0].status == ALLOCATED
+    assert driver.prepared[0].status_json == canonical_claim_status(ALLOCATED)
+
+
+@pytest.mark.parametrize(
+    ("bad_status", "detail"),
+    [
+        (["allocation"], "status: expected an object, got list"),
+        ({"allocation": {"devices": {"results": [{"request": 5}]}}}, "expected a string, got int"),
+    ],
+    ids=["status-is-a-list", "request-is-a-number"],
+)
+async def test_malformed_claim_fails_alone_and_permanently(
+    dra_channel: grpc.aio.Channel, driver: ScriptedDriver, claims: ApiClaims, bad_status: object, detail: str
+) -> None:
+    """A claim that does not decode gets its own permanent error; the call's other claims are prepared."""
+    claims.add("default", "claim-u1", "u1")
+    claims.add("default", "claim-u2", "u2", status=bad_status)
+    driver.prepare_script = {"u1": (CHANNEL_DEVICE,)}
+    response = await v1_grpc.DRAPluginStub(dra_channel).NodePrepareResources(
+        v1.NodePrepareResourcesRequest(claims=[claim("u1"), claim("u2")])
+    )
+    assert response.claims["u1"].error == "" and len(response.claims["u1"].devices) == 1
+    error = response.claims["u2"].error
+    assert error.startswith("retrieve claim default/claim-u2: malformed ResourceClaim status: ")
+    assert detail in error and not response.claims["u2"].devices
+    assert [c.ref.uid for c in driver.prepared] == ["u1"]
 
 
 async def test_v1beta1_prepare_round_trip(
