@@ -1,11 +1,13 @@
 """The chart's DeviceClass CEL selectors, evaluated by the real kube-scheduler.
 
 This test stands in for the kubelet plugin's node agent: it publishes a ResourceSlice for driver
-``compute-domain.nvidia.com`` on node-1 with ``channel-0``, ``channel-1`` and ``daemon-0`` carrying
-upstream's attributes (``type``, ``id``). Pods claiming the chart's DeviceClasses are scheduled; the
-claim status shows what the scheduler allocated: a channel claim gets ``channel-0`` (never
-``daemon-0``, never ``channel-1``), a daemon claim gets ``daemon-0``. No plugin prepares the claims,
-so the pods stay ContainerCreating; only the allocation matters here.
+``compute-domain.nvidia.com`` on node-1 with ``channel-0``, ``channel-1``, ``channel-2`` and
+``daemon-0`` carrying upstream's attributes (``type``, ``id``). Pods claiming the chart's DeviceClasses
+are scheduled; the claim status shows what the scheduler allocated: a channel claim gets ``channel-0``
+(never ``daemon-0``, never another channel), a daemon claim gets ``daemon-0``. Channel isolation's
+class (rendered past the being-built refusal) with the selector the controller writes into a domain's
+template (``render.channel_selector``) gets exactly that channel, and never channel 0. No plugin
+prepares the claims, so the pods stay ContainerCreating; only the allocation matters here.
 
 The devices also carry a marker attribute that the claims select on as well, so that slices other
 tests may have left on the shared cluster for the same driver cannot satisfy these claims.
@@ -19,9 +21,16 @@ from typing import Any
 
 import pytest
 
-from imexdra.api.constants import DEVICE_CLASS_DAEMON, DEVICE_CLASS_DEFAULT_CHANNEL, DRIVER_NAME
+from imexdra.api.constants import (
+    DEVICE_CLASS_CHANNEL,
+    DEVICE_CLASS_DAEMON,
+    DEVICE_CLASS_DEFAULT_CHANNEL,
+    DRIVER_NAME,
+)
+from imexdra.controller.render import channel_selector
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.helpers import apply, eventually
+from tests.unit.chart import unrefused
 from tests.unit.chart.helm import render
 
 NAMESPACE = "chart-cel"
@@ -48,6 +57,11 @@ def published(cluster: LocalCluster) -> Iterator[None]:
     """The chart's DeviceClasses (created if absent, removed only if created here) and the stand-in slice."""
     classes = render().of_kind("DeviceClass")
     assert {dc["metadata"]["name"] for dc in classes} == {DEVICE_CLASS_DEFAULT_CHANNEL, DEVICE_CLASS_DAEMON}
+    channel_isolation = {
+        "featureGates": {"HostManagedIMEX": True},
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
+    }
+    classes.append(unrefused.render(channel_isolation).get("DeviceClass", DEVICE_CLASS_CHANNEL))
     existing = set(cluster.kubectl("get", "deviceclasses", "-o", "name").stdout.split())
     created = [
         dc for dc in classes if f"deviceclass.resource.k8s.io/{dc['metadata']['name']}" not in existing
@@ -74,6 +88,7 @@ def published(cluster: LocalCluster) -> Iterator[None]:
                 "devices": [
                     device("channel-0", "channel", 0),
                     device("channel-1", "channel", 1),
+                    device("channel-2", "channel", 2),
                     device("daemon-0", "daemon", 0),
                 ],
             },
@@ -88,9 +103,12 @@ def published(cluster: LocalCluster) -> Iterator[None]:
         cluster.kubectl("delete", "deviceclass", dc["metadata"]["name"], "--ignore-not-found", check=False)
 
 
-def claim_and_pod(name: str, device_class: str) -> list[dict[str, Any]]:
-    """A ResourceClaim for ``device_class`` (marker devices only) and a pod on node-1 using it."""
+def claim_and_pod(name: str, device_class: str, channel: int | None = None) -> list[dict[str, Any]]:
+    """A ResourceClaim for ``device_class`` (marker devices only; ``channel``: the controller's selector)."""
     marker = f"'marker' in device.attributes['{MARKER_DOMAIN}']"
+    selectors = [{"cel": {"expression": marker}}]
+    if channel is not None:
+        selectors.append(channel_selector(channel).to_dict())
     return [
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -103,7 +121,7 @@ def claim_and_pod(name: str, device_class: str) -> list[dict[str, Any]]:
                             "name": "dev",
                             "exactly": {
                                 "deviceClassName": device_class,
-                                "selectors": [{"cel": {"expression": marker}}],
+                                "selectors": selectors,
                             },
                         }
                     ]
@@ -138,12 +156,12 @@ def allocation(cluster: LocalCluster, claim: str) -> list[tuple[str, str, str]] 
 
 
 @pytest.fixture
-def claims(cluster: LocalCluster, published: None) -> Iterator[Callable[[str, str], None]]:
+def claims(cluster: LocalCluster, published: None) -> Iterator[Callable[..., None]]:
     """Create claim+pod pairs; afterwards delete them and wait until the devices are free again."""
     names: list[str] = []
 
-    def create(name: str, device_class: str) -> None:
-        apply(cluster, *claim_and_pod(name, device_class))
+    def create(name: str, device_class: str, channel: int | None = None) -> None:
+        apply(cluster, *claim_and_pod(name, device_class, channel))
         names.append(name)
 
     yield create
@@ -194,3 +212,30 @@ async def test_second_channel_claim_finds_no_other_channel(
 
     await eventually("second channel pod reported unschedulable", unschedulable, within=60)
     assert allocation(cluster, "second-channel") is None
+
+
+async def test_channel_isolation_claim_gets_its_domains_channel(
+    cluster: LocalCluster, claims: Callable[..., None]
+) -> None:
+    """The channel class plus the controller's selector for 2 gets channel-2; one for 0 gets nothing."""
+    claims("own-channel", DEVICE_CLASS_CHANNEL, 2)
+    allocated = await eventually(
+        "own channel allocated", lambda: allocation(cluster, "own-channel"), within=60
+    )
+    assert allocated == [(DRIVER_NAME, POOL, "channel-2")]
+    claims("channel-zero", DEVICE_CLASS_CHANNEL, 0)
+
+    def unschedulable() -> bool:
+        events = cluster.kubectl(
+            "get",
+            "events",
+            "-n",
+            NAMESPACE,
+            "--field-selector=involvedObject.name=channel-zero,reason=FailedScheduling",
+            "-o",
+            "json",
+        ).stdout
+        return bool(json.loads(events)["items"])
+
+    await eventually("channel 0 through the channel class is unschedulable", unschedulable, within=60)
+    assert allocation(cluster, "channel-zero") is None

@@ -3,13 +3,17 @@
 Channel isolation is still refused at startup (docs/channel-isolation.md §10), so the controller runs
 in-process here with its configuration built directly: host-managed, ``channel`` isolation, a pool of
 three channels (numbers 1 and 2), authenticated as an account holding exactly the controller's RBAC
-rules for that isolation (``imexdra.controller.rbac.cluster_rules``: ResourceClaims are read). Aspects
-covered: domains get distinct numbers in ``status.channel`` with ``ChannelAllocated=True`` and become
-Ready with their template; a third waits NotReady with ``ChannelsExhausted`` (condition and Warning
-event naming the holders) and no template, and gets the number of a deleted domain once it is gone;
-``All`` is refused with ``AllocationModeUnsupported``; switched back to ``domain`` isolation, a
-channel domain gets ``IsolationMismatch`` (number and template kept) and a new domain waits with
-``IsolationSwitchPending`` until it is deleted, then becomes Ready as upstream's (no conditions).
+rules for that isolation (``imexdra.controller.rbac.cluster_rules``: ResourceClaims are read).
+
+Aspects covered: domains get distinct numbers in ``status.channel`` with ``ChannelAllocated=True``
+and become Ready with their template, which asks the channel class for that number only; a third
+waits NotReady with ``ChannelsExhausted`` (condition and Warning event naming the holders) and no
+template, and gets the number of a deleted domain once it is gone; ``All`` is refused with
+``AllocationModeUnsupported``; switched back to ``domain`` isolation, a channel domain gets
+``IsolationMismatch`` (number and template kept) and a new domain waits with
+``IsolationSwitchPending`` until it is deleted, then becomes Ready as upstream's (no conditions);
+switched to ``channel`` isolation, a domain with a channel 0 template is the mismatch and a new
+domain gets its number only once it is gone.
 """
 
 from __future__ import annotations
@@ -142,8 +146,25 @@ async def test_numbers_exhaustion_and_reuse(
     assert sorted(channels.values()) == [1, 2]
     assert allocated(cluster, "first")["status"] == "True"
     first_uid = raw(cluster, "first")["metadata"]["uid"]
-    assert [t["metadata"]["name"] for t in labelled(cluster, "resourceclaimtemplates", first_uid)] == [
-        "first-channel"
+    (template,) = labelled(cluster, "resourceclaimtemplates", first_uid)
+    assert template["metadata"]["name"] == "first-channel"
+    assert template["spec"]["spec"]["devices"]["requests"] == [
+        {
+            "name": "channel",
+            "exactly": {
+                "allocationMode": "ExactCount",
+                "count": 1,
+                "deviceClassName": "compute-domain-channel.nvidia.com",
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": 'device.attributes["compute-domain.nvidia.com"].id == '
+                            f"{channels['first']}"
+                        }
+                    }
+                ],
+            },
+        }
     ]
 
     await kube.create(compute_domain("third", USER_NS))
@@ -223,3 +244,37 @@ async def test_switch_back_to_domain_isolation(
         (made,) = labelled(cluster, "resourceclaimtemplates", after_uid)
         (request,) = made["spec"]["spec"]["devices"]["requests"]
         assert request["exactly"]["deviceClassName"] == "compute-domain-default-channel.nvidia.com"
+
+
+async def test_switch_to_channel_isolation(
+    cluster: LocalCluster, kube: AsyncClient, identities: dict[ImexIsolation, Path]
+) -> None:
+    """To channel isolation: a domain on channel 0 is a mismatch and a new domain waits until it is gone."""
+    async with running(cluster, identities[ImexIsolation.DOMAIN], ImexIsolation.DOMAIN, clean_up=False):
+        await kube.create(compute_domain("shared", USER_NS))
+
+        def ready() -> dict[str, Any] | None:
+            status: dict[str, Any] = raw(cluster, "shared").get("status") or {}
+            return status if status.get("status") == "Ready" else None
+
+        await eventually("shared Ready", ready, within=30)
+
+    async with running(cluster, identities[ImexIsolation.CHANNEL], ImexIsolation.CHANNEL):
+        await eventually(
+            "shared mismatched", lambda: condition(cluster, "shared", "IsolationMismatch"), within=30
+        )
+        assert "channel" not in raw(cluster, "shared")["status"]
+        await kube.create(compute_domain("isolated", USER_NS))
+        await eventually(
+            "isolated held", lambda: condition(cluster, "isolated", "IsolationSwitchPending"), within=30
+        )
+        isolated_uid = raw(cluster, "isolated")["metadata"]["uid"]
+        assert labelled(cluster, "resourceclaimtemplates", isolated_uid) == []
+        await kube.delete(ComputeDomain, "shared", namespace=USER_NS)
+        ready_status = await eventually(
+            "isolated Ready", lambda: status_of(cluster, "isolated", "Ready"), within=40
+        )
+        assert ready_status["channel"] in (1, 2)
+        (made,) = labelled(cluster, "resourceclaimtemplates", isolated_uid)
+        (request,) = made["spec"]["spec"]["devices"]["requests"]
+        assert request["exactly"]["deviceClassName"] == "compute-domain-channel.nvidia.com"

@@ -44,6 +44,9 @@ GPU_CLIQUE_NODE_LABEL_KEY: Final = "nvidia.com/gpu.clique"
 
 #: DeviceClass selecting IMEX channel 0, used by workload claim templates.
 DEVICE_CLASS_DEFAULT_CHANNEL: Final = "compute-domain-default-channel.nvidia.com"
+#: DeviceClass selecting the IMEX channels 1 and up, used by workload claim templates under channel
+#: isolation, whose CEL selector then names the domain's own channel (docs/channel-isolation.md §6).
+DEVICE_CLASS_CHANNEL: Final = "compute-domain-channel.nvidia.com"
 #: DeviceClass selecting the daemon device, used by daemon claim templates (driver-managed mode only).
 DEVICE_CLASS_DAEMON: Final = "compute-domain-daemon.nvidia.com"
 

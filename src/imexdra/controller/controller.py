@@ -10,8 +10,8 @@ workers at once, and adding a queued key again is free):
 - anything labelled for an unknown domain, or a domain vanishing → a sweep (``cleanup``) a second later;
 - under channel isolation, ResourceClaims and ComputeDomains also feed the channel book, which
   requeues domains waiting for a number, oldest first, when one may have come free; under domain
-  isolation ComputeDomains feed ``switching``, which requeues held domains when the last domain made
-  under channel isolation is gone;
+  isolation ComputeDomains and claim templates feed ``switching``, which requeues held domains when
+  the last domain made under channel isolation is gone;
 - every ``config.resync_seconds``: every domain again (informer resync) and a sweep.
 
 Workers start only after every informer has listed once, so no reconcile or sweep acts on a half-filled
@@ -138,6 +138,13 @@ class Controller:
                     on_add=kinds.domain_seen,
                     on_update=lambda _old, new: kinds.domain_seen(new),
                     on_delete=kinds.domain_gone,
+                )
+            )
+            caches.templates.add_handler(
+                EventHandler(
+                    on_add=kinds.template_seen,
+                    on_update=lambda _old, new: kinds.template_seen(new),
+                    on_delete=kinds.template_gone,
                 )
             )
         caches.templates.add_handler(self._owned_handler())

@@ -9,8 +9,9 @@ the domain's status before it renders the template (write order in ``reconciler`
 No number, and no template, for a domain that:
 
 - asks for ``allocationMode: All`` (``AllocationModeUnsupported``);
-- was made under ``domain`` isolation: no number, but a template on the default channel class
-  (``IsolationMismatch``); while such a domain lives, new domains wait (``IsolationSwitchPending``);
+- was made under ``domain`` isolation: its template is on the default channel class, whatever its
+  status records (``IsolationMismatch``); while such a domain lives, new domains wait
+  (``IsolationSwitchPending``);
 - finds every number taken (``ChannelsExhausted``); waiting domains are requeued oldest first
   whenever a number may have come free;
 - records a number outside the pool (``ChannelOutOfPool``), or shares its number with an older domain
@@ -129,7 +130,8 @@ class ChannelAssigner:
         """The domain's verdict; reserves a number in the book when it picks one (no I/O, no await).
 
         ``domain_kind_template``: the domain has a live workload template on the default (channel 0)
-        class, i.e. it was made under ``domain`` isolation unless it has a number.
+        class, i.e. it was made under ``domain`` isolation (channel isolation renders the channel class),
+        even if its status records a number (its pods would use channel 0 all the same).
         """
         uid = domain_uid(cd)
         self.book.record(_live(cd))
@@ -140,7 +142,7 @@ class ChannelAssigner:
                 "a channel of its own): recreate the ComputeDomain with allocationMode Single",
             )
         channel = self.book.channel_of(uid)
-        if channel is None and domain_kind_template:
+        if domain_kind_template:
             self._old_kind.add(uid)
             return self._refuse(
                 reasons.ISOLATION_MISMATCH,

@@ -13,9 +13,10 @@ written to ``status.channel`` in the status write that also says NotReady (guard
 resourceVersion; a failed write releases the reservation), and only then is the workload template
 ensured. A domain that gets no number gets no template, a NotReady status with its
 ``ChannelAllocated`` condition and a Warning event. Under ``domain`` isolation a domain that records
-a number was made under ``channel`` and is left alone the same way (``IsolationMismatch``); while any
-such domain lives, a domain without its template yet is held back (``IsolationSwitchPending``, see
-``switching``).
+a number, or whose template asks the channel class, was made under ``channel`` and is left alone the
+same way (``IsolationMismatch``); while any such domain lives, a domain without its template yet is
+held back (``IsolationSwitchPending``, see ``switching``). Under channel isolation the template asks
+the channel class for the domain's number only (``render``).
 
 An owned object someone else deleted is let go (our finalizer removed) and created again. Terminating
 domain: execute ``deletion.plan_deletion`` until it says ``FinalizeDomain``. Every step reads the
@@ -31,7 +32,7 @@ import structlog
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL, ClaimTemplateTarget
+from imexdra.api.constants import DEVICE_CLASS_CHANNEL, DEVICE_CLASS_DEFAULT_CHANNEL, ClaimTemplateTarget
 from imexdra.common import tasks
 from imexdra.common.errors import DriverError
 from imexdra.common.events import EventRecorder
@@ -53,7 +54,7 @@ from imexdra.controller.deletion import (
 from imexdra.controller.isolation import ChannelAssigner, Verdict
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.overlay import Overlay
-from imexdra.controller.switching import ChannelKindDomains
+from imexdra.controller.switching import ChannelKindDomains, records_channel, template_device_classes
 from imexdra.controller.sync import MembershipSync
 from imexdra.controller.writes import Writer, has_finalizer
 
@@ -65,16 +66,6 @@ _log = structlog.get_logger(__name__)
 WAIT_SECONDS = 5.0
 #: Re-check of a claim-template name clash (the clashing object is not watched).
 CONFLICT_RETRY_SECONDS = 10.0
-
-
-def template_device_classes(template: ResourceClaimTemplate) -> set[str]:
-    """The device classes a claim template's requests name."""
-    devices = template.spec.spec.devices if template.spec and template.spec.spec else None
-    return {
-        request.exactly.deviceClassName
-        for request in (devices.requests or [] if devices else [])
-        if request.exactly is not None
-    }
 
 
 def _later(a: float | None, b: float | None) -> float | None:
@@ -134,7 +125,7 @@ class Reconciler:
             cd = await self._writer.add_finalizer(cd, self._caches.domain_view)
         if self._assigner is not None:
             return await self._ensure_channel(cd, self._assigner)
-        if cd.status is not None and cd.status.channel is not None:
+        if records_channel(cd) or self._has_template_on(render.domain_uid(cd), DEVICE_CLASS_CHANNEL):
             return await self._refuse(
                 cd,
                 Verdict(
@@ -161,7 +152,9 @@ class Reconciler:
         """The number first (recorded in status), then the template, then the status (§4 write order)."""
         uid = render.domain_uid(cd)
         self._scan_old_kind(assigner)
-        verdict = assigner.decide(cd, domain_kind_template=self._has_domain_kind_template(uid))
+        verdict = assigner.decide(
+            cd, domain_kind_template=self._has_template_on(uid, DEVICE_CLASS_DEFAULT_CHANNEL)
+        )
         if not verdict.allocated:
             return await self._refuse(cd, verdict)
         recorded = cd.status.channel if cd.status is not None else None
@@ -177,7 +170,7 @@ class Reconciler:
             _log.info("channel_allocated", domain=uid, channel=verdict.channel)
             assert cd.metadata is not None
             cd = self._caches.domain_view.get(f"{cd.metadata.namespace}/{cd.metadata.name}") or cd
-        retry = await self._ensure_workload_template(cd)
+        retry = await self._ensure_workload_template(cd, verdict.channel)
         return _later(retry, await self._sync.sync(cd, verdict))
 
     async def _refuse(self, cd: ComputeDomain, verdict: Verdict) -> float | None:
@@ -199,12 +192,14 @@ class Reconciler:
             for template in self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
         )
 
-    def _has_domain_kind_template(self, uid: str) -> bool:
-        """Whether a live workload template of the domain selects the shared channel 0 (domain kind)."""
+    def _has_template_on(self, uid: str, device_class: str) -> bool:
+        """Whether a live workload template of the domain asks ``device_class`` (the domain's kind).
+
+        The shared channel 0 class: made under ``domain`` isolation; the channel class: under ``channel``.
+        """
         view = self._caches.template_view
         return any(
-            not view.terminating(template)
-            and template_device_classes(template) == {DEVICE_CLASS_DEFAULT_CHANNEL}
+            not view.terminating(template) and template_device_classes(template) == {device_class}
             for template in self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
         )
 
@@ -216,11 +211,7 @@ class Reconciler:
         for cd in self._caches.domain_view.all():
             uid = render.domain_uid(cd)
             live = not self._caches.domain_view.terminating(cd)
-            if (
-                live
-                and (cd.status is None or cd.status.channel is None)
-                and self._has_domain_kind_template(uid)
-            ):
+            if live and self._has_template_on(uid, DEVICE_CLASS_DEFAULT_CHANNEL):
                 assigner.mark_old_kind(uid)
 
     async def _ensure_one(self, view: Overlay[R], existing: list[R], create: Callable[[], R]) -> float | None:
@@ -236,14 +227,14 @@ class Reconciler:
         await self._writer.create(create(), view)
         return None
 
-    async def _ensure_workload_template(self, cd: ComputeDomain) -> float | None:
+    async def _ensure_workload_template(self, cd: ComputeDomain, channel: int | None = None) -> float | None:
         uid = render.domain_uid(cd)
         existing = self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
         try:
             return await self._ensure_one(
                 self._caches.template_view,
                 existing,
-                lambda: render.workload_claim_template(cd),
+                lambda: render.workload_claim_template(cd, channel),
             )
         except ApiStatusError as error:
             if not is_conflict(error):

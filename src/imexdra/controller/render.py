@@ -4,7 +4,9 @@ Pure functions of a ComputeDomain and the controller configuration (docs/data-pa
 
 - the workload ResourceClaimTemplate, in the domain's namespace, named by
   ``spec.channel.resourceClaimTemplate.name``, with a ComputeDomainChannelConfig carrying the domain UID
-  and the spec's allocation mode (kept under HostManagedIMEX too, docs/compatibility.md §3.4);
+  and the spec's allocation mode (kept under HostManagedIMEX too, docs/compatibility.md §3.4); under
+  channel isolation it asks the channel class for the domain's own number by a CEL selector
+  (docs/channel-isolation.md §6), the config unchanged;
 - the daemon ResourceClaimTemplate and the daemon DaemonSet, both ``computedomain-daemon-<uid>`` in the
   driver namespace (driver-managed mode only).
 
@@ -33,9 +35,11 @@ from lightkube.models.core_v1 import (
 )
 from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
 from lightkube.models.resource_v1 import (
+    CELDeviceSelector,
     DeviceClaim,
     DeviceClaimConfiguration,
     DeviceRequest,
+    DeviceSelector,
     ExactDeviceRequest,
     ResourceClaimSpec,
     ResourceClaimTemplateSpec,
@@ -49,8 +53,11 @@ from imexdra.api.constants import (
     COMPUTE_DOMAIN_FINALIZER,
     COMPUTE_DOMAIN_LABEL_KEY,
     DAEMON_REQUEST_NAME,
+    DEVICE_ATTRIBUTE_ID,
+    DEVICE_CLASS_CHANNEL,
     DEVICE_CLASS_DAEMON,
     DEVICE_CLASS_DEFAULT_CHANNEL,
+    DRIVER_NAME,
     TARGET_LABEL_KEY,
     AllocationMode,
     ClaimTemplateTarget,
@@ -114,9 +121,11 @@ def _claim_template(
     request: str,
     device_class: str,
     config: ComputeDomainChannelConfig | ComputeDomainDaemonConfig,
+    selectors: list[DeviceSelector] | None = None,
 ) -> ResourceClaimTemplate:
+    exactly = ExactDeviceRequest(deviceClassName=device_class, selectors=selectors)
     devices = DeviceClaim(
-        requests=[DeviceRequest(name=request, exactly=ExactDeviceRequest(deviceClassName=device_class))],
+        requests=[DeviceRequest(name=request, exactly=exactly)],
         config=[DeviceClaimConfiguration(requests=[request], opaque=opaque_device_configuration(config))],
     )
     return ResourceClaimTemplate(
@@ -127,8 +136,18 @@ def _claim_template(
     )
 
 
-def workload_claim_template(cd: ComputeDomain) -> ResourceClaimTemplate:
-    """The claim template workloads reference to get the domain's IMEX channel."""
+def channel_selector(channel: int) -> DeviceSelector:
+    """The CEL selector that admits only the device of IMEX channel ``channel``."""
+    expression = f'device.attributes["{DRIVER_NAME}"].{DEVICE_ATTRIBUTE_ID} == {int(channel)}'
+    return DeviceSelector(cel=CELDeviceSelector(expression=expression))
+
+
+def workload_claim_template(cd: ComputeDomain, channel: int | None = None) -> ResourceClaimTemplate:
+    """The claim template workloads reference to get the domain's IMEX channel.
+
+    ``channel``: the domain's own number under channel isolation (the channel class, narrowed by a
+    CEL selector to that one device); None: upstream's template on the default channel 0 class.
+    """
     uid = domain_uid(cd)
     assert cd.metadata is not None  # checked by domain_uid
     mode = channel_allocation_mode(cd)
@@ -138,8 +157,9 @@ def workload_claim_template(cd: ComputeDomain) -> ResourceClaimTemplate:
         uid=uid,
         target=ClaimTemplateTarget.WORKLOAD,
         request=CHANNEL_REQUEST_NAME,
-        device_class=DEVICE_CLASS_DEFAULT_CHANNEL,
+        device_class=DEVICE_CLASS_DEFAULT_CHANNEL if channel is None else DEVICE_CLASS_CHANNEL,
         config=ComputeDomainChannelConfig(domain_id=uid, allocation_mode=mode),
+        selectors=None if channel is None else [channel_selector(channel)],
     )
 
 

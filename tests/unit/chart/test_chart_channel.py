@@ -2,7 +2,9 @@
 
 Aspects covered: the controller's RBAC gains exactly ``list``/``watch`` on ResourceClaims (and only
 under channel isolation); ``channelCount`` reaches both binaries as ``IMEX_CHANNEL_COUNT`` and the
-schema refuses counts without a channel to hand out or beyond the driver's limit.
+schema refuses counts without a channel to hand out or beyond the driver's limit; the DeviceClass
+``compute-domain-channel.nvidia.com`` (channels 1 and up) ships only under channel isolation, next to
+upstream's unchanged default-channel class.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from imexdra.api.constants import DEVICE_CLASS_CHANNEL, DEVICE_CLASS_DEFAULT_CHANNEL
 from tests.unit.chart import rbac, unrefused
-from tests.unit.chart.helm import NAMESPACE, merge, nested, render_error
+from tests.unit.chart.helm import NAMESPACE, merge, nested, render, render_error
 
 HOST_MANAGED = {"featureGates": {"HostManagedIMEX": True}}
 CHANNEL = merge(HOST_MANAGED, nested("resources.computeDomains.imex.isolation", "channel"))
@@ -82,3 +85,35 @@ def test_channel_count_out_of_range_is_refused(count: Any, fragment: str) -> Non
     error = render_error(nested("resources.computeDomains.imex.channelCount", count))
     assert "channelCount" in error
     assert fragment in error
+
+
+CHANNELS_CEL = (
+    "device.driver == 'compute-domain.nvidia.com' && "
+    "device.attributes['compute-domain.nvidia.com'].type == 'channel' && "
+    "device.attributes['compute-domain.nvidia.com'].id >= 1"
+)
+
+
+def test_channel_device_class_ships_under_channel_isolation() -> None:
+    """Channel isolation: the channel class selects channels >= 1; upstream's channel 0 class stays."""
+    rendered = unrefused.render(CHANNEL)
+    assert {dc["metadata"]["name"] for dc in rendered.of_kind("DeviceClass")} == {
+        DEVICE_CLASS_CHANNEL,
+        DEVICE_CLASS_DEFAULT_CHANNEL,
+    }
+    device_class = rendered.get("DeviceClass", DEVICE_CLASS_CHANNEL)
+    assert device_class["apiVersion"] == "resource.k8s.io/v1"
+    assert device_class["spec"] == {"selectors": [{"cel": {"expression": CHANNELS_CEL}}]}
+    assert device_class["metadata"]["labels"]["app.kubernetes.io/instance"] == "imexdra"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, HOST_MANAGED, nested("resources.computeDomains.imex.isolation", "domain")],
+    ids=["defaults", "host-managed", "explicit-domain"],
+)
+def test_no_channel_device_class_under_domain_isolation(values: dict[str, Any]) -> None:
+    """Domain isolation installs upstream's classes only."""
+    names = {dc["metadata"]["name"] for dc in render(values).of_kind("DeviceClass")}
+    assert DEVICE_CLASS_CHANNEL not in names
+    assert DEVICE_CLASS_DEFAULT_CHANNEL in names

@@ -142,6 +142,15 @@ def test_domain_kind_domains_are_refused_and_hold_new_ones_back() -> None:
     assert decide(book, new).channel == 1
 
 
+def test_a_default_class_template_is_domain_kind_even_with_a_number() -> None:
+    """A recorded number does not make a channel-0 template isolated: mismatch, and new domains wait."""
+    odd, new = domain("odd", channel=1), domain("new", age=1)
+    book, _ = assigner(4, odd, new)
+    verdict = decide(book, odd, old_kind=True)
+    assert (verdict.allocated, verdict.reason) == (False, reasons.ISOLATION_MISMATCH)
+    assert decide(book, new).reason == reasons.ISOLATION_SWITCH_PENDING
+
+
 def test_domains_held_by_the_switch_are_requeued_when_the_old_kind_is_gone() -> None:
     """IsolationSwitchPending domains are woken, oldest first, when the last domain-kind domain goes."""
     legacy, newer, new = domain("legacy"), domain("newer", age=2), domain("new", age=1)

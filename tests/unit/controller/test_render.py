@@ -168,3 +168,22 @@ def test_daemon_feature_gates_are_the_full_sorted_map_with_trailing_comma() -> N
     pairs = gates.rstrip(",").split(",")
     assert pairs == sorted(pairs)
     assert "MPSSupport=true" in pairs and "ComputeDomainCliques=true" in pairs
+
+
+@pytest.mark.parametrize("channel", [1, 7, 2047], ids=["first", "middle", "last-of-default-pool"])
+def test_channel_isolation_template_selects_the_domains_channel(channel: int) -> None:
+    """Channel isolation: the channel class and one CEL selector on the number; the rest as upstream's."""
+    default = render.workload_claim_template(make_domain()).to_dict()
+    rct = render.workload_claim_template(make_domain(), channel).to_dict()
+    (request,) = rct["spec"]["spec"]["devices"]["requests"]
+    assert request == {
+        "name": "channel",
+        "exactly": {
+            "deviceClassName": "compute-domain-channel.nvidia.com",
+            "selectors": [
+                {"cel": {"expression": f'device.attributes["compute-domain.nvidia.com"].id == {channel}'}}
+            ],
+        },
+    }
+    assert rct["spec"]["spec"]["devices"]["config"] == default["spec"]["spec"]["devices"]["config"]
+    assert rct["metadata"] == default["metadata"]
