@@ -24,7 +24,7 @@ from lightkube.types import PatchType
 from imexdra.api.constants import CLIQUE_LABEL_KEY, NODE_LABEL_KEY
 from imexdra.common.errors import DriverError
 from imexdra.daemon.podlabel import label_own_pod
-from imexdra.kubeletplugin.domains import NodeLabeler
+from imexdra.kubeletplugin.nodelabels import NodeLabeler
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import kubectl_as, whoami
 from tests.integration.helpers import apply, eventually

@@ -19,12 +19,8 @@ from lightkube.resources.core_v1 import Node as NodeResource
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.kubeletplugin.applyconfig import DomainInfo
-from imexdra.kubeletplugin.domains import (
-    CliqueReadiness,
-    ComputeDomainCache,
-    LabelConflictError,
-    NodeLabeler,
-)
+from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache
+from imexdra.kubeletplugin.nodelabels import LabelConflictError, NodeLabeler
 from imexdra.kubeletplugin.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.slices import slice_devices
 from imexdra_sim.localcluster.cluster import LocalCluster

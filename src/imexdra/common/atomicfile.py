@@ -49,8 +49,8 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = 
         fsync_directory(directory)
 
 
-def remove_durably(path: Path, *, durable: bool = True) -> bool:
-    """Delete ``path`` (durably unless ``durable=False``); return whether a file was there."""
+def remove_file(path: Path, *, durable: bool = True) -> bool:
+    """Delete ``path``, durably unless ``durable=False`` (as ``write_atomic``); return whether it existed."""
     try:
         path.unlink()
     except FileNotFoundError:

@@ -11,7 +11,7 @@ docs/compatibility.md is the contract with upstream):
 - ``driver``: the ``Driver`` — ``pu.lock`` per attempt, error classes — with ``retries`` (45 s
   budget, upstream backoff); ``devicestate``: prepare/unprepare of one claim; ``configs``: opaque
   config decoding and precedence; ``applyconfig``: channel and daemon claims, both IMEX modes.
-- ``domains``: ComputeDomain cache, daemon readiness from cliques/status, node labels;
+- ``domains``: ComputeDomain cache, daemon readiness from cliques/status; ``nodelabels``: node labels;
   ``daemonowners``: who may hold a daemon claim; ``claims``: ResourceClaim GETs, decoded once into
   the typed claim of ``resourceclaim`` that every later module takes; ``slicepublisher``
   and ``slices``: the node's ResourceSlice; ``cleanup``: stale claims, tombstones and domain

@@ -18,7 +18,8 @@ before anything is written — holds them to the domain's own IMEX daemon pods (
 docs/tenancy.md); then one device, the per-domain ``/imexd`` directory, and the daemon's environment,
 mount and (with a clique) fabric-management node.
 
-The collaborators that reach the API are Protocols, implemented in ``domains``.
+The collaborators that reach the API are Protocols, implemented in ``domains``, ``nodelabels`` and
+``daemonowners``.
 """
 
 from __future__ import annotations
@@ -163,7 +164,6 @@ class ConfigApplier:
     async def _channel(
         self, config: ComputeDomainChannelConfig, group: ConfigGroup, claim: ClaimRef, checkpoint: Checkpoint
     ) -> AppliedConfig:
-        config.validate()
         if len(group.results) != 1:
             requests = [result.request for result in group.results]
             raise RetryableError(
@@ -176,7 +176,7 @@ class ConfigApplier:
             )
         state = ConfigState(type=DeviceType.CHANNEL.value, compute_domain=config.domain_id)
         assert_channel_not_allocated(checkpoint, 0)
-        await self._assert_namespace(config.domain_id, claim)
+        domain = await self._domain_of(config.domain_id, claim)
         clique_id = self.clique_id()
         if self.host_managed:
             if not clique_id:
@@ -188,14 +188,14 @@ class ConfigApplier:
             return AppliedConfig(state, self._channels(1))
         with _retryable("error adding node label"):
             await self.labels.add(config.domain_id)
-        await self._assert_ready(config.domain_id, clique_id)
+        if not await self.readiness.node_ready(domain, clique_id):
+            raise RetryableError(NOT_READY_MESSAGE)
         if not clique_id:
             return AppliedConfig(state, ContainerEdits())
         count = self.devices.channel_count if config.allocation_mode == AllocationMode.ALL else 1
         return AppliedConfig(state, self._channels(count))
 
     async def _daemon(self, config: ComputeDomainDaemonConfig, group: ConfigGroup) -> AppliedConfig:
-        config.validate()
         distinct = {device.name for device in group.devices}
         if len(distinct) != 1:
             requests = [result.request for result in group.results]
@@ -222,7 +222,8 @@ class ConfigApplier:
             ConfigState(type=DeviceType.DAEMON.value, compute_domain=config.domain_id), edits
         )
 
-    async def _assert_namespace(self, domain_uid: str, claim: ClaimRef) -> None:
+    async def _domain_of(self, domain_uid: str, claim: ClaimRef) -> DomainInfo:
+        """The channel claim's domain, which must exist in the claim's namespace (the one lookup)."""
         # Any failure here is permanent, "not found" included: the tenant boundary fails closed
         # (docs/errors.md §2).
         try:
@@ -238,14 +239,7 @@ class ConfigApplier:
                 "error asserting ComputeDomain's namespace: the ResourceClaim's namespace is different "
                 f"than the ComputeDomain's namespace ({claim.namespace} != {domain.namespace})"
             )
-
-    async def _assert_ready(self, domain_uid: str, clique_id: str) -> None:
-        with _retryable("error looking up ComputeDomain"):
-            domain = await self.domains.get(domain_uid)
-        if domain is None:
-            raise RetryableError(f"{NOT_READY_MESSAGE}: ComputeDomain {domain_uid} not found")
-        if not await self.readiness.node_ready(domain, clique_id):
-            raise RetryableError(NOT_READY_MESSAGE)
+        return domain
 
     def _channels(self, count: int) -> ContainerEdits:
         with _retryable("error building IMEX channel device nodes"):

@@ -108,8 +108,8 @@ class ContainerEdits:
 
 
 @dataclass(frozen=True, slots=True)
-class Device:
-    """A named CDI device."""
+class CdiDevice:
+    """A named CDI device (a spec entry; the kubelet-facing prepared device is ``driverapi.Device``)."""
 
     name: str
     container_edits: ContainerEdits
@@ -120,7 +120,7 @@ class Spec:
     """A CDI spec file's content; ``cdi_version`` is set by the builders to the minimum required."""
 
     kind: str
-    devices: tuple[Device, ...]
+    devices: tuple[CdiDevice, ...]
     container_edits: ContainerEdits = field(default_factory=ContainerEdits)
     cdi_version: str = "0.3.0"
 
@@ -213,7 +213,7 @@ def claim_spec(claim_uid: str, devices: Sequence[tuple[str, ContainerEdits]], *,
         CdiSpecError: the result would fail CDI validation (e.g. no devices, a bad UID).
 
     """
-    built = tuple(Device(claim_device_name(claim_uid, name), edits) for name, edits in devices)
+    built = tuple(CdiDevice(claim_device_name(claim_uid, name), edits) for name, edits in devices)
     return finish(Spec(kind=CLAIM_KIND, devices=built), roots=roots)
 
 
@@ -221,19 +221,19 @@ def base_spec(
     device_nodes: Sequence[tuple[str, Path]],
     *,
     roots: DriverRoots,
-    common_edits: ContainerEdits | None = None,
+    spec_edits: ContainerEdits | None = None,
 ) -> Spec:
-    """The base spec: device ``all`` with every NVIDIA device node, plus spec-level ``common_edits``.
+    """The base spec: device ``all`` with every NVIDIA device node, plus ``spec_edits`` at spec level.
 
     ``device_nodes`` are ``(container path, host file)`` pairs (``devnodes.nvidia_device_nodes``).
     ``NVIDIA_VISIBLE_DEVICES=void`` is always appended to the spec-level environment.
     """
     nodes = tuple(DeviceNode(path=path, host_path=str(host)) for path, host in device_nodes)
-    common = (common_edits or ContainerEdits()).merged(ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=void",)))
+    spec_level = (spec_edits or ContainerEdits()).merged(ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=void",)))
     spec = Spec(
         kind=BASE_KIND,
-        devices=(Device(BASE_DEVICE_NAME, ContainerEdits(device_nodes=nodes)),),
-        container_edits=common,
+        devices=(CdiDevice(BASE_DEVICE_NAME, ContainerEdits(device_nodes=nodes)),),
+        container_edits=spec_level,
     )
     return finish(spec, roots=roots)
 
@@ -279,18 +279,18 @@ def transform_roots(spec: Spec, roots: DriverRoots) -> Spec:
 
 def normalize(spec: Spec) -> Spec:
     """Dedupe edits, drop device edits repeated at spec level, sort devices, nodes and mounts."""
-    common = _tidy(spec.container_edits)
+    spec_level = _tidy(spec.container_edits)
     devices = []
     for device in sorted(spec.devices, key=lambda d: d.name):
         edits = _tidy(device.container_edits)
         trimmed = ContainerEdits(
-            env=tuple(e for e in edits.env if e not in common.env),
-            device_nodes=tuple(n for n in edits.device_nodes if n not in common.device_nodes),
-            hooks=tuple(h for h in edits.hooks if h not in common.hooks),
-            mounts=tuple(m for m in edits.mounts if m not in common.mounts),
+            env=tuple(e for e in edits.env if e not in spec_level.env),
+            device_nodes=tuple(n for n in edits.device_nodes if n not in spec_level.device_nodes),
+            hooks=tuple(h for h in edits.hooks if h not in spec_level.hooks),
+            mounts=tuple(m for m in edits.mounts if m not in spec_level.mounts),
         )
-        devices.append(Device(device.name, edits if trimmed.is_empty() else trimmed))
-    return dataclasses.replace(spec, devices=tuple(devices), container_edits=common)
+        devices.append(CdiDevice(device.name, edits if trimmed.is_empty() else trimmed))
+    return dataclasses.replace(spec, devices=tuple(devices), container_edits=spec_level)
 
 
 def _tidy(edits: ContainerEdits) -> ContainerEdits:

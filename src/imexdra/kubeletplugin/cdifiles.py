@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from imexdra.common.atomicfile import remove_durably, write_atomic
+from imexdra.common.atomicfile import remove_file, write_atomic
 from imexdra.kubeletplugin.cdi import (
     BASE_CLASS,
     BASE_SPEC_ID,
@@ -31,7 +31,6 @@ from imexdra.kubeletplugin.cdi import (
     CdiSpecError,
     ContainerEdits,
     Spec,
-    validate,
 )
 from imexdra.kubeletplugin.paths import is_plain_file_name
 
@@ -79,12 +78,12 @@ def ensure_cdi_root(cdi_root: Path) -> None:
 
 
 async def write_base_spec(cdi_root: Path, spec: Spec) -> Path:
-    """Validate and (over)write the base spec; return its path."""
+    """(Over)write the base spec, as ``cdi.base_spec`` built and validated it; return its path."""
     return await _write(base_spec_path(cdi_root), spec)
 
 
 async def write_claim_spec(cdi_root: Path, claim_uid: str, spec: Spec) -> Path:
-    """Validate and write one claim's spec; return its path."""
+    """Write one claim's spec, as ``cdi.claim_spec`` built and validated it; return its path."""
     return await _write(claim_spec_path(cdi_root, claim_uid), spec)
 
 
@@ -94,11 +93,10 @@ async def remove_claim_spec(cdi_root: Path, claim_uid: str) -> bool:
         path = claim_spec_path(cdi_root, claim_uid)
     except CdiSpecError:
         return False  # no spec can have been written for a UID that cannot name a file
-    return remove_durably(path, durable=False)
+    return remove_file(path, durable=False)
 
 
 async def _write(path: Path, spec: Spec) -> Path:
-    validate(spec)
     data = render(spec).encode("utf-8")
     # No fsync: a page-cache write of a few KB is quicker than a hop to a worker thread.
     write_atomic(path, data, mode=CDI_FILE_MODE, durable=False)

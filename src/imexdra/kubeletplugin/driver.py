@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import structlog
 
@@ -25,7 +25,8 @@ from imexdra.common.errors import DriverError, PermanentError, RetryableError, R
 from imexdra.common.logging import log_context
 from imexdra.common.pulse import Pulse
 from imexdra.kubeletplugin import metrics
-from imexdra.kubeletplugin.driverapi import Device, PrepareResult, UnprepareResult
+from imexdra.kubeletplugin.devicestate import DeviceState
+from imexdra.kubeletplugin.driverapi import PrepareResult, UnprepareResult
 from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.retries import DEFAULT_POLICY, Attempt, Done, Retry, RetryPolicy, run_until_done
 
@@ -61,24 +62,12 @@ def first_driver_error_is_permanent(error: BaseException) -> bool:
     return isinstance(first_driver_error(error), PermanentError)
 
 
-class ClaimPreparer(Protocol):
-    """Prepares and unprepares single claims (``devicestate.DeviceState``); called under ``pu.lock``."""
-
-    async def prepare(self, claim: ResourceClaim) -> tuple[Device, ...]:
-        """Prepare ``claim``; raise a ``DriverError`` classifying the failure."""
-        ...
-
-    async def unprepare(self, ref: ClaimRef) -> None:
-        """Unprepare ``ref``; raise a ``DriverError`` classifying the failure."""
-        ...
-
-
 class ImexDriver:
     """Prepares and unprepares claims on this node; safe for concurrent calls."""
 
     def __init__(
         self,
-        state: ClaimPreparer,
+        state: DeviceState,
         lock_path: Path,
         *,
         policy: RetryPolicy = DEFAULT_POLICY,

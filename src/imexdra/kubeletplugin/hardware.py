@@ -104,8 +104,8 @@ def build_base_spec(settings: HardwareSettings, *, runs_imex_daemons: bool = Tru
             missing=missing,
             driver_root=str(settings.container_driver_root),
         )
-    common = ContainerEdits(mounts=driver_binary_mounts(binaries))
-    return base_spec(nodes, roots=settings.roots, common_edits=common)
+    spec_level = ContainerEdits(mounts=driver_binary_mounts(binaries))
+    return base_spec(nodes, roots=settings.roots, spec_edits=spec_level)
 
 
 class CliqueTracker:

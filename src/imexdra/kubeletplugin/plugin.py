@@ -45,11 +45,12 @@ from imexdra.kubeletplugin.claims import api_claim_getter
 from imexdra.kubeletplugin.cleanup import StaleClaimCleanup, clean_domain_dirs_periodically
 from imexdra.kubeletplugin.daemonowners import DaemonPodOwners
 from imexdra.kubeletplugin.devicestate import DeviceState
-from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache, NodeLabeler
+from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache
 from imexdra.kubeletplugin.driver import ImexDriver
 from imexdra.kubeletplugin.driverapi import ClaimGetter
 from imexdra.kubeletplugin.hardware import CliqueTracker, HardwareSettings
 from imexdra.kubeletplugin.health import HealthServer
+from imexdra.kubeletplugin.nodelabels import NodeLabeler
 from imexdra.kubeletplugin.paths import PluginPaths
 from imexdra.kubeletplugin.server import PLUGIN_DATA_DIR_MODE, KubeletPluginServer
 from imexdra.kubeletplugin.slicepublisher import SlicePublisher

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from imexdra.common.atomicfile import remove_durably, write_atomic
+from imexdra.common.atomicfile import remove_file, write_atomic
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o644, 0o755], ids=["0600", "0644", "0755"])
@@ -42,13 +42,13 @@ def test_failure_keeps_old_content(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
 
 
-def test_remove_durably(tmp_path: Path) -> None:
-    """remove_durably deletes and reports whether something was there."""
+def test_remove_file(tmp_path: Path) -> None:
+    """remove_file deletes and reports whether something was there."""
     target = tmp_path / "f"
     target.write_text("x")
-    assert remove_durably(target) is True
+    assert remove_file(target) is True
     assert not target.exists()
-    assert remove_durably(target) is False
+    assert remove_file(target) is False
 
 
 @pytest.mark.parametrize("durable", [True, False], ids=["durable", "page-cache-only"])
@@ -60,6 +60,6 @@ def test_fsync_only_when_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     target = tmp_path / "checkpoint.json"
     write_atomic(target, b"one", durable=durable)
     write_atomic(target, b"two", durable=durable)
-    assert remove_durably(target, durable=durable) is True
+    assert remove_file(target, durable=durable) is True
     assert not target.exists()
     assert len(synced) == (5 if durable else 0)  # two writes x (file + dir), one removal (dir)

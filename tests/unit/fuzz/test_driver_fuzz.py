@@ -1,11 +1,12 @@
 """Fuzzing the kubelet-facing calls: empty, duplicated, odd and huge NodePrepare/Unprepare requests.
 
 The real ``DraService`` over the real ``ImexDriver`` (real ``pu.lock``), with a scripted
-``ClaimPreparer`` whose per-claim outcomes are drawn too: success, a permanent error, or a few
+stand-in ``DeviceState`` whose per-claim outcomes are drawn too: success, a permanent error, or a few
 retryable/untyped failures before one of those. The claim getter answers, fails, or returns a
 replaced, unallocated or oddly shaped claim. Whatever the request, a call returns or raises
-``RequestError``; a whole-call failure happens exactly when a claim could not be read; otherwise
-every requested UID gets exactly one entry, with an error exactly when its outcome was permanent.
+``RequestError``; a whole-call failure happens exactly when a claim could not be read (missing,
+replaced, unallocated); otherwise every requested UID gets exactly one entry, with an error exactly
+when the claim was malformed or its outcome was permanent.
 The huge batch goes through the real gRPC servers on unix sockets, v1 and v1beta1.
 """
 
@@ -43,7 +44,7 @@ FAILURES = {"retryable": RetryableError("not ready"), "untyped": KeyError("bug")
 
 
 class OutcomePreparer:
-    """A ``ClaimPreparer``: per UID, a few failures, then success or a permanent error."""
+    """A stand-in ``DeviceState``: per UID, a few failures, then success or a permanent error."""
 
     def __init__(self, failures: Mapping[str, list[str]], permanent: set[str]) -> None:
         self.failures = {uid: list(kinds) for uid, kinds in failures.items()}

@@ -6,9 +6,9 @@ import pytest
 
 from imexdra.devices.procfs import CharDevice
 from imexdra.kubeletplugin.cdi import (
+    CdiDevice,
     CdiSpecError,
     ContainerEdits,
-    Device,
     DeviceNode,
     DriverRoots,
     Hook,
@@ -103,7 +103,7 @@ def test_normalize_dedupes_sorts_and_hoists() -> None:
     spec = Spec(
         kind="k8s.compute-domain.nvidia.com/device",
         devices=(
-            Device(
+            CdiDevice(
                 "b",
                 ContainerEdits(
                     device_nodes=(
@@ -114,7 +114,7 @@ def test_normalize_dedupes_sorts_and_hoists() -> None:
                     )
                 ),
             ),
-            Device("a", ContainerEdits(env=("X=1", "X=1"), device_nodes=(shared,))),
+            CdiDevice("a", ContainerEdits(env=("X=1", "X=1"), device_nodes=(shared,))),
         ),
         container_edits=ContainerEdits(device_nodes=(shared,)),
     )
@@ -129,7 +129,7 @@ def test_normalize_keeps_edits_that_would_empty_a_device() -> None:
     shared = DeviceNode("/dev/nvidiactl")
     spec = Spec(
         kind="v.x/c",
-        devices=(Device("a", ContainerEdits(device_nodes=(shared,))),),
+        devices=(CdiDevice("a", ContainerEdits(device_nodes=(shared,))),),
         container_edits=ContainerEdits(device_nodes=(shared,)),
     )
     assert normalize(spec).devices[0].container_edits.device_nodes == (shared,)
@@ -140,7 +140,7 @@ def test_root_transform() -> None:
     spec = Spec(
         kind="v.x/c",
         devices=(
-            Device(
+            CdiDevice(
                 "d",
                 ContainerEdits(
                     device_nodes=(
@@ -164,19 +164,20 @@ def test_root_transform() -> None:
 @pytest.mark.parametrize(
     ("spec", "version"),
     [
-        (Spec("v.x/claim", (Device("u-channel-0", ContainerEdits(env=("A=1",))),)), "0.3.0"),
+        (Spec("v.x/claim", (CdiDevice("u-channel-0", ContainerEdits(env=("A=1",))),)), "0.3.0"),
         (
-            Spec("v.x/claim", (Device("a", ContainerEdits(mounts=(Mount("/h", "/c", type="bind"),))),)),
+            Spec("v.x/claim", (CdiDevice("a", ContainerEdits(mounts=(Mount("/h", "/c", type="bind"),))),)),
             "0.4.0",
         ),
-        (Spec("v.x/claim", (Device("0b9e-channel-0", ContainerEdits(env=("A=1",))),)), "0.5.0"),
+        (Spec("v.x/claim", (CdiDevice("0b9e-channel-0", ContainerEdits(env=("A=1",))),)), "0.5.0"),
         (
             Spec(
-                "v.x/claim", (Device("a", ContainerEdits(device_nodes=(DeviceNode("/d", host_path="/d"),))),)
+                "v.x/claim",
+                (CdiDevice("a", ContainerEdits(device_nodes=(DeviceNode("/d", host_path="/d"),))),),
             ),
             "0.5.0",
         ),
-        (Spec("v.x/cl.aim", (Device("a", ContainerEdits(env=("A=1",))),)), "0.6.0"),
+        (Spec("v.x/cl.aim", (CdiDevice("a", ContainerEdits(env=("A=1",))),)), "0.6.0"),
     ],
     ids=["plain", "mount-type", "name-starts-with-digit", "host-path", "dotted-class"],
 )
@@ -194,18 +195,18 @@ def test_same_roots_letter_uid_is_030() -> None:
 
 
 def _one(edits: ContainerEdits, name: str = "dev") -> Spec:
-    return Spec("k8s.compute-domain.nvidia.com/claim", (Device(name, edits),))
+    return Spec("k8s.compute-domain.nvidia.com/claim", (CdiDevice(name, edits),))
 
 
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
         (Spec("k8s.compute-domain.nvidia.com/claim", ()), "no devices"),
-        (Spec("1bad/claim", (Device("a", ContainerEdits(env=("A=1",))),)), "invalid CDI kind"),
+        (Spec("1bad/claim", (CdiDevice("a", ContainerEdits(env=("A=1",))),)), "invalid CDI kind"),
         (
             Spec(
                 "v.x/claim",
-                (Device("a", ContainerEdits(env=("A=1",))), Device("a", ContainerEdits(env=("B=1",)))),
+                (CdiDevice("a", ContainerEdits(env=("A=1",))), CdiDevice("a", ContainerEdits(env=("B=1",)))),
             ),
             "duplicate devices",
         ),
@@ -262,7 +263,7 @@ def test_base_spec() -> None:
     spec = base_spec(
         nodes,
         roots=DriverRoots(),
-        common_edits=ContainerEdits(env=("NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64",), hooks=(hook,)),
+        spec_edits=ContainerEdits(env=("NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64",), hooks=(hook,)),
     )
     assert (spec.kind, spec.cdi_version) == ("k8s.compute-domain.nvidia.com/device", "0.5.0")
     (device,) = spec.devices

@@ -9,9 +9,9 @@ import yaml
 
 from imexdra.devices.procfs import CharDevice
 from imexdra.kubeletplugin.cdi import (
+    CdiDevice,
     CdiSpecError,
     ContainerEdits,
-    Device,
     DriverRoots,
     Mount,
     Spec,
@@ -175,7 +175,7 @@ def test_ambiguous_strings_are_quoted(value: str) -> None:
     """Strings YAML would read as numbers, booleans, null, dates or mappings are written quoted."""
     mount = Mount("/h", "/c", options=(value,))
     text = render(
-        Spec("k8s.compute-domain.nvidia.com/claim", (Device("d", ContainerEdits(mounts=(mount,))),))
+        Spec("k8s.compute-domain.nvidia.com/claim", (CdiDevice("d", ContainerEdits(mounts=(mount,))),))
     )
     assert f"- {json.dumps(value)}\n" in text
     assert load(text)["devices"][0]["containerEdits"]["mounts"][0]["options"] == [value]
@@ -210,10 +210,10 @@ async def test_base_spec_overwritten(tmp_path: Path) -> None:
     assert path.read_text() == render(SPECS["base"])
 
 
-async def test_invalid_spec_is_not_written(tmp_path: Path) -> None:
-    """A spec failing validation raises and leaves no file behind."""
+async def test_invalid_uid_names_no_file(tmp_path: Path) -> None:
+    """A claim UID that cannot name a file raises and writes nothing (specs are validated when built)."""
     with pytest.raises(CdiSpecError):
-        await write_claim_spec(tmp_path, UID, Spec("k8s.compute-domain.nvidia.com/claim", ()))
+        await write_claim_spec(tmp_path, "bad\x00uid", SPECS["channel"])
     assert list(tmp_path.iterdir()) == []
 
 

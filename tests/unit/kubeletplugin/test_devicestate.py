@@ -366,3 +366,9 @@ async def test_malformed_recorded_status_fails_unprepare_permanently(node: Node)
         await node.state.unprepare(channel_claim().ref)
     assert is_permanent(caught.value)
     assert await node.entries() == {"claim-1": ClaimState.PREPARE_COMPLETED}
+
+
+async def test_channel_prepare_looks_the_domain_up_once(node: Node) -> None:
+    """The namespace check and the readiness check share one ComputeDomain lookup per attempt."""
+    await node.state.prepare(channel_claim())
+    assert node.domains.lookups == [DOMAIN_UID]

@@ -19,7 +19,7 @@ DEVICE = Device(("channel",), "node-a", "channel-0", ())
 
 
 class Scripted:
-    """A ``ClaimPreparer`` answering from a per-UID list of outcomes (exception or devices)."""
+    """A stand-in for ``DeviceState`` answering from a per-UID list of outcomes (exception or devices)."""
 
     def __init__(self, script: dict[str, list[object]]) -> None:
         self.script = script
