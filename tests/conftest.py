@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 _FAILED = pytest.StashKey[int]()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A fresh directory directly under /tmp, for unix sockets.
+
+    A socket path may hold at most 107 bytes; pytest's ``tmp_path`` grows with its run counter and the
+    test's name (``/tmp/pytest-of-root/pytest-123/test_some_long_name0/...``) and passes that limit on a
+    machine that has run the suite often enough.
+    """
+    path = Path(tempfile.mkdtemp(prefix="imxt", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def failure_count(config: pytest.Config) -> int:

@@ -54,7 +54,7 @@ def test_check_without_clique_is_a_noop() -> None:
     assert "check succeeded (noop, clique ID is empty)" in result.stdout
 
 
-def test_check_asks_the_running_imex(tmp_path: Path) -> None:
+def test_check_asks_the_running_imex(tmp_path: Path, short_dir: Path) -> None:
     """``check`` fails while no IMEX answers and passes once the (fake) daemon reports READY."""
     binaries = install_fake_imex(tmp_path / "bin")
     imexd = tmp_path / "imexd"
@@ -64,7 +64,7 @@ def test_check_asks_the_running_imex(tmp_path: Path) -> None:
     config = (
         f"SERVER_PORT=0\nIMEX_NODE_CONFIG_FILE={imexd / 'nodes.cfg'}\nIMEX_CMD_ENABLED=1\n"
         f"IMEX_CMD_BIND_INTERFACE_IP={address}\nIMEX_CMD_PORT=0\n"
-        f"IMEX_CMD_UNIX_DOMAIN_PATH={tmp_path / 'cmd.sock'}\n"
+        f"IMEX_CMD_UNIX_DOMAIN_PATH={short_dir / 'cmd.sock'}\n"
     )
     (imexd / "imexd.cfg").write_text(config)
     env = {

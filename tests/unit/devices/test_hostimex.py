@@ -128,13 +128,13 @@ async def test_ctl_that_does_not_answer_times_out(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def host_imex(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+def host_imex(tmp_path: Path, short_dir: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
     """A fake nvidia-imex (one-node domain) serving its command service on a unix socket."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     (tmp_path / "nodes.cfg").write_text("127.0.0.1\n")
-    sock = tmp_path / "imex_ctrl.sock"
+    sock = short_dir / "imex_ctrl.sock"
     config = tmp_path / "config.cfg"
     config.write_text(
         f"SERVER_PORT={port}\nIMEX_NODE_CONFIG_FILE={tmp_path / 'nodes.cfg'}\nIMEX_CMD_ENABLED=1\n"

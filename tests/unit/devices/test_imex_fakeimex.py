@@ -280,9 +280,9 @@ def test_ctl_reports_an_unreachable_daemon(domain: FakeDomain) -> None:
     assert f"Unable to connect to the IMEX daemon at {domain.address(1)}:{domain.cmd_port}" in result.stderr
 
 
-async def test_ctl_over_unix_socket_and_json(domain: FakeDomain) -> None:
+async def test_ctl_over_unix_socket_and_json(domain: FakeDomain, short_dir: Path) -> None:
     """The command service also listens on its unix socket; ``-N -j`` is JSON of the same table."""
-    socket_path = str(domain.tmp / "imex.sock")
+    socket_path = str(short_dir / "imex.sock")
     domain.set_nodes([domain.address(1)])
     domain.start(1, unix=socket_path)
     await eventually("READY", lambda: _is(domain, 1, "READY"))

@@ -1,7 +1,6 @@
 """The gRPC health endpoint (docs/compatibility.md §2.7): message encoding, Check against real sockets."""
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from pathlib import Path
 
 import grpc
 import pytest
@@ -56,9 +55,7 @@ def test_encode_check_response() -> None:
 
 
 @pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[KubeletPluginServer, HealthServer]]:
-    (tmp_path / "registry").mkdir()
-    paths = PluginPaths(plugins_dir=tmp_path / "plugins", registrar_dir=tmp_path / "registry")
+async def served(paths: PluginPaths) -> AsyncIterator[tuple[KubeletPluginServer, HealthServer]]:
     server = KubeletPluginServer(driver=IdleDriver(), get_claim=no_claims, paths=paths)
     await server.start()
     health = HealthServer(paths, 0)
@@ -106,9 +103,8 @@ async def test_unknown_service_is_not_found(served: tuple[KubeletPluginServer, H
     assert caught.value.details() == "unknown service"
 
 
-async def test_binds_the_pod_ip_so_host_network_pods_share_a_port(tmp_path: Path) -> None:
+async def test_binds_the_pod_ip_so_host_network_pods_share_a_port(paths: PluginPaths) -> None:
     """Two plugins on one host network, each on its own pod IP, both serve the same port."""
-    paths = PluginPaths(plugins_dir=tmp_path / "plugins", registrar_dir=tmp_path / "registry")
     first = HealthServer(paths, 0, "127.0.0.2")
     await first.start()
     second = HealthServer(paths, first.port, "127.0.0.3")

@@ -8,10 +8,8 @@ scripted stand-in, since the servers' contract is exactly "call the driver, tran
 
 import asyncio
 import os
-import shutil
 import stat
-import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,20 +98,6 @@ class ApiClaims:
         except KeyError:
             raise LookupError(f'resourceclaims "{name}" not found') from None
         return parse_claim(obj)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # Unix socket paths are limited to 107 bytes, which pytest's tmp_path can exceed.
-    path = Path(tempfile.mkdtemp(prefix="kp", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def paths(short_dir: Path) -> PluginPaths:
-    (short_dir / "registry").mkdir()
-    return PluginPaths(plugins_dir=short_dir / "plugins", registrar_dir=short_dir / "registry")
 
 
 @pytest.fixture

@@ -1,0 +1,16 @@
+"""Fixtures the kubelet plugin's unit tests share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from imexdra.kubeletplugin.paths import PluginPaths
+
+
+@pytest.fixture
+def paths(short_dir: Path) -> PluginPaths:
+    """The plugin's kubelet directories (plugins and registry) in ``short_dir``."""
+    (short_dir / "registry").mkdir()
+    return PluginPaths(plugins_dir=short_dir / "plugins", registrar_dir=short_dir / "registry")
