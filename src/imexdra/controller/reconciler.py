@@ -68,7 +68,7 @@ WAIT_SECONDS = 5.0
 CONFLICT_RETRY_SECONDS = 10.0
 
 
-def _later(a: float | None, b: float | None) -> float | None:
+def _sooner_retry(a: float | None, b: float | None) -> float | None:
     """The sooner of two requeue requests (None = no request)."""
     return min((x for x in (a, b) if x is not None), default=None)
 
@@ -145,8 +145,8 @@ class Reconciler:
             steps.append(self._ensure_daemon_objects(render.domain_uid(cd)))
         retry: float | None = None
         for result in await tasks.settle(*steps):
-            retry = _later(retry, result)
-        return _later(retry, await self._sync.sync(cd))
+            retry = _sooner_retry(retry, result)
+        return _sooner_retry(retry, await self._sync.sync(cd))
 
     async def _ensure_channel(self, cd: ComputeDomain, assigner: ChannelAssigner) -> float | None:
         """The number first (recorded in status), then the template, then the status (§4 write order)."""
@@ -171,7 +171,7 @@ class Reconciler:
             assert cd.metadata is not None
             cd = self._caches.domain_view.get(f"{cd.metadata.namespace}/{cd.metadata.name}") or cd
         retry = await self._ensure_workload_template(cd, verdict.channel)
-        return _later(retry, await self._sync.sync(cd, verdict))
+        return _sooner_retry(retry, await self._sync.sync(cd, verdict))
 
     async def _refuse(self, cd: ComputeDomain, verdict: Verdict) -> float | None:
         """No template for this domain: say why in its status and a Warning event."""
@@ -287,7 +287,7 @@ class Reconciler:
         ]
         retry: float | None = None
         for result in await tasks.settle(*steps):
-            retry = _later(retry, result)
+            retry = _sooner_retry(retry, result)
         return retry
 
     # -- terminating domain --------------------------------------------------------------------
