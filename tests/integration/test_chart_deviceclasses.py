@@ -189,6 +189,20 @@ async def test_scheduler_allocates_the_device_the_class_selects(
     assert node == NODE
 
 
+def failed_scheduling(cluster: LocalCluster, pod: str) -> bool:
+    """Whether the scheduler has reported ``pod`` unschedulable (a FailedScheduling event)."""
+    events = cluster.kubectl(
+        "get",
+        "events",
+        "-n",
+        NAMESPACE,
+        f"--field-selector=involvedObject.name={pod},reason=FailedScheduling",
+        "-o",
+        "json",
+    ).stdout
+    return bool(json.loads(events)["items"])
+
+
 async def test_second_channel_claim_finds_no_other_channel(
     cluster: LocalCluster, claims: Callable[[str, str], None]
 ) -> None:
@@ -197,20 +211,11 @@ async def test_second_channel_claim_finds_no_other_channel(
     first = await eventually("first channel claim allocated", lambda: allocation(cluster, "first-channel"))
     assert first == [(DRIVER_NAME, POOL, "channel-0")]
     claims("second-channel", DEVICE_CLASS_DEFAULT_CHANNEL)
-
-    def unschedulable() -> bool:
-        events = cluster.kubectl(
-            "get",
-            "events",
-            "-n",
-            NAMESPACE,
-            "--field-selector=involvedObject.name=second-channel,reason=FailedScheduling",
-            "-o",
-            "json",
-        ).stdout
-        return bool(json.loads(events)["items"])
-
-    await eventually("second channel pod reported unschedulable", unschedulable, within=60)
+    await eventually(
+        "second channel pod reported unschedulable",
+        lambda: failed_scheduling(cluster, "second-channel"),
+        within=60,
+    )
     assert allocation(cluster, "second-channel") is None
 
 
@@ -224,18 +229,9 @@ async def test_channel_isolation_claim_gets_its_domains_channel(
     )
     assert allocated == [(DRIVER_NAME, POOL, "channel-2")]
     claims("channel-zero", DEVICE_CLASS_CHANNEL, 0)
-
-    def unschedulable() -> bool:
-        events = cluster.kubectl(
-            "get",
-            "events",
-            "-n",
-            NAMESPACE,
-            "--field-selector=involvedObject.name=channel-zero,reason=FailedScheduling",
-            "-o",
-            "json",
-        ).stdout
-        return bool(json.loads(events)["items"])
-
-    await eventually("channel 0 through the channel class is unschedulable", unschedulable, within=60)
+    await eventually(
+        "channel 0 through the channel class is unschedulable",
+        lambda: failed_scheduling(cluster, "channel-zero"),
+        within=60,
+    )
     assert allocation(cluster, "channel-zero") is None
