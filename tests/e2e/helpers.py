@@ -250,17 +250,27 @@ def tenant_kubeconfig(cluster: LocalCluster, namespace: str) -> Path:
     return service_account_kubeconfig(cluster, namespace, "tenant")
 
 
+def plugin_on(cluster: LocalCluster, node: str) -> dict[str, Any] | None:
+    """The kubelet plugin pod on ``node``; None while there is not exactly one (a replacement starting)."""
+    pods = [p for p in driver_pods(cluster, PLUGIN_SELECTOR) if p["spec"]["nodeName"] == node]
+    return pods[0] if len(pods) == 1 else None
+
+
+def ready_plugin_on(cluster: LocalCluster, node: str) -> dict[str, Any] | None:
+    """The kubelet plugin pod on ``node`` once it is the only one and Ready."""
+    pod = plugin_on(cluster, node)
+    return pod if pod is not None and is_ready(pod) else None
+
+
 def restart_plugin(cluster: LocalCluster, node: str) -> None:
     """Delete the node's kubelet plugin pod and wait for its replacement to be Ready (a new base spec)."""
-    [old] = [p for p in driver_pods(cluster, PLUGIN_SELECTOR) if p["spec"]["nodeName"] == node]
+    old = wait_until(f"the kubelet plugin on {node}", lambda: plugin_on(cluster, node))
     cluster.kubectl("delete", "pod", old["metadata"]["name"], "-n", rack.DRIVER_NAMESPACE, timeout=120)
     wait_until(
         f"a new kubelet plugin Ready on {node}",
-        lambda: [
-            p
-            for p in driver_pods(cluster, PLUGIN_SELECTOR)
-            if p["spec"]["nodeName"] == node
-            and p["metadata"]["uid"] != old["metadata"]["uid"]
-            and is_ready(p)
-        ],
+        lambda: (
+            new
+            if (new := ready_plugin_on(cluster, node)) and new["metadata"]["uid"] != old["metadata"]["uid"]
+            else None
+        ),
     )

@@ -32,7 +32,9 @@ from tests.e2e.helpers import (
     driver_pods,
     get_json,
     is_ready,
+    plugin_on,
     pod_phase,
+    ready_plugin_on,
     restart_plugin,
     upgrade_chart,
     wait_until,
@@ -112,13 +114,7 @@ def workers(real_nodes_rack: LocalCluster) -> dict[str, str]:
     domain["spec"]["numNodes"] = len(real_nodes_rack.nodes)
     apply(real_nodes_rack, domain)
     wait_until(
-        "the channel claim template",
-        lambda: (
-            real_nodes_rack.kubectl(
-                "get", "resourceclaimtemplate/train-channel", "-n=team", check=False
-            ).returncode
-            == 0
-        ),
+        "the channel claim template", lambda: template_exists(real_nodes_rack, "team", "train-channel")
     )
     names = {node.name: f"worker-{node.name}" for node in real_nodes_rack.nodes}
     apply(real_nodes_rack, *(worker(name, node) for node, name in names.items()))
@@ -288,18 +284,6 @@ def test_a_cdi_spec_the_runtime_refuses_is_named_by_pod_and_domain_events(
     )
     status = get_json(real_nodes_rack, "computedomain", "clash", "-n", "clash").get("status", {})
     assert status.get("status") == "Ready"
-
-
-def plugin_on(cluster: LocalCluster, node: str) -> dict[str, Any] | None:
-    """The kubelet plugin pod on ``node``; None while there is not exactly one (a replacement starting)."""
-    pods = [p for p in driver_pods(cluster, PLUGIN) if p["spec"]["nodeName"] == node]
-    return pods[0] if len(pods) == 1 else None
-
-
-def ready_plugin_on(cluster: LocalCluster, node: str) -> dict[str, Any] | None:
-    """The kubelet plugin pod on ``node`` once it is the only one and Ready."""
-    pod = plugin_on(cluster, node)
-    return pod if pod is not None and is_ready(pod) else None
 
 
 @pytest.fixture

@@ -73,8 +73,9 @@ class DaemonPod:
     ready: bool
     created: dt.datetime = _EPOCH
     failure: str = ""
-    """Why the daemon container last exited, while it is failing (not ready, last exit non-zero): its
-    termination message (the daemon writes its fatal error there) or the exit code; ``""`` otherwise."""
+    """Why the daemon container is failing (not ready): the reason and message of a container the node
+    cannot create, else its last non-zero exit's termination message (the daemon writes its fatal
+    error there) or exit code; ``""`` otherwise."""
 
     @property
     def fabric(self) -> bool:
