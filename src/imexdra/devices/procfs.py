@@ -5,12 +5,14 @@ Owns the ``ImexDevices`` Protocol and its one implementation, ``HostImexDevices`
 - ``/proc/devices`` for the majors of ``nvidia-caps-imex-channels`` (the IMEX channels) and
   ``nvidia-caps`` (the fabric-imex-mgmt capability) — docs/hardware.md §1, §2;
 - ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt`` for the capability's minor and mode
-  (docs/hardware.md §3).
+  (docs/hardware.md §3);
+- ``/proc/driver/nvidia/params`` for ``ImexChannelCount``, the driver's ``NVreg_ImexChannelCount``
+  (``read_imex_channel_count``; channel isolation checks it, docs/channel-isolation.md §3).
 
 There is no fake class: a simulated node is this same class pointed at other files (upstream does the
 same with ``ALT_PROC_DEVICES_PATH``); ``imexdra_sim.devices.procfs_fake`` writes such files. The
-channel count is fixed at 2048 as upstream hard-codes it; the allocatable set never depends on GPU
-enumeration.
+channel count is the install's setting (2048 by default, the number upstream hard-codes); the
+allocatable set never depends on GPU enumeration.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from imexdra.common.errors import PermanentError
 
 PROC_DEVICES = Path("/proc/devices")
 FABRIC_IMEX_MGMT_CAPABILITY = Path("/proc/driver/nvidia/capabilities/fabric-imex-mgmt")
+DRIVER_PARAMS = Path("/proc/driver/nvidia/params")
+IMEX_CHANNEL_COUNT_PARAM = "ImexChannelCount"
 IMEX_CHANNELS_DEVICE = "nvidia-caps-imex-channels"
 NVIDIA_CAPS_DEVICE = "nvidia-caps"
 IMEX_CHANNEL_COUNT = 2048
@@ -101,7 +105,7 @@ class HostImexDevices:
 
     @property
     def channel_count(self) -> int:
-        """Fixed at 2048 unless configured otherwise."""
+        """The install's channel count (``--imex-channel-count``), 2048 by default."""
         return self._channel_count
 
     def channel(self, channel_id: int) -> CharDevice:
@@ -193,3 +197,29 @@ def parse_nvcap_info(text: str, *, source: str) -> NvCapInfo:
         raise DeviceDiscoveryError(f"error parsing '{source}': missing {error.args[0]}") from error
     except ValueError as error:
         raise DeviceDiscoveryError(f"error parsing '{source}': {error}") from error
+
+
+def read_imex_channel_count(params: Path) -> int:
+    """The driver's ``ImexChannelCount`` from its params file (``Name: value`` lines, decimal).
+
+    Raises:
+        DeviceDiscoveryError: the file cannot be read, has no ``ImexChannelCount`` (a driver without
+            IMEX channels) or its value is not a decimal integer.
+
+    """
+    try:
+        text = params.read_text(encoding="utf-8")
+    except OSError as error:
+        raise DeviceDiscoveryError(f"error reading '{params}': {error}") from error
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == IMEX_CHANNEL_COUNT_PARAM:
+            digits = value.strip()
+            if not (digits.isascii() and digits.isdigit()) or len(digits) > _INT32_DIGITS:
+                raise DeviceDiscoveryError(
+                    f"error parsing '{params}': {IMEX_CHANNEL_COUNT_PARAM} {digits[:20]!r} is not a count"
+                )
+            return int(digits)
+    raise DeviceDiscoveryError(
+        f"error parsing '{params}': no {IMEX_CHANNEL_COUNT_PARAM} (this driver has no IMEX channels)"
+    )

@@ -13,6 +13,15 @@ NVLink clique); the host's nvidia-imex answering ``READY`` on its command socket
 otherwise a ``RetryLaterError``: the pod event says why at once and the kubelet retries); then channel
 0's device node. No node label, no wait on a driver daemon, no daemon settings.
 
+Channel claims under channel isolation (host-managed only, docs/channel-isolation.md §6, in that
+order): exactly one result, ``channel-N`` with ``N >= 1`` (channel 0 is domain isolation's: permanent)
+and ``allocationMode`` ``Single``; the namespace assertion; the domain's ``status.channel`` is ``N``
+(a different number is permanent, none yet is retryable: the controller's write may still be on its
+way); no claim of another domain holds ``channel-N`` on this node (PrepareStarted or
+PrepareCompleted; retryable, it clears when that claim is unprepared); then the host-managed checks
+above and exactly ``channel<N>``'s device node. Under domain isolation a claim on ``channel-N`` with
+``N >= 1`` was allocated under channel isolation and is refused permanently: the two kinds never mix.
+
 Daemon claims (docs/data-path.md §7.5): refused permanently under HostManagedIMEX; else ``admit`` —
 before anything is written — holds them to the domain's own IMEX daemon pods (``DaemonClaimOwners``,
 docs/tenancy.md); then one device, the per-domain ``/imexd`` directory, and the daemon's environment,
@@ -27,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -41,9 +50,9 @@ from imexdra.devices.hostimex import HostImexNotReadyError, HostImexReadiness
 from imexdra.devices.procfs import ImexDevices
 from imexdra.kubeletplugin.cdi import ContainerEdits, channel_edits, daemon_edits
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState, ConfigState
-from imexdra.kubeletplugin.configs import ConfigGroup
+from imexdra.kubeletplugin.configs import ConfigGroup, allocation_results, opaque_device_configs
 from imexdra.kubeletplugin.paths import PluginPaths
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
+from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim, recorded_status
 
 _log = structlog.get_logger(__name__)
 
@@ -59,15 +68,23 @@ DAEMON_CLAIMS_DISABLED_MESSAGE = (
 )
 NOT_READY_MESSAGE = "error asserting ComputeDomain Ready: current node not ready in ComputeDomain"
 HOST_IMEX_NOT_READY_MESSAGE = "host nvidia-imex daemon readiness check failed"
+RECREATE_ADVICE = (
+    "recreate the workload's claim from its ComputeDomain's ResourceClaimTemplate "
+    "(spec.channel.resourceClaimTemplate.name)"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class DomainInfo:
-    """The identity of a ComputeDomain as the plugin needs it."""
+    """The identity of a ComputeDomain as the plugin needs it; ``channel`` is its ``status.channel``."""
 
     uid: str
     name: str
     namespace: str
+    channel: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 class DomainLookup(Protocol):
@@ -136,6 +153,8 @@ class ConfigApplier:
     readiness: DaemonReadiness
     daemon_owners: DaemonClaimOwners
     host_imex: HostImexReadiness
+    #: ``--imex-isolation=channel``: each domain has its own channel (docs/channel-isolation.md).
+    channel_isolation: bool = False
     daemon_config_template: Path = DAEMON_CONFIG_TEMPLATE
 
     async def admit(self, group: ConfigGroup, claim: ResourceClaim) -> None:
@@ -169,23 +188,26 @@ class ConfigApplier:
             raise RetryableError(
                 f"applyComputeDomainChannelConfig: unexpected results for requests {requests}"
             )
+        state = ConfigState(type=DeviceType.CHANNEL.value, compute_domain=config.domain_id)
+        number = group.devices[0].id
+        if self.channel_isolation:
+            return await self._isolated_channel(config, number, claim, checkpoint, state)
         if self.host_managed and config.allocation_mode != AllocationMode.SINGLE:
             raise PermanentError(
                 f'allocationMode "{config.allocation_mode}" is not supported under HostManagedIMEX '
                 "(only Single, or unset, is allowed)"
             )
-        state = ConfigState(type=DeviceType.CHANNEL.value, compute_domain=config.domain_id)
+        if number != 0:
+            raise PermanentError(
+                f"claim was allocated channel-{number}, which only channel isolation publishes; this driver "
+                f"runs domain isolation, where every ComputeDomain uses channel 0: {RECREATE_ADVICE}"
+            )
         assert_channel_not_allocated(checkpoint, 0)
         domain = await self._domain_of(config.domain_id, claim)
         clique_id = self.clique_id()
         if self.host_managed:
-            if not clique_id:
-                raise PermanentError(NO_CLIQUE_MESSAGE)
-            try:
-                await self.host_imex.check()
-            except HostImexNotReadyError as error:
-                raise RetryLaterError(f"{HOST_IMEX_NOT_READY_MESSAGE}: {error}") from error
-            return AppliedConfig(state, self._channels(1))
+            await self._host_imex_ready(clique_id)
+            return AppliedConfig(state, self._channels(range(1)))
         with _retryable("error adding node label"):
             await self.labels.add(config.domain_id)
         if not await self.readiness.node_ready(domain, clique_id):
@@ -193,7 +215,50 @@ class ConfigApplier:
         if not clique_id:
             return AppliedConfig(state, ContainerEdits())
         count = self.devices.channel_count if config.allocation_mode == AllocationMode.ALL else 1
-        return AppliedConfig(state, self._channels(count))
+        return AppliedConfig(state, self._channels(range(count)))
+
+    async def _isolated_channel(
+        self,
+        config: ComputeDomainChannelConfig,
+        number: int,
+        claim: ClaimRef,
+        checkpoint: Checkpoint,
+        state: ConfigState,
+    ) -> AppliedConfig:
+        """A channel claim under channel isolation: the checks of docs/channel-isolation.md §6, in order."""
+        if number == 0:
+            raise PermanentError(
+                "claim was allocated channel-0, the shared channel of domain isolation; this driver runs "
+                f"channel isolation, where each ComputeDomain has a channel of its own: {RECREATE_ADVICE}"
+            )
+        if config.allocation_mode != AllocationMode.SINGLE:
+            raise PermanentError(
+                f'allocationMode "{config.allocation_mode}" is not supported under channel isolation: '
+                "a ComputeDomain's pods get its own channel only; use Single"
+            )
+        domain = await self._domain_of(config.domain_id, claim)
+        if domain.channel is None:
+            raise RetryableError(
+                f"ComputeDomain {domain} has no IMEX channel recorded yet (status.channel): waiting for "
+                "the controller to give it one"
+            )
+        if domain.channel != number:
+            raise PermanentError(
+                f"claim was allocated channel-{number} but ComputeDomain {domain} has channel "
+                f"{domain.channel}: a claim may only hold its own ComputeDomain's channel; {RECREATE_ADVICE}"
+            )
+        assert_channel_free_for(checkpoint, number, domain_uid=domain.uid, claim_uid=claim.uid)
+        await self._host_imex_ready(self.clique_id())
+        return AppliedConfig(state, self._channels((number,)))
+
+    async def _host_imex_ready(self, clique_id: str) -> None:
+        """Host-managed IMEX: a clique on this node and the host's nvidia-imex answering READY."""
+        if not clique_id:
+            raise PermanentError(NO_CLIQUE_MESSAGE)
+        try:
+            await self.host_imex.check()
+        except HostImexNotReadyError as error:
+            raise RetryLaterError(f"{HOST_IMEX_NOT_READY_MESSAGE}: {error}") from error
 
     async def _daemon(self, config: ComputeDomainDaemonConfig, group: ConfigGroup) -> AppliedConfig:
         distinct = {device.name for device in group.devices}
@@ -241,9 +306,9 @@ class ConfigApplier:
             )
         return domain
 
-    def _channels(self, count: int) -> ContainerEdits:
+    def _channels(self, channels: Iterable[int]) -> ContainerEdits:
         with _retryable("error building IMEX channel device nodes"):
-            return channel_edits(self.devices.channel(channel) for channel in range(count))
+            return channel_edits(self.devices.channel(channel) for channel in channels)
 
     def _prepare_domain_dir(self, domain_dir: Path) -> None:
         domain_dir.mkdir(mode=DOMAIN_DIR_MODE, parents=True, exist_ok=True)
@@ -267,3 +332,32 @@ def assert_channel_not_allocated(checkpoint: Checkpoint, channel: int) -> None:
                     f"allocation failed: channel {channel} already allocated by claim {uid} "
                     "(according to checkpoint)"
                 )
+
+
+def assert_channel_free_for(checkpoint: Checkpoint, channel: int, *, domain_uid: str, claim_uid: str) -> None:
+    """Fail (retryably) if a claim of another domain holds ``channel-<channel>`` on this node.
+
+    The node invariant of channel isolation (docs/channel-isolation.md §6): never one channel prepared
+    for two domains. PrepareStarted entries count too (their side effects may be half done), as does
+    an entry whose domain cannot be read back.
+    """
+    device = f"{DeviceType.CHANNEL.value}-{channel}"
+    for uid, entry in checkpoint.claims.items():
+        if uid == claim_uid or entry.state not in (ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED):
+            continue
+        status = recorded_status(entry.status)
+        if not any(result.device == device for result in allocation_results(status)):
+            continue
+        try:
+            owners = {
+                c.config.domain_id
+                for c in opaque_device_configs(status, strict=False)
+                if isinstance(c.config, ComputeDomainChannelConfig)
+            }
+        except DriverError:
+            owners = set()
+        if owners != {domain_uid}:
+            raise RetryableError(
+                f"channel {channel} is held on this node by claim {uid} of another ComputeDomain "
+                "(according to checkpoint); waiting for it to be unprepared"
+            )

@@ -3,7 +3,8 @@
 - ``ComputeDomainCache``: an informer over ComputeDomains in all namespaces, indexed by UID (10 min
   resync), as upstream's ComputeDomain manager. Lookups wait for the first LIST, so a claim prepared
   right after registration is never refused as "ComputeDomain not found" merely because the cache
-  was still empty (upstream's race, docs/compatibility.md §3.2).
+  was still empty (upstream's race, docs/compatibility.md §3.2). A domain's ``status.channel`` comes
+  with it (channel isolation; only the controller can write it, docs/channel-isolation.md §2).
 - ``CliqueReadiness``: is this node's daemon of a domain Ready? In this project the controller alone
   writes ComputeDomainClique objects and ComputeDomain status (single writer). The node is ready when
   the clique ``<CD UID>.<clique ID>`` in the driver namespace lists this node's daemon as Ready (gate
@@ -66,7 +67,12 @@ class ComputeDomainCache:
         domain = await self._object(uid)
         if domain is None or domain.metadata is None:
             return None
-        return DomainInfo(uid=uid, name=domain.metadata.name or "", namespace=domain.metadata.namespace or "")
+        return DomainInfo(
+            uid=uid,
+            name=domain.metadata.name or "",
+            namespace=domain.metadata.namespace or "",
+            channel=domain.status.channel if domain.status is not None else None,
+        )
 
     async def node_status_ready(self, uid: str, node_name: str) -> bool:
         """Whether the domain's ``status.nodes`` lists ``node_name`` as Ready."""

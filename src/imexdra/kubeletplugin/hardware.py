@@ -7,7 +7,10 @@ Backends are chosen once, at startup (docs/data-path.md §14, docs/hardware.md):
 - IMEX device nodes: ``/proc/devices`` and ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt``; with
   ``ALT_PROC_DEVICES_PATH`` set (upstream's mock mode) that file replaces ``/proc/devices`` and the
   capability is read under the container driver root instead;
-- ``/dev``: under the container driver root when it has one (the dev root); character devices only.
+- ``/dev``: under the container driver root when it has one (the dev root); character devices only;
+- under channel isolation, the driver's ``ImexChannelCount`` (``/proc/driver/nvidia/params``, in mock
+  mode under the container driver root) must be at least the install's channel count
+  (``check_channel_pool``, docs/channel-isolation.md §3).
 
 ``CliqueTracker`` owns the node's clique ID: discovered at startup (errors are fatal), refreshed every
 10 minutes, never cleared by a refresh that finds none (docs/hardware.md §6.2).
@@ -28,7 +31,16 @@ from imexdra.devices.devnodes import nvidia_device_nodes
 from imexdra.devices.driverroot import IMEX_BINARIES, dev_root, driver_binaries, find_nvml_library
 from imexdra.devices.nvml import Nvml, clique_id, driver_version_at_least
 from imexdra.devices.nvml_real import PynvmlNvml
-from imexdra.devices.procfs import FABRIC_IMEX_MGMT_CAPABILITY, PROC_DEVICES, HostImexDevices
+from imexdra.devices.procfs import (
+    DRIVER_PARAMS,
+    FABRIC_IMEX_MGMT_CAPABILITY,
+    IMEX_CHANNEL_COUNT,
+    IMEX_CHANNEL_COUNT_PARAM,
+    PROC_DEVICES,
+    DeviceDiscoveryError,
+    HostImexDevices,
+    read_imex_channel_count,
+)
 from imexdra.kubeletplugin.cdi import ContainerEdits, DriverRoots, Spec, base_spec, driver_binary_mounts
 
 _log = structlog.get_logger(__name__)
@@ -46,6 +58,14 @@ class HardwareSettings:
     host_driver_root: Path
     #: ``ALT_PROC_DEVICES_PATH``: upstream's mock mode.
     alt_proc_devices: Path | None = None
+    #: ``--imex-channel-count``: the channels every node's driver has (docs/channel-isolation.md §3).
+    channel_count: int = IMEX_CHANNEL_COUNT
+
+    def proc_file(self, path: Path) -> Path:
+        """Where to read the driver's procfs file ``path``: under the container driver root in mock mode."""
+        if self.alt_proc_devices is not None:
+            return self.container_driver_root / path.relative_to("/")
+        return path
 
     @property
     def roots(self) -> DriverRoots:
@@ -62,10 +82,39 @@ def open_nvml(settings: HardwareSettings) -> Nvml:
 
 def open_imex_devices(settings: HardwareSettings) -> HostImexDevices:
     """IMEX channel and fabric-management device nodes; fails when the channel major is missing."""
-    if settings.alt_proc_devices is not None:
-        capability = settings.container_driver_root / FABRIC_IMEX_MGMT_CAPABILITY.relative_to("/")
-        return HostImexDevices(proc_devices=settings.alt_proc_devices, fabric_mgmt_capability=capability)
-    return HostImexDevices(proc_devices=PROC_DEVICES, fabric_mgmt_capability=FABRIC_IMEX_MGMT_CAPABILITY)
+    return HostImexDevices(
+        proc_devices=settings.alt_proc_devices or PROC_DEVICES,
+        fabric_mgmt_capability=settings.proc_file(FABRIC_IMEX_MGMT_CAPABILITY),
+        channel_count=settings.channel_count,
+    )
+
+
+def check_channel_pool(settings: HardwareSettings) -> int:
+    """Require the driver to have at least the install's channels (startup, channel isolation).
+
+    The controller hands out channels ``1 .. channel_count - 1`` on the word of the install's setting;
+    a node with fewer would be given numbers it cannot open. Returns the driver's count.
+
+    Raises:
+        PermanentError: the driver has fewer channels, or its count cannot be read.
+
+    """
+    params = settings.proc_file(DRIVER_PARAMS)
+    try:
+        found = read_imex_channel_count(params)
+    except DeviceDiscoveryError as error:
+        raise PermanentError(
+            f"channel isolation needs the driver's IMEX channel count: {error}; set the nvidia module "
+            f"parameter NVreg_ImexChannelCount={settings.channel_count} or use --imex-isolation=domain"
+        ) from error
+    if found < settings.channel_count:
+        raise PermanentError(
+            f"the driver has {found} IMEX channels ({IMEX_CHANNEL_COUNT_PARAM} in {params}) but this install "
+            f"hands out {settings.channel_count} (--imex-channel-count, chart "
+            "resources.computeDomains.imex.channelCount): set the same count on every node and in the chart"
+        )
+    _log.info("IMEX channel pool checked", driver_channels=found, install_channels=settings.channel_count)
+    return found
 
 
 def check_driver_version(nvml: Nvml) -> str:

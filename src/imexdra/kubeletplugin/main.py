@@ -21,6 +21,7 @@ import click
 import structlog
 
 from imexdra.api.config.common import (
+    ImexIsolation,
     ImexSettings,
     KubeClientSettings,
     LoggingSettings,
@@ -95,7 +96,9 @@ def main(
             container_driver_root=kubelet_plugin.container_driver_root,
             host_driver_root=kubelet_plugin.nvidia_driver_root,
             alt_proc_devices=alt_proc_devices_path,
+            channel_count=imex.imex_channel_count,
         ),
+        channel_isolation=isolation is ImexIsolation.CHANNEL,
     )
     log.info(
         "Flags",
@@ -104,6 +107,7 @@ def main(
         klogVerbosity=logging.verbosity,
         imexMode="hostManaged" if host_managed else "driverManaged",
         imexIsolation=isolation.value,
+        imexChannelCount=imex.imex_channel_count,
         kubeletPluginsDirectoryPath=str(kubelet_plugin.kubelet_plugins_directory_path),
         kubeletRegistrarDirectoryPath=str(kubelet_plugin.kubelet_registrar_directory_path),
         cdiRoot=str(kubelet_plugin.cdi_root),

@@ -1,7 +1,8 @@
 """The plugin process: startup in upstream's order, the long-running services, and a clean shutdown.
 
 Startup (docs/data-path.md §14), any failure is fatal: plugin data dir and CDI root; hardware (NVML,
-the IMEX channel major, the clique ID, the driver version in driver-managed mode); the base CDI spec;
+the IMEX channel major, under channel isolation the driver's channel count, the clique ID, the driver
+version in driver-managed mode); the base CDI spec;
 the checkpoint, validated against the boot ID; the API client and the ComputeDomain watch;
 then the gRPC servers — the registration socket appears last, and from then on the kubelet may call.
 Services then run until SIGTERM/SIGINT/SIGHUP/SIGQUIT or until one fails: the watches, ResourceSlice
@@ -76,6 +77,8 @@ class PluginConfig:
     kube_client: KubeClientSettings
     metrics: MetricsSettings
     hardware: HardwareSettings
+    #: ``--imex-isolation=channel`` (host-managed only; docs/channel-isolation.md).
+    channel_isolation: bool = False
     boot_id_path: Path | None = None
 
     @property
@@ -95,6 +98,8 @@ async def run(config: PluginConfig, stop: asyncio.Event | None = None) -> None:
     cdifiles.ensure_cdi_root(config.kubelet.cdi_root)
     nvml = hardware.open_nvml(config.hardware)
     devices = hardware.open_imex_devices(config.hardware)
+    if config.channel_isolation:
+        hardware.check_channel_pool(config.hardware)
     if not config.host_managed and config.gates.enabled(Gate.IMEX_DAEMONS_WITH_DNS_NAMES):
         await asyncio.to_thread(hardware.check_driver_version, nvml)
     client = make_client(
@@ -155,6 +160,7 @@ async def _assemble(
         host_imex=CtlHostImex(
             driver_root=config.kubelet.container_driver_root, socket=config.kubelet.imex_host_socket_path
         ),
+        channel_isolation=config.channel_isolation,
     )
     state = DeviceState(
         store=store,
@@ -165,7 +171,11 @@ async def _assemble(
         get_claim=get_claim,
         on_change=lambda cp: metrics.sync_prepared_devices(config.node_name, cp),
     )
-    published = slices.slice_devices(host_managed=config.host_managed, channel_count=devices.channel_count)
+    published = slices.slice_devices(
+        host_managed=config.host_managed,
+        channel_isolation=config.channel_isolation,
+        channel_count=devices.channel_count,
+    )
     publisher = SlicePublisher(
         client, node_name=config.node_name, devices=published, node_uid=labeler.node_uid
     )

@@ -1,21 +1,29 @@
-"""Keeps this node's ResourceSlice as published, after restarts and after the kubelet wipes it.
+"""Keeps this node's pool of ResourceSlices as published, after restarts and after the kubelet wipes them.
 
-One pool named after the node, one slice (docs/compatibility.md §2.4): created with generateName
-``00000-compute-domain.nvidia.com-<node>-``, owned by the Node (``controller: true``, so it goes with
-the Node), generation 1 at first. A watch of this driver's slices on this node re-runs the sync after
-any change: an unchanged slice costs nothing; a changed one is updated in place at the same generation;
-an extra, mis-indexed or older-generation slice is deleted; a missing one is created (generation + 1
-over what was seen). The kubelet deletes a node's slices when it restarts and when a plugin stays
-disconnected, so reacting to deletions matters.
+One pool named after the node (docs/compatibility.md §2.4), split into slices of at most
+``MAX_DEVICES_PER_SLICE`` devices, the API's limit: one slice unless channel isolation publishes every
+channel (2047 devices: 16 slices, docs/channel-isolation.md §5). Slice ``i`` is created with
+generateName ``<i as 5 hex digits>-compute-domain.nvidia.com-<node>-``, owned by the Node
+(``controller: true``, so it goes with the Node); every slice says ``resourceSliceCount`` and the
+pool's generation, 1 at first.
 
-Shutdown does not delete the slice — upstream does not either: the kubelet wipes a driver's slices once
-its plugin has been gone for a while, and the owner reference removes them with the Node.
+A watch of this driver's slices on this node re-runs the sync after any change. When every index has
+one slice of the newest generation with the wanted content, only slices beyond that (extra, older,
+mis-indexed) are deleted; an unchanged pool costs nothing. Otherwise the whole pool is written again
+at the next generation — the API requires a pool's generation to change in all its slices whenever
+anything in the pool changes, and consumers ignore all but the newest generation — reusing each
+index's existing object where there is one, then the rest is deleted. The kubelet deletes a node's
+slices when it restarts and when a plugin stays disconnected, so reacting to deletions matters.
+
+Shutdown does not delete the slices — upstream does not either: the kubelet wipes a driver's slices
+once its plugin has been gone for a while, and the owner reference removes them with the Node.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import structlog
@@ -32,13 +40,34 @@ from imexdra.common.ratelimit import Backoff
 
 _log = structlog.get_logger(__name__)
 
-#: Index prefix of the pool's only slice (upstream: ``%05x`` of the slice index).
-SLICE_INDEX_PREFIX = "00000-"
+#: ``ResourceSliceMaxDevices`` of resource.k8s.io/v1 for devices without taints, counters or list attributes.
+MAX_DEVICES_PER_SLICE = 128
 SETTLE_DELAY = 1.0
 
 
+_INDEX = re.compile(r"([0-9a-f]{5})-")
+
+
+def slice_name_prefix(index: int) -> str:
+    """The name prefix of the pool's slice ``index`` (upstream: ``%05x`` of the index)."""
+    return f"{index:05x}-"
+
+
+def _slice_index(obj: ResourceSlice) -> int | None:
+    match = _INDEX.match((obj.metadata.name if obj.metadata else None) or "")
+    return int(match.group(1), 16) if match else None
+
+
+def split_devices(
+    devices: Sequence[dict[str, Any]], limit: int = MAX_DEVICES_PER_SLICE
+) -> list[list[dict[str, Any]]]:
+    """``devices`` in publishing order, cut into slices of at most ``limit`` (one slice when empty)."""
+    chunks = [list(devices[start : start + limit]) for start in range(0, len(devices), limit)]
+    return chunks or [[]]
+
+
 class SlicePublisher:
-    """Publishes one pool with ``devices`` for ``node_name``; ``run()`` until cancelled."""
+    """Publishes ``devices`` (in order, split into slices) as the node's pool; ``run()`` until cancelled."""
 
     def __init__(
         self,
@@ -51,7 +80,7 @@ class SlicePublisher:
     ) -> None:
         self._client = client
         self._node_name = node_name
-        self._devices = devices
+        self._slices = split_devices(devices)
         self._node_uid = node_uid
         self._settle_delay = settle_delay
         self._changed = asyncio.Event()
@@ -91,63 +120,99 @@ class SlicePublisher:
                 await asyncio.sleep(self._settle_delay)  # let a burst of events settle into one sync
 
     async def sync(self) -> None:
-        """Make the cluster hold exactly the desired slice for this node's pool."""
+        """Make the cluster hold exactly the desired slices for this node's pool."""
         pool = self._node_name
         slices = [s for s in self.informer.store.objects() if s.spec is not None and s.spec.pool.name == pool]
         generation = max((s.spec.pool.generation for s in slices if s.spec is not None), default=0)
-        current = [
-            s
-            for s in slices
-            if s.spec is not None
-            and s.spec.pool.generation == generation
-            and ((s.metadata and s.metadata.name) or "").startswith(SLICE_INDEX_PREFIX)
-        ]
-        keep = current[0] if current else None
+        newest: dict[int, ResourceSlice] = {}
+        for candidate in slices:
+            index = _slice_index(candidate)
+            if (
+                index is not None
+                and index < len(self._slices)
+                and candidate.spec is not None
+                and candidate.spec.pool.generation == generation
+            ):
+                newest.setdefault(index, candidate)
+        if len(newest) == len(self._slices) and not any(
+            self._differs(existing, index, generation) for index, existing in newest.items()
+        ):
+            keep = {id(s) for s in newest.values()}
+        else:
+            keep = await self._write_generation(slices, newest, generation + 1)
         for obsolete in slices:
-            if obsolete is not keep:
+            if id(obsolete) not in keep:
                 await self._delete(obsolete)
-        if keep is None:
-            await self._create(generation + 1)
-        elif self._differs(keep, generation):
-            await self._update(keep, generation)
 
-    def _desired_spec(self, generation: int) -> dict[str, Any]:
+    async def _write_generation(
+        self, slices: list[ResourceSlice], newest: dict[int, ResourceSlice], generation: int
+    ) -> set[int]:
+        """Write every slice of the pool at ``generation``; the identities of the objects reused."""
+        reusable: dict[int, ResourceSlice] = dict(newest)
+        for candidate in slices:
+            index = _slice_index(candidate)
+            if index is not None and index < len(self._slices):
+                reusable.setdefault(index, candidate)
+        kept: set[int] = set()
+        for index in range(len(self._slices)):
+            existing = reusable.get(index)
+            if existing is None:
+                await self._create(index, generation)
+            else:
+                await self._update(existing, index, generation)
+                kept.add(id(existing))
+        return kept
+
+    def _desired_spec(self, index: int, generation: int) -> dict[str, Any]:
         return {
             "driver": DRIVER_NAME,
-            "pool": {"name": self._node_name, "generation": generation, "resourceSliceCount": 1},
+            "pool": {
+                "name": self._node_name,
+                "generation": generation,
+                "resourceSliceCount": len(self._slices),
+            },
             "nodeName": self._node_name,
-            "devices": self._devices,
+            "devices": self._slices[index],
         }
 
-    def _spec_model(self, generation: int) -> ResourceSliceSpec:
-        return cast(ResourceSliceSpec, ResourceSliceSpec.from_dict(self._desired_spec(generation)))
+    def _spec_model(self, index: int, generation: int) -> ResourceSliceSpec:
+        return cast(ResourceSliceSpec, ResourceSliceSpec.from_dict(self._desired_spec(index, generation)))
 
-    def _differs(self, existing: ResourceSlice, generation: int) -> bool:
+    def _differs(self, existing: ResourceSlice, index: int, generation: int) -> bool:
         if existing.spec is None:
             return True
-        return _essentials(existing.spec.to_dict()) != _essentials(self._desired_spec(generation))
+        return _essentials(existing.spec.to_dict()) != _essentials(self._desired_spec(index, generation))
 
-    async def _create(self, generation: int) -> None:
+    async def _create(self, index: int, generation: int) -> None:
         owner = OwnerReference(
             apiVersion="v1", kind="Node", name=self._node_name, uid=await self._node_uid(), controller=True
         )
         body = ResourceSlice(
             metadata=ObjectMeta(
-                generateName=f"{SLICE_INDEX_PREFIX}{DRIVER_NAME}-{self._node_name}-", ownerReferences=[owner]
+                generateName=f"{slice_name_prefix(index)}{DRIVER_NAME}-{self._node_name}-",
+                ownerReferences=[owner],
             ),
-            spec=self._spec_model(generation),
+            spec=self._spec_model(index, generation),
         )
         with kube_errors("create ResourceSlice"):
             created = await self._client.create(body)
         self.informer.store.upsert(created)
-        _log.info("ResourceSlice published", name=created.metadata.name if created.metadata else None)
+        _log.info(
+            "ResourceSlice published",
+            name=created.metadata.name if created.metadata else None,
+            generation=generation,
+        )
 
-    async def _update(self, existing: ResourceSlice, generation: int) -> None:
-        body = ResourceSlice(metadata=existing.metadata, spec=self._spec_model(generation))
+    async def _update(self, existing: ResourceSlice, index: int, generation: int) -> None:
+        body = ResourceSlice(metadata=existing.metadata, spec=self._spec_model(index, generation))
         with kube_errors("update ResourceSlice"):
             updated = await self._client.replace(body)
         self.informer.store.upsert(updated)
-        _log.info("ResourceSlice updated", name=updated.metadata.name if updated.metadata else None)
+        _log.info(
+            "ResourceSlice updated",
+            name=updated.metadata.name if updated.metadata else None,
+            generation=generation,
+        )
 
     async def _delete(self, obsolete: ResourceSlice) -> None:
         name = obsolete.metadata.name if obsolete.metadata else None

@@ -1,13 +1,15 @@
 """The node's allocatable devices and the device list it publishes in its ResourceSlice.
 
-Allocatable: ``channel-0 .. channel-2047`` and ``daemon-0``. Published (docs/data-path.md §4):
+Allocatable: ``channel-0 .. channel-<count-1>`` and ``daemon-0``. Published (docs/data-path.md §4):
 ``channel-0`` and ``daemon-0``; under HostManagedIMEX only ``channel-0`` — the host runs nvidia-imex,
-so no daemon device exists (docs/data-path.md §10). Each device carries exactly two
-attributes in the driver's own domain, written unqualified as upstream does: ``type`` (string
-``channel``/``daemon``) and ``id`` (int), i.e. ``compute-domain.nvidia.com/type`` and ``.../id``.
+so no daemon device exists (docs/data-path.md §10); under channel isolation (host-managed only)
+``channel-1 .. channel-<count-1>`` and not channel 0, one device per channel so that the scheduler
+keeps two domains off one channel of a node (docs/channel-isolation.md §5). Each device carries
+exactly two attributes in the driver's own domain, written unqualified as upstream does: ``type``
+(string ``channel``/``daemon``) and ``id`` (int), i.e. ``compute-domain.nvidia.com/type`` and ``.../id``.
 
-Pure data: the publisher that talks to the API is built elsewhere. Unlike upstream (Go map order),
-the device order is stable, so a restart never rewrites an unchanged slice.
+Pure data: ``slicepublisher`` splits the list into slices and talks to the API. Unlike upstream (Go
+map order), the device order is stable, so a restart never rewrites an unchanged slice.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from imexdra.api.constants import DEVICE_ATTRIBUTE_ID, DEVICE_ATTRIBUTE_TYPE, DRIVER_NAME, DeviceType
+from imexdra.api.constants import DEVICE_ATTRIBUTE_ID, DEVICE_ATTRIBUTE_TYPE, DeviceType
 from imexdra.devices.procfs import IMEX_CHANNEL_COUNT
 
 _DEVICE_NAME = re.compile(r"(channel|daemon)-(0|[1-9][0-9]*)")
@@ -61,29 +63,24 @@ def parse_device_name(name: str) -> AllocatableDevice | None:
 
 
 def published_devices(
-    allocatable: dict[str, AllocatableDevice], *, host_managed: bool
+    allocatable: dict[str, AllocatableDevice], *, host_managed: bool, channel_isolation: bool = False
 ) -> list[AllocatableDevice]:
-    """The subset advertised to the scheduler: channel 0 only, plus daemons unless host-managed."""
-    chosen = [
-        device
-        for device in allocatable.values()
-        if (device.type == DeviceType.CHANNEL and device.id == 0)
-        or (device.type == DeviceType.DAEMON and not host_managed)
-    ]
+    """The subset advertised to the scheduler, channels first, by ID (see the module docstring)."""
+
+    def published(device: AllocatableDevice) -> bool:
+        if device.type == DeviceType.DAEMON:
+            return not host_managed
+        return device.id >= 1 if channel_isolation else device.id == 0
+
+    chosen = [device for device in allocatable.values() if published(device)]
     return sorted(chosen, key=lambda device: (device.type != DeviceType.CHANNEL, device.id))
 
 
-def slice_devices(*, host_managed: bool, channel_count: int = IMEX_CHANNEL_COUNT) -> list[dict[str, Any]]:
-    """The ``spec.devices`` list of the node's ResourceSlice."""
-    devices = published_devices(allocatable_devices(channel_count), host_managed=host_managed)
+def slice_devices(
+    *, host_managed: bool, channel_isolation: bool = False, channel_count: int = IMEX_CHANNEL_COUNT
+) -> list[dict[str, Any]]:
+    """The ``spec.devices`` entries of the node's pool, in publishing order."""
+    devices = published_devices(
+        allocatable_devices(channel_count), host_managed=host_managed, channel_isolation=channel_isolation
+    )
     return [device.slice_entry() for device in devices]
-
-
-def resource_slice_spec(node_name: str, *, host_managed: bool, generation: int = 1) -> dict[str, Any]:
-    """A ``resource.k8s.io/v1`` ResourceSlice spec for the node's single pool (named after the node)."""
-    return {
-        "driver": DRIVER_NAME,
-        "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
-        "nodeName": node_name,
-        "devices": slice_devices(host_managed=host_managed),
-    }

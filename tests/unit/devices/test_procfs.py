@@ -10,9 +10,11 @@ from imexdra.devices.procfs import (
     HostImexDevices,
     parse_char_device_major,
     parse_nvcap_info,
+    read_imex_channel_count,
 )
 from imexdra_sim.devices.procfs_fake import (
     proc_devices_text,
+    write_driver_params,
     write_fabric_mgmt_capability,
     write_proc_devices,
 )
@@ -126,3 +128,35 @@ def test_fake_text_keeps_entries_out_of_block_section() -> None:
     text = proc_devices_text(imex_channels_major=300)
     assert text.index("300 nvidia-caps-imex-channels") < text.index("Block devices:")
     assert parse_char_device_major(text, "nvidia-caps-imex-channels", source="fake") == 300
+
+
+def test_imex_channel_count_from_driver_params(tmp_path: Path) -> None:
+    """ImexChannelCount is read from the driver's params file, among its other lines."""
+    params = write_driver_params(tmp_path / "params", imex_channel_count=16)
+    assert read_imex_channel_count(params) == 16
+    assert read_imex_channel_count(write_driver_params(tmp_path / "default")) == 2048
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("ModifyDeviceFiles: 1\n", "no ImexChannelCount"),
+        ("ImexChannelCount: lots\n", "'lots' is not a count"),
+        ("ImexChannelCount: -4\n", "'-4' is not a count"),
+        ("ImexChannelCount: \u0663\n", "is not a count"),
+        (f"ImexChannelCount: {'9' * 30}\n", "is not a count"),
+    ],
+    ids=["absent", "word", "negative", "non-ascii-digit", "overflow"],
+)
+def test_imex_channel_count_refuses_what_is_not_a_count(tmp_path: Path, text: str, message: str) -> None:
+    """A params file without a decimal ImexChannelCount is a DeviceDiscoveryError naming the problem."""
+    params = tmp_path / "params"
+    params.write_text(text, encoding="utf-8")
+    with pytest.raises(DeviceDiscoveryError, match=message):
+        read_imex_channel_count(params)
+
+
+def test_imex_channel_count_of_a_missing_file(tmp_path: Path) -> None:
+    """A driver without the params file (none loaded) is a DeviceDiscoveryError naming the path."""
+    with pytest.raises(DeviceDiscoveryError, match="error reading"):
+        read_imex_channel_count(tmp_path / "absent")

@@ -101,6 +101,16 @@ def channel_claim(
     )
 
 
+def claim_on(
+    device: str, uid: str = "claim-1", *, domain: str = DOMAIN_UID, mode: str | None = "Single"
+) -> ResourceClaim:
+    """A workload claim of ``domain`` allocated ``device`` (e.g. ``channel-7``) for request ``channel``."""
+    return resource_claim(
+        ClaimRef(NAMESPACE, f"{uid}-name", uid),
+        status([result("channel", device)], [config(channel_params(domain, mode), requests=["channel"])]),
+    )
+
+
 def daemon_claim(uid: str = "daemon-1", *, domain: str = DOMAIN_UID) -> ResourceClaim:
     return resource_claim(
         ClaimRef("driver-ns", f"{uid}-name", uid),
@@ -183,6 +193,7 @@ class Node:
 
     root: Path
     host_managed: bool = False
+    channel_isolation: bool = False
     clique: str = CLIQUE
     domains: Domains = field(default_factory=Domains)
     labels: Labels = field(default_factory=Labels)
@@ -217,6 +228,7 @@ class Node:
             readiness=self.readiness,
             daemon_owners=self.owners,
             host_imex=self.host_imex,
+            channel_isolation=self.channel_isolation,
             daemon_config_template=self.root / "no-template",
         )
         state = DeviceState(

@@ -130,12 +130,17 @@ async def test_namespace_assertion_is_permanent(
 
 
 async def test_channel_zero_held_by_another_claim(node: Node) -> None:
-    """Any channel claim is checked against channel 0 of completed claims (retryable conflict)."""
+    """A channel claim is checked against channel 0 of completed claims (retryable conflict).
+
+    The second claim holds channel-0 with admin access, which the device-overlap check ignores.
+    """
     await node.state.prepare(channel_claim("claim-1"))
     second = channel_claim("claim-2")
     second = resource_claim(
         second.ref,
-        status([result("channel", "channel-7")], [config(channel_params(), requests=["channel"])]),
+        status(
+            [result("channel", "channel-0", admin=True)], [config(channel_params(), requests=["channel"])]
+        ),
     )
     with pytest.raises(
         RetryableError, match=r"channel 0 already allocated by claim claim-1 \(according to checkpoint\)"
@@ -317,7 +322,7 @@ async def test_label_kept_while_a_partially_prepared_claim_of_the_domain_remains
     node.readiness.ready = True
     completed = resource_claim(
         ClaimRef(NAMESPACE, "claim-c-name", "claim-c"),
-        status([result("channel", "channel-1")], [config(channel_params(), requests=["channel"])]),
+        status([result("channel", "channel-0")], [config(channel_params(), requests=["channel"])]),
     )
     await node.state.prepare(completed)
     await node.state.unprepare(completed.ref)

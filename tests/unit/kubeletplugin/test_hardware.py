@@ -16,13 +16,18 @@ from imexdra.kubeletplugin.hardware import (
     CliqueTracker,
     HardwareSettings,
     build_base_spec,
+    check_channel_pool,
     check_driver_version,
     open_imex_devices,
     open_nvml,
 )
 from imexdra_sim.devices.driverroot_fake import make_char_device
 from imexdra_sim.devices.nvml_fake import FakeNvml
-from imexdra_sim.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
+from imexdra_sim.devices.procfs_fake import (
+    write_driver_params,
+    write_fabric_mgmt_capability,
+    write_proc_devices,
+)
 
 UUID = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60"
 
@@ -57,6 +62,43 @@ def test_missing_channel_major_is_fatal(tmp_path: Path) -> None:
     write_proc_devices(tmp_path / "proc-devices", imex_channels_major=None)
     with pytest.raises(DeviceDiscoveryError, match="nvidia-caps-imex-channels"):
         open_imex_devices(settings)
+
+
+@pytest.mark.parametrize(
+    ("driver", "ok"), [(2048, True), (4096, True), (16, False)], ids=["same", "more", "fewer"]
+)
+def test_channel_pool_check(tmp_path: Path, driver: int, ok: bool) -> None:
+    """Channel isolation starts only when the driver has at least the install's channels (mock mode reads
+    the params file under the driver root); fewer is fatal, naming both numbers and the chart value."""
+    settings = simulated(tmp_path)
+    write_driver_params(
+        settings.container_driver_root / "proc/driver/nvidia/params", imex_channel_count=driver
+    )
+    if ok:
+        assert check_channel_pool(settings) == driver
+        return
+    with pytest.raises(PermanentError) as caught:
+        check_channel_pool(settings)
+    assert "the driver has 16 IMEX channels" in str(caught.value)
+    assert "hands out 2048" in str(caught.value)
+    assert "resources.computeDomains.imex.channelCount" in str(caught.value)
+
+
+def test_channel_pool_check_without_the_parameter(tmp_path: Path) -> None:
+    """A driver whose params lack ImexChannelCount: fatal, saying which module parameter to set."""
+    settings = dataclasses.replace(simulated(tmp_path), channel_count=64)
+    write_driver_params(settings.container_driver_root / "proc/driver/nvidia/params", imex_channel_count=None)
+    with pytest.raises(PermanentError, match="NVreg_ImexChannelCount=64 or use --imex-isolation=domain"):
+        check_channel_pool(settings)
+
+
+def test_channel_count_reaches_the_devices(tmp_path: Path) -> None:
+    """The install's channel count bounds the channel device nodes the plugin can build."""
+    devices = open_imex_devices(dataclasses.replace(simulated(tmp_path), channel_count=4))
+    assert devices.channel_count == 4
+    assert devices.channel(3).minor == 3
+    with pytest.raises(DeviceDiscoveryError, match="out of range"):
+        devices.channel(4)
 
 
 @pytest.mark.parametrize("mock_mode", [True, False], ids=["mock-mode", "real-node"])

@@ -133,11 +133,16 @@ async def test_unprepare_skips_label_but_removes_cdi_and_checkpoint(node: Node) 
 
 
 async def test_second_channel_claim_refused_by_checkpoint_conflict(node: Node) -> None:
-    """A second channel claim on the node is refused while the first is prepared."""
+    """A second channel claim on the node is refused while the first is prepared.
+
+    The second holds channel-0 with admin access, which the device-overlap check ignores.
+    """
     await node.state.prepare(channel_claim("claim-1"))
     second = resource_claim(
         ClaimRef(NAMESPACE, "claim-2-name", "claim-2"),
-        status([result("channel", "channel-5")], [config(channel_params(), requests=["channel"])]),
+        status(
+            [result("channel", "channel-0", admin=True)], [config(channel_params(), requests=["channel"])]
+        ),
     )
     with pytest.raises(RetryableError, match="channel 0 already allocated by claim claim-1"):
         await node.state.prepare(second)
@@ -164,10 +169,13 @@ class FailingStore(CheckpointStore):
         await super()._write(checkpoint)
 
 
-def on_channel_5() -> ResourceClaim:
+def admin_on_channel_0() -> ResourceClaim:
+    """Channel 0 with admin access: past the device-overlap check, to the channel-0 checkpoint check."""
     return resource_claim(
         ClaimRef(NAMESPACE, "claim-1-name", "claim-1"),
-        status([result("channel", "channel-5")], [config(channel_params(), requests=["channel"])]),
+        status(
+            [result("channel", "channel-0", admin=True)], [config(channel_params(), requests=["channel"])]
+        ),
     )
 
 
@@ -201,7 +209,7 @@ STEPS: list[tuple[str, Any, type[DriverError], str | None]] = [
     ),
     (
         "5-conflict",
-        {"before": prepared_elsewhere, "claim": on_channel_5()},
+        {"before": prepared_elsewhere, "claim": admin_on_channel_0()},
         RetryableError,
         ClaimState.PREPARE_STARTED,
     ),

@@ -6,12 +6,12 @@ import pytest
 
 from imexdra.api.constants import DeviceType
 from imexdra.kubeletplugin.paths import PluginPaths
+from imexdra.kubeletplugin.slicepublisher import MAX_DEVICES_PER_SLICE, slice_name_prefix, split_devices
 from imexdra.kubeletplugin.slices import (
     AllocatableDevice,
     allocatable_devices,
     parse_device_name,
     published_devices,
-    resource_slice_spec,
     slice_devices,
 )
 
@@ -74,14 +74,37 @@ def test_parse_device_name(name: str, expected: AllocatableDevice | None) -> Non
     assert parse_device_name(name) == expected
 
 
-def test_resource_slice_spec() -> None:
-    """The spec names the driver, a one-slice pool named after the node, the node, and the devices."""
-    assert resource_slice_spec("node-a", host_managed=False) == {
-        "driver": "compute-domain.nvidia.com",
-        "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
-        "nodeName": "node-a",
-        "devices": [CHANNEL_0, DAEMON_0],
+def test_channel_isolation_publishes_every_channel_but_zero() -> None:
+    """Under channel isolation a node publishes channel-1..channel-2047, one device each, no channel-0."""
+    devices = slice_devices(host_managed=True, channel_isolation=True)
+    assert len(devices) == 2047
+    assert devices[0] == {
+        "name": "channel-1",
+        "attributes": {"type": {"string": "channel"}, "id": {"int": 1}},
     }
+    assert devices[-1]["name"] == "channel-2047"
+    assert [d["attributes"]["id"]["int"] for d in devices] == list(range(1, 2048))
+
+
+def test_channel_isolation_follows_the_channel_count() -> None:
+    """A smaller pool (--imex-channel-count 4) publishes channel-1..channel-3."""
+    names = [d["name"] for d in slice_devices(host_managed=True, channel_isolation=True, channel_count=4)]
+    assert names == ["channel-1", "channel-2", "channel-3"]
+
+
+def test_split_devices_into_slices_the_api_accepts() -> None:
+    """2047 devices make 16 slices of at most 128 in order; a short list one slice; none one empty slice."""
+    devices = slice_devices(host_managed=True, channel_isolation=True)
+    slices = split_devices(devices)
+    assert [len(s) for s in slices] == [MAX_DEVICES_PER_SLICE] * 15 + [127]
+    assert [d for s in slices for d in s] == devices
+    assert split_devices([CHANNEL_0, DAEMON_0]) == [[CHANNEL_0, DAEMON_0]]
+    assert split_devices([]) == [[]]
+
+
+def test_slice_name_prefix() -> None:
+    """Slice i's name starts with i as five lowercase hex digits (upstream's %05x)."""
+    assert [slice_name_prefix(i) for i in (0, 15, 16)] == ["00000-", "0000f-", "00010-"]
 
 
 def test_plugin_paths_defaults() -> None:

@@ -4,6 +4,7 @@ The driver root is laid out like an NVIDIA driver install (docs/driver-root.md):
 
     dev/nvidia0..3, nvidiactl, nvidia-uvm, nvidia-caps/..., nvidia-caps-imex-channels/channel0
     proc/driver/nvidia/capabilities/fabric-imex-mgmt
+    proc/driver/nvidia/params       with the driver's ImexChannelCount
     usr/lib64/libnvidia-ml.so.1     a copy of the mock NVML library (tools/nvml-mock)
     usr/lib64/nvml-mock-profile     the tray's GPUs and NVLink fabric, read by that library
     usr/bin/nvidia-imex             the fake IMEX daemon and its control tool (devices.fakeimex),
@@ -28,11 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imexdra.devices.driverroot import IMEX_BINARIES, NVML_LIBRARY
+from imexdra.devices.procfs import IMEX_CHANNEL_COUNT
 from imexdra_sim.devices.fakeimex.install import install_fake_imex
 from imexdra_sim.devices.procfs_fake import (
     DEFAULT_FABRIC_MGMT_MINOR,
     DEFAULT_IMEX_CHANNELS_MAJOR,
     DEFAULT_NVIDIA_CAPS_MAJOR,
+    write_driver_params,
     write_fabric_mgmt_capability,
     write_proc_devices,
 )
@@ -56,6 +59,7 @@ FAKE_DEVICE_NODES = {
 of the frontend and UVM are the fake ``/proc/devices``' (``procfs_fake``)."""
 
 FABRIC_MGMT_CAPABILITY = "proc/driver/nvidia/capabilities/fabric-imex-mgmt"
+DRIVER_PARAMS = "proc/driver/nvidia/params"
 NVML_LIBRARY_DIR = "usr/lib64"
 """First of the directories ``driverroot.find_nvml_library`` searches (a RHEL-style install)."""
 NVML_MOCK_PROFILE = "nvml-mock-profile"
@@ -88,6 +92,8 @@ class Tray:
     gpus: int = GPUS_PER_TRAY
     imex: bool = True
     """Whether the driver install ships ``nvidia-imex``/``nvidia-imex-ctl`` (False: a broken install)."""
+    imex_channel_count: int = IMEX_CHANNEL_COUNT
+    """The driver's ``NVreg_ImexChannelCount`` (below the install's, channel isolation refuses the node)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +155,7 @@ def write_driver_root(root: Path, tray: Tray, *, nvml_library: Path) -> Path:
     for name, (major, minor) in FAKE_DEVICE_NODES.items():
         make_char_device(root / "dev" / name, major, minor)
     write_fabric_mgmt_capability(root / FABRIC_MGMT_CAPABILITY)
+    write_driver_params(root / DRIVER_PARAMS, imex_channel_count=tray.imex_channel_count)
     library_dir = root / NVML_LIBRARY_DIR
     library_dir.mkdir(parents=True, exist_ok=True)
     # Copy to a temporary name and rename: a plugin that has the old copy loaded keeps it intact.

@@ -2,14 +2,20 @@
 
 The contents mirror what upstream's mock setup produces (docs/hardware.md §8): a ``/proc/devices``
 with ``nvidia-caps-imex-channels`` at 235 and ``nvidia-caps`` at 236 inserted before
-``Block devices:``, and a fabric-imex-mgmt capability with minor 512 and mode 438 (0o666).
+``Block devices:``, and a fabric-imex-mgmt capability with minor 512 and mode 438 (0o666); and the
+driver's ``params`` file with its ``ImexChannelCount`` (2048 unless a test wants a smaller pool).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from imexdra.devices.procfs import IMEX_CHANNELS_DEVICE, NVIDIA_CAPS_DEVICE
+from imexdra.devices.procfs import (
+    IMEX_CHANNEL_COUNT,
+    IMEX_CHANNEL_COUNT_PARAM,
+    IMEX_CHANNELS_DEVICE,
+    NVIDIA_CAPS_DEVICE,
+)
 
 DEFAULT_IMEX_CHANNELS_MAJOR = 235
 DEFAULT_NVIDIA_CAPS_MAJOR = 236
@@ -63,4 +69,15 @@ def write_fabric_mgmt_capability(
     path.write_text(
         f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: {modify}\n", encoding="utf-8"
     )
+    return path
+
+
+def write_driver_params(path: Path, *, imex_channel_count: int | None = IMEX_CHANNEL_COUNT) -> Path:
+    """Write a fake ``/proc/driver/nvidia/params`` (a few of the driver's lines; None: no IMEX channels)."""
+    lines = ["ResmanDebugLevel: 4294967295", "ModifyDeviceFiles: 1", "EnableMSI: 1"]
+    if imex_channel_count is not None:
+        lines.append(f"{IMEX_CHANNEL_COUNT_PARAM}: {imex_channel_count}")
+    lines.append("CreateImexChannel0: 0")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
