@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from imexdra.api.constants import DRIVER_NAME
+from imexdra.common.logformat import parse_line
 from imexdra_sim import demo, rack
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import service_account_kubeconfig
@@ -193,15 +194,8 @@ def container_log(cluster: LocalCluster, pod: dict[str, Any]) -> list[str]:
 
 
 def log_events(lines: list[str]) -> list[dict[str, Any]]:
-    """The JSON log lines among ``lines``, decoded (the chart's pods log JSON: no TTY)."""
-    events = []
-    for line in lines:
-        if line.startswith("{"):
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return events
+    """The log lines among ``lines``, decoded: ``msg`` and the keys (the chart's pods log klog's text)."""
+    return [entry for entry in map(parse_line, lines) if entry is not None]
 
 
 def upgrade_chart(cluster: LocalCluster, values: dict[str, Any]) -> None:

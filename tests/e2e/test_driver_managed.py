@@ -92,7 +92,7 @@ def test_seed_mpijob_with_imex_daemons(driver_managed_rack: LocalCluster) -> Non
     for pod in daemon_pods["items"]:
         assert imex_seen_by_daemon(cluster, pod), pod["metadata"]["name"]
         [found] = [
-            e for e in log_events(container_log(cluster, pod)) if e.get("event") == "imex_binaries_found"
+            e for e in log_events(container_log(cluster, pod)) if e.get("msg") == "imex_binaries_found"
         ]
         assert (found["nvidia_imex"], found["nvidia_imex_ctl"]) == (
             "/usr/bin/nvidia-imex",
@@ -142,8 +142,8 @@ def test_a_driver_root_without_imex_fails_the_daemon_saying_why(
     plugin = next(
         p for p in driver_pods(cluster, PLUGIN_SELECTOR) if p["spec"]["nodeName"] == node_without_imex
     )
-    warnings = [e for e in log_events(container_log(cluster, plugin)) if e.get("level") == "warning"]
-    assert any("IMEX daemons on this node cannot start" in e["event"] for e in warnings)
+    warnings = [e for e in log_events(container_log(cluster, plugin)) if e.get("severity") == "warning"]
+    assert any("IMEX daemons on this node cannot start" in e["msg"] for e in warnings)
     base = yaml.safe_load(
         (cluster.node(node_without_imex).host_dir / rack.CDI_ROOT.lstrip("/") / BASE_SPEC).read_text()
     )
@@ -164,7 +164,7 @@ def test_a_driver_root_without_imex_fails_the_daemon_saying_why(
                 return [
                     e["error"]
                     for e in log_events(container_log(cluster, pod))
-                    if e.get("event") == "daemon_failed"
+                    if e.get("msg") == "daemon_failed"
                 ]
         return None
 

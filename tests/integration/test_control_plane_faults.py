@@ -297,7 +297,7 @@ def converged(cluster: LocalCluster, uids: dict[str, str]) -> bool:
 
 def relists(process: ControllerProcess) -> dict[str, int]:
     """What the controller's informers went through: 410 relists (log and metric) and reconnects."""
-    events = collections.Counter(e.get("event") for e in process.log_events())
+    events = collections.Counter(e.get("msg") for e in process.log_events())
     samples = process.metrics()
     return {
         "410 relists (log)": events["watch_expired_relisting"],

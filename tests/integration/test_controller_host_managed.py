@@ -75,9 +75,9 @@ async def ready_domain(kube: AsyncClient, name: str, **spec: object) -> ComputeD
 def test_resolved_gate_overrides_are_logged(controller: ControllerProcess) -> None:
     """Startup logs both forced gates and the effective map with HostManagedIMEX on."""
     events = controller.log_events()
-    forced = {e["gate"]: e["value"] for e in events if e.get("event") == "feature gate forced"}
+    forced = {e["gate"]: e["value"] for e in events if e.get("msg") == "feature gate forced"}
     assert forced == {"IMEXDaemonsWithDNSNames": False, "ComputeDomainCliques": False}
-    gates = next(e for e in events if e.get("event") == "feature gates")
+    gates = next(e for e in events if e.get("msg") == "feature gates")
     assert gates["HostManagedIMEX"] is True
     assert gates["ComputeDomainCliques"] is False
 
@@ -145,7 +145,7 @@ async def test_delete_removes_template_then_domain_and_forgets_metrics(
     ready_after = metric(controller.metrics(), "nvidia_dra_compute_domain_info", status="Ready")
     assert ready_after == ready_before - 1
     finalized = [
-        e for e in controller.log_events() if e.get("event") == "domain_finalized" and e.get("domain") == uid
+        e for e in controller.log_events() if e.get("msg") == "domain_finalized" and e.get("domain") == uid
     ]
     assert len(finalized) == 1
 

@@ -448,7 +448,7 @@ async def test_killed_imex_is_restarted_by_its_daemon(domain: Domain, kube: Asyn
     after = await wait_converged(kube, NODES, "domain converged after the IMEX kill")
     assert after["node-1"].imex_pid != victim.imex_pid
     assert (after["node-1"].pod, after["node-1"].restarts) == (victim.pod, victim.restarts)
-    events = [e.get("event") for e in daemon_log(domain, "node-1", victim.pod)]
+    events = [e.get("msg") for e in daemon_log(domain, "node-1", victim.pod)]
     assert "imex_exited" in events and events.count("imex_started") >= 2
 
 
@@ -694,7 +694,7 @@ async def test_node_without_fabric_joins_without_imex(domain: Domain, kube: Asyn
         domain.cluster.node("node-0").host_dir / "srv" / f"imexd-nofabric-{SUFFIX}" / "imexd.cfg"
     ).exists()
     assert ready.metadata.name is not None
-    events = [e.get("event") for e in daemon_log(domain, "node-0", ready.metadata.name)]
+    events = [e.get("msg") for e in daemon_log(domain, "node-0", ready.metadata.name)]
     assert "no_fabric_noop_mode" in events and "imex_started" not in events
     domain.cluster.kubectl("delete", "daemonset", name, "-n", DRIVER_NS, "--timeout=60s")
 

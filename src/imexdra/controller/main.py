@@ -42,7 +42,6 @@ from imexdra.common.leaderelection import (
     LeadershipLostError,
     new_identity,
 )
-from imexdra.common.logging import configure_logging
 from imexdra.common.metrics import Probes, start_http_server
 from imexdra.common.tasks import stop_on_signals, supervise
 from imexdra.common.termination import write_termination_message
@@ -73,8 +72,7 @@ def main(
     imex: ImexSettings,
 ) -> None:
     """The cluster-wide ComputeDomain controller."""
-    log_format = logging.logging_format.value if logging.logging_format else None
-    configure_logging(logging.verbosity, log_format=log_format)
+    logging.configure()
     log_feature_gates(feature_gates)
     try:
         config = ControllerConfig.from_settings(

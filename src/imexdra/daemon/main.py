@@ -71,12 +71,10 @@ def run(settings: GlobalSettings) -> None:
 
     from imexdra.api.featuregates import log_feature_gates
     from imexdra.common.errors import DriverError
-    from imexdra.common.logging import configure_logging
     from imexdra.common.termination import write_termination_message
     from imexdra.daemon.run import RunConfig, run_daemon
 
-    log_format = settings.logging.logging_format.value if settings.logging.logging_format else None
-    configure_logging(settings.logging.verbosity, log_format=log_format)
+    settings.logging.configure()
     log_feature_gates(settings.feature_gates)
     _log = structlog.get_logger(__name__)
     _log.info(

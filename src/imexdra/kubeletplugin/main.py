@@ -37,7 +37,6 @@ from imexdra.api.config.common import (
 from imexdra.api.config.kubelet_plugin import KubeletPluginSettings, kubelet_plugin_options
 from imexdra.api.featuregates import FeatureGates, log_feature_gates
 from imexdra.common.errors import ConfigError, DriverError
-from imexdra.common.logging import configure_logging
 from imexdra.common.termination import write_termination_message
 from imexdra.kubeletplugin.hardware import HardwareSettings
 from imexdra.kubeletplugin.plugin import PluginConfig, run
@@ -74,9 +73,7 @@ def main(
     alt_proc_devices_path: Path | None,
 ) -> None:
     """The per-node DRA kubelet plugin for IMEX channels (driver compute-domain.nvidia.com)."""
-    configure_logging(
-        logging.verbosity, log_format=logging.logging_format.value if logging.logging_format else None
-    )
+    logging.configure()
     log = structlog.get_logger("imexdra.kubeletplugin")
     try:
         host_managed = imex.host_managed(feature_gates)

@@ -5,6 +5,7 @@ reported as usage errors naming flag and variable; the IMEX mode/feature-gate cr
 isolation each mode allows.
 """
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ from tests.unit.api.cli import invoke, settings_of
 COUNT_FLAG = "'--imex-channel-count'"
 
 DEFAULT_CASES: list[tuple[OptionGroup[Any], Any]] = [
-    (logging_options, LoggingSettings(verbosity=0, logging_format=None)),
+    (logging_options, LoggingSettings(verbosity=0, logging_format=LogFormat.TEXT)),
     (kube_client_options, KubeClientSettings(kubeconfig=None, kube_api_qps=5.0, kube_api_burst=10)),
     (metrics_options, MetricsSettings(http_endpoint="", metrics_path="/metrics")),
     (namespace_options, "default"),
@@ -51,6 +52,8 @@ ENV_CASES: list[tuple[OptionGroup[Any], dict[str, str], str, Any]] = [
     (logging_options, {"V": "3"}, "verbosity", 3),
     (logging_options, {"LOG_VERBOSITY": "6"}, "verbosity", 6),
     (logging_options, {"LOGGING_FORMAT": "json"}, "logging_format", LogFormat.JSON),
+    (logging_options, {"VMODULE": "reconciler=6,status=2"}, "vmodule", (("reconciler", 6), ("status", 2))),
+    (logging_options, {"LOG_FLUSH_FREQUENCY": "1m30s"}, "log_flush_frequency", timedelta(seconds=90)),
     (kube_client_options, {"KUBE_API_QPS": "50"}, "kube_api_qps", 50.0),
     (kube_client_options, {"KUBE_API_BURST": "100"}, "kube_api_burst", 100),
     (metrics_options, {"HTTP_ENDPOINT": ":8081"}, "listen_address", ("", 8081)),
@@ -117,6 +120,8 @@ def test_env_fallbacks(group: OptionGroup[Any], env: dict[str, str], attribute: 
         (imex_options, {"IMEX_CHANNEL_COUNT": "1048577"}, [COUNT_FLAG, "NVreg_ImexChannelCount"]),
         (imex_options, {"IMEX_CHANNEL_COUNT": "2k"}, [COUNT_FLAG, '"2k" is not a channel count']),
         (imex_options, {"IMEX_CHANNEL_COUNT": "-4"}, [COUNT_FLAG, '"-4" is not a channel count']),
+        (logging_options, {"VMODULE": "reconciler"}, ["'--vmodule'", "VMODULE", "is not pattern=N"]),
+        (logging_options, {"LOG_FLUSH_FREQUENCY": "often"}, ["'--log-flush-frequency'", "not a duration"]),
     ],
     ids=[
         "node-name-missing",
@@ -138,6 +143,8 @@ def test_env_fallbacks(group: OptionGroup[Any], env: dict[str, str], attribute: 
         "channel-count-beyond-20-bit-minor",
         "channel-count-not-a-number",
         "channel-count-negative",
+        "vmodule-without-level",
+        "flush-frequency-not-a-duration",
     ],
 )
 def test_invalid_values_are_usage_errors(

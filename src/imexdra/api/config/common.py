@@ -1,22 +1,25 @@
 """Option groups more than one binary uses: logging, feature gates, API client, metrics, identity, IMEX.
 
-Upstream's klog flags beyond ``-v`` (``--vmodule``, buffer sizes, ...) have no meaning for structlog
-and are not offered; ``--logging-format`` keeps its name and its ``text``/``json`` values. The
-logging settings feed ``imexdra.common.logging.configure_logging``.
+The logging group has component-base's flags and variables: ``-v``/``--v``, ``--vmodule``,
+``--logging-format`` (``text``, the default, or ``json``) and ``--log-flush-frequency`` (accepted;
+every line is flushed as it is written). The alpha split-stream and buffer flags are not offered
+(docs/logging.md). :meth:`LoggingSettings.configure` feeds ``imexdra.common.logging``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import click
 
-from imexdra.api.config.groups import OptionGroup, check_dns_label, check_dns_subdomain, option
+from imexdra.api.config.groups import GoDuration, OptionGroup, check_dns_label, check_dns_subdomain, option
 from imexdra.api.featuregates import FeatureGates, Gate, resolve_feature_gates
 from imexdra.common.errors import ConfigError
+from imexdra.common.verbosity import VModule, parse_vmodule
 
 
 class LogFormat(StrEnum):
@@ -28,10 +31,25 @@ class LogFormat(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class LoggingSettings:
-    """How much to log (klog-style verbosity, 0 = least) and in which format (``None``: by terminal)."""
+    """klog's settings: verbosity (0 = least), per-file verbosity, line format, flush period."""
 
     verbosity: int
-    logging_format: LogFormat | None
+    logging_format: LogFormat = LogFormat.TEXT
+    vmodule: VModule = ()
+    log_flush_frequency: timedelta = timedelta(seconds=5)
+
+    def configure(self) -> None:
+        """Set up this process's logging (``imexdra.common.logging``, loaded only now)."""
+        from imexdra.common.logging import configure_logging
+
+        configure_logging(self.verbosity, log_format=self.logging_format.value, vmodule=self.vmodule)
+
+
+def _vmodule(_ctx: click.Context, _param: click.Parameter, value: str) -> VModule:
+    try:
+        return parse_vmodule(value)
+    except ConfigError as error:
+        raise click.BadParameter(str(error).removeprefix("vmodule: ")) from error
 
 
 logging_options = OptionGroup(
@@ -44,15 +62,29 @@ logging_options = OptionGroup(
         envvar=["V", "LOG_VERBOSITY"],
         type=click.IntRange(min=0),
         default=0,
-        help="Log verbosity, as klog's -v.",
+        help="Log verbosity, as klog's -v: a line logged at level N is shown when N <= this.",
+    ),
+    option(
+        "--vmodule",
+        envvar="VMODULE",
+        callback=_vmodule,
+        default="",
+        help="Per-file verbosity: comma-separated pattern=N, pattern a glob on the file name without .py.",
     ),
     option(
         "--logging-format",
         envvar="LOGGING_FORMAT",
         type=click.Choice([fmt.value for fmt in LogFormat]),
-        callback=lambda _ctx, _param, value: LogFormat(value) if value else None,
-        default=None,
-        help="Log line format; unset picks text on a terminal and json otherwise.",
+        callback=lambda _ctx, _param, value: LogFormat(value),
+        default=LogFormat.TEXT.value,
+        help="Log line format: text (klog's layout) or json (component-base's).",
+    ),
+    option(
+        "--log-flush-frequency",
+        envvar="LOG_FLUSH_FREQUENCY",
+        type=GoDuration(),
+        default="5s",
+        help="Accepted for upstream's command lines; every line is flushed as it is written.",
     ),
 )
 
