@@ -139,11 +139,18 @@ class LocalCluster:
         log.info("cluster ready", run_dir=str(self.run_dir), seconds=round(self.startup_seconds["total"], 1))
 
     def stop(self) -> None:
-        """Kill every child process group and, unless ``keep_run_dir``, remove the run directory."""
-        self._supervisor.stop_all()
+        """Stop the nodes, then every other child; unless ``keep_run_dir``, remove the run directory.
+
+        A containerd node's containers outlive its containerd (their shims run in sessions of their
+        own), so they are killed with their node. Before the control plane: the apiserver does not
+        exit on SIGTERM while pods still hold watches on it, and was killed after 10 s.
+        """
         for node in [*self.nodes, *([self.control_plane] if self.control_plane else [])]:
+            for process in reversed(node.processes):
+                process.stop()
             if node.spec.runtime == "containerd":
                 kill_shims(node.cri_socket)
+        self._supervisor.stop_all()
         if self.fabric is not None:
             self.fabric.close()
         if not self.keep_run_dir and self.run_dir is not None:
