@@ -65,9 +65,9 @@ def test_exactly_one_of_two_replicas_leads(leader_election_rack: LocalCluster) -
     assert gauges == {name: (1.0 if name == leader else 0.0) for name in gauges}
 
     def synced(pod: dict[str, Any]) -> bool:
-        return any(e.get("msg") == "caches_synced" for e in log_events(container_log(cluster, pod)))
+        return any(e.get("msg") == "Informer caches synced" for e in log_events(container_log(cluster, pod)))
 
-    # The leader sets its gauge on taking the Lease and logs caches_synced once its informers listed.
+    # The leader sets its gauge on taking the Lease and logs that its caches synced once its informers listed.
     [leading] = [p for p in pods if p["metadata"]["name"] == leader]
     wait_until("the leader's caches synced", lambda: synced(leading), timeout=60)
     for pod in pods:

@@ -40,6 +40,8 @@ NAMESPACE = "logging"
 NODE = "gb200-00"
 CLIQUE_ID = rack.RackConfig().clique_id
 """The clique every fabric node of a rack with default settings reports (the quiet rack's too)."""
+WAITING = "Waiting for the ComputeDomain's objects to go"
+"""The controller's V(4) line while a deleted domain's objects are still there."""
 INFORMER_RESOURCES = {
     "ComputeDomain",
     "ResourceClaimTemplate",
@@ -127,11 +129,11 @@ def test_level_0_logs_per_domain_work_at_info_only(level0: Logs) -> None:
     """At level 0 a domain's status and finalization are logged, but no V(1+) detail or API request."""
     key = f"{NAMESPACE}/{level0.domain}"
     for component in ("controller", "plugin"):
-        detail = {"listed", "finalize_waiting"}  # the level-6 test's lines
+        detail = {"Caches populated", WAITING}  # the level-6 test's lines
         assert [e for e in level0.events(component) if e.get("msg") in detail] == [], component
         assert not any("HTTP Request:" in line for line in getattr(level0, component)), component
-    assert level0.event("controller", "status_updated")["key"] == key
-    assert level0.event("controller", "domain_finalized")["key"] == key
+    assert level0.event("controller", "ComputeDomain status updated")["key"] == key
+    assert level0.event("controller", "ComputeDomain finalized")["key"] == key
     assert level0.daemon_env["LOG_VERBOSITY"] == "0"
 
 
@@ -140,12 +142,15 @@ def test_level_6_adds_informer_finalizer_and_request_detail(level6: Logs) -> Non
     key = f"{NAMESPACE}/{level6.domain}"
     assert level6.event("controller", "controller manager config")["klogVerbosity"] == 6
     assert level6.event("plugin", "Flags")["klogVerbosity"] == 6
-    listed = {e["resource"] for e in level6.events("controller") if e.get("msg") == "listed"}
+    listed = {e["resource"] for e in level6.events("controller") if e.get("msg") == "Caches populated"}
     assert listed == INFORMER_RESOURCES
-    waiting = [e for e in level6.events("controller") if e.get("msg") == "finalize_waiting"]
+    waiting = [e for e in level6.events("controller") if e.get("msg") == WAITING]
     assert waiting and all(e["key"] == key for e in waiting)
     assert any("HTTP Request: GET" in line and "computedomains" in line for line in level6.controller)
-    assert any(e.get("msg") == "listed" and e["resource"] == "ComputeDomain" for e in level6.events("plugin"))
+    assert any(
+        e.get("msg") == "Caches populated" and e["resource"] == "ComputeDomain"
+        for e in level6.events("plugin")
+    )
     assert any("HTTP Request: GET" in line and "resourceslices" in line for line in level6.plugin)
     # Daemons of domains created after the change get the controller's new daemon verbosity.
     assert level6.daemon_env["LOG_VERBOSITY"] == "6"

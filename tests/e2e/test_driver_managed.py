@@ -92,7 +92,7 @@ def test_seed_mpijob_with_imex_daemons(driver_managed_rack: LocalCluster) -> Non
     for pod in daemon_pods["items"]:
         assert imex_seen_by_daemon(cluster, pod), pod["metadata"]["name"]
         [found] = [
-            e for e in log_events(container_log(cluster, pod)) if e.get("msg") == "imex_binaries_found"
+            e for e in log_events(container_log(cluster, pod)) if e.get("msg") == "IMEX binaries found"
         ]
         assert (found["nvidia_imex"], found["nvidia_imex_ctl"]) == (
             "/usr/bin/nvidia-imex",
@@ -164,7 +164,7 @@ def test_a_driver_root_without_imex_fails_the_daemon_saying_why(
                 return [
                     e["error"]
                     for e in log_events(container_log(cluster, pod))
-                    if e.get("msg") == "daemon_failed"
+                    if e.get("msg") == "Daemon failed"
                 ]
         return None
 

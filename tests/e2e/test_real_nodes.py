@@ -60,7 +60,7 @@ def test_driver_components_run_from_the_projects_image(real_nodes_rack: LocalClu
         assert status["containerID"].startswith("containerd://")
     [controller] = driver_pods(real_nodes_rack, CONTROLLER)
     logs = real_nodes_rack.kubectl("logs", "-n", rack.DRIVER_NAMESPACE, controller["metadata"]["name"]).stdout
-    assert '] "caches_synced"' in logs  # klog's text layout: header, then the quoted message
+    assert '] "Informer caches synced"' in logs  # klog's text layout: header, then the quoted message
 
 
 def test_controller_runs_non_root_on_a_read_only_root_filesystem(real_nodes_rack: LocalCluster) -> None:

@@ -300,9 +300,9 @@ def relists(process: ControllerProcess) -> dict[str, int]:
     events = collections.Counter(e.get("msg") for e in process.log_events())
     samples = process.metrics()
     return {
-        "410 relists (log)": events["watch_expired_relisting"],
+        "410 relists (log)": events["Watch expired; listing again"],
         "expired lists (metric)": int(metric(samples, "imexdra_reflector_lists_total", reason="expired")),
-        "reconnects": events["reflector_retrying"],
+        "reconnects": events["Failed to watch"],
     }
 
 

@@ -145,7 +145,9 @@ async def test_delete_removes_template_then_domain_and_forgets_metrics(
     ready_after = metric(controller.metrics(), "nvidia_dra_compute_domain_info", status="Ready")
     assert ready_after == ready_before - 1
     finalized = [
-        e for e in controller.log_events() if e.get("msg") == "domain_finalized" and e.get("domain") == uid
+        e
+        for e in controller.log_events()
+        if e.get("msg") == "ComputeDomain finalized" and e.get("domain") == uid
     ]
     assert len(finalized) == 1
 

@@ -116,7 +116,7 @@ def steps_done(cluster: LocalCluster, uids: dict[str, str]) -> int:
 def synced_count(process: ControllerProcess) -> int:
     if not process.log_path.exists():
         return 0
-    return sum(e.get("msg") == "caches_synced" for e in process.log_events())
+    return sum(e.get("msg") == "Informer caches synced" for e in process.log_events())
 
 
 def synced_more_than(process: ControllerProcess, count: int) -> bool:
@@ -218,7 +218,7 @@ async def test_two_replicas_elect_one_leader_and_fail_over(
         await kube.create(compute_domain("led-a", USER_NS))
         await eventually("led-a Ready", lambda: converged(cluster, ["led-a"]), within=30)
         assert not standby.ready()
-        assert not [e for e in standby.log_events() if e.get("msg") == "caches_synced"]
+        assert not [e for e in standby.log_events() if e.get("msg") == "Informer caches synced"]
 
         leader.kill()
         new_holder = await eventually(

@@ -449,7 +449,7 @@ async def test_killed_imex_is_restarted_by_its_daemon(domain: Domain, kube: Asyn
     assert after["node-1"].imex_pid != victim.imex_pid
     assert (after["node-1"].pod, after["node-1"].restarts) == (victim.pod, victim.restarts)
     events = [e.get("msg") for e in daemon_log(domain, "node-1", victim.pod)]
-    assert "imex_exited" in events and events.count("imex_started") >= 2
+    assert "IMEX daemon exited" in events and events.count("IMEX daemon started") >= 2
 
 
 async def test_force_deleted_daemon_pod_recovers(domain: Domain, kube: AsyncClient) -> None:
@@ -695,7 +695,7 @@ async def test_node_without_fabric_joins_without_imex(domain: Domain, kube: Asyn
     ).exists()
     assert ready.metadata.name is not None
     events = [e.get("msg") for e in daemon_log(domain, "node-0", ready.metadata.name)]
-    assert "no_fabric_noop_mode" in events and "imex_started" not in events
+    assert "No clique ID: non-fabric noop mode" in events and "IMEX daemon started" not in events
     domain.cluster.kubectl("delete", "daemonset", name, "-n", DRIVER_NS, "--timeout=60s")
 
 

@@ -184,22 +184,23 @@ class Informer(Generic[T]):
                     continue
                 failure = "watch stream ended at once"
             except ResourceExpiredError:
-                self._log.info("watch_expired_relisting", resource_version=self._resource_version)
+                self._log.info("Watch expired; listing again", resource_version=self._resource_version)
                 self._resource_version = None
                 continue
             except (ApiStatusError, httpx2.HTTPError, msgspec.DecodeError) as error:
                 failure = str(error)  # incl. 403 until RBAC lands and 404 until a CRD does: keep trying
             except Exception as error:  # a bug must not silently stop the cache; keep it visible
-                self._log.exception("reflector_failed")
+                self._log.exception("Reflector failed")
                 failure = f"{type(error).__name__}: {error}"
             delay = backoff.next_delay()
-            self._log.warning("reflector_retrying", error=failure, retry_in=round(delay, 2))
+            self._log.warning("Failed to watch", error=failure, retry_in=round(delay, 2))
             await asyncio.sleep(delay)
 
     async def _list(self, reason: str) -> None:
         http = http_client(self._client)
         params = {"limit": str(self._page_size), **self._selectors}
         items: list[T] = []
+        self._log.info("Listing and watching", v=3, reason=reason)  # client-go's line and level
         while True:
             with kube_errors(f"list {self.resource.__name__}"):
                 response = await http.get(self._path, params=params)
@@ -215,7 +216,7 @@ class Informer(Generic[T]):
         self._dispatch(self.store.replace(items))
         self._resource_version = rv
         self._synced.set()
-        self._log.debug("listed", count=len(items), resource_version=rv, reason=reason)
+        self._log.info("Caches populated", v=2, count=len(items), resource_version=rv, reason=reason)
 
     async def _watch(self, since: str) -> bool:
         """Watch from ``since`` until the server ends the stream; tell whether the stream was healthy."""
@@ -266,7 +267,9 @@ class Informer(Generic[T]):
         try:
             obj: T = decoders.decode_object(event.object, self.resource)
         except msgspec.ValidationError as error:  # one malformed object must not stall the whole kind
-            self._log.error("undecodable_object_skipped", error=str(error), event_type=event.type)
+            self._log.error(
+                "Skipping an object that cannot be decoded", error=str(error), event_type=event.type
+            )
             return
         if event.type == "DELETED":
             self.store.delete(object_key(obj))
@@ -298,4 +301,4 @@ class Informer(Generic[T]):
         try:
             callback(*args)
         except Exception:  # a buggy consumer must not stop the cache for the others
-            self._log.exception("event_handler_failed", key=object_key(args[-1]))
+            self._log.exception("Event handler failed", key=object_key(args[-1]))

@@ -155,7 +155,7 @@ class LeaderElector:
                 return await self._renew_optimistically(self._lease)
             return await self._acquire_once()
         except ApiStatusError as error:
-            self._log.info("lease_attempt_failed", error=str(error))
+            self._log.info("failed to acquire lease", error=str(error))
             return False
 
     async def _renew_optimistically(self, lease: Lease) -> bool:
@@ -164,7 +164,7 @@ class LeaderElector:
             await self._write(msgspec.structs.replace(lease, spec=spec), create=False)
         except ApiStatusError as error:
             if is_conflict(error):
-                self._log.warning("lease_taken_over", error=str(error))
+                self._log.warning("failed to renew lease: taken over", error=str(error))
                 self._set_leading(False)
             else:  # the write may have landed after all: re-read before the next attempt
                 self._lease = None
@@ -239,15 +239,15 @@ class LeaderElector:
         try:
             async with asyncio.timeout(self.config.renew_deadline):
                 await self._write(msgspec.structs.replace(self._lease, spec=spec), create=False)
-            self._log.info("lease_released")
+            self._log.info("successfully released lease")
         except (ApiStatusError, TimeoutError) as error:  # it will expire on its own
-            self._log.warning("lease_release_failed", error=str(error))
+            self._log.warning("failed to release lease", error=str(error))
 
     def _observe(self, spec: LeaseSpec) -> None:
         previous = self.leader
         self._observed = spec
         if spec.holderIdentity and spec.holderIdentity != previous:
-            self._log.info("new_leader_observed", leader=spec.holderIdentity)
+            self._log.info("new leader elected", leader=spec.holderIdentity)
             if self._on_new_leader is not None:
                 self._on_new_leader(spec.holderIdentity)
 
@@ -257,8 +257,8 @@ class LeaderElector:
         self._leading = leading
         LEADER_STATUS.labels(name=self.config.name).set(1 if leading else 0)
         if leading:
-            self._log.info("started_leading")
+            self._log.info("successfully acquired lease")
             self.started_leading.set()
         else:
-            self._log.info("stopped_leading")
+            self._log.info("stopped leading")
             self.stopped_leading.set()

@@ -35,7 +35,7 @@ def stop_on_signals(stop: asyncio.Event | None = None) -> asyncio.Event:
 
 
 def _signalled(event: asyncio.Event, signum: signal.Signals) -> None:
-    _log.info("stop_requested", signal=signum.name)
+    _log.info("Received signal, stopping", signal=signum.name)
     event.set()
 
 
@@ -56,17 +56,17 @@ async def supervise(
             task.cancel()
         _, stuck = await asyncio.wait({*tasks, stopper}, timeout=grace)
         for task in stuck:
-            _log.warning("shutdown_grace_exceeded", service=task.get_name(), grace=grace)
+            _log.warning("Shutdown grace period exceeded", service=task.get_name(), grace=grace)
     ended = sorted(task.get_name() for task in done if task is not stopper)
     if ended:
-        _log.info("service_ended", services=ended)
+        _log.info("Service ended", services=ended)
     failures = [
         (task, error)
         for task in done
         if task is not stopper and not task.cancelled() and (error := task.exception()) is not None
     ]
     for task, error in failures:
-        _log.error("service_failed", service=task.get_name(), error=f"{type(error).__name__}: {error}")
+        _log.error("Service failed", service=task.get_name(), error=f"{type(error).__name__}: {error}")
     if failures:
         raise failures[0][1]
 

@@ -227,14 +227,21 @@ _EXPECTED_FAILURES = (DriverError, OSError, TimeoutError, httpx2.HTTPError)
 
 def _handle_failure(queue: WorkQueue[K], item: K, error: Exception) -> None:
     if is_permanent(error):
-        _log.warning("reconcile_failed_permanently", error=str(error))
+        _log.warning("Reconcile: permanent error, not retrying", error=str(error))
         queue.forget(item)
         return
     attempt = queue.num_requeues(item) + 1
     if isinstance(error, _EXPECTED_FAILURES):
-        _log.info("reconcile_failed", error=str(error), error_type=type(error).__name__, attempt=attempt)
+        _log.info(
+            "Reconcile: failed, will retry",
+            error=str(error),
+            error_type=type(error).__name__,
+            attempt=attempt,
+        )
     else:
         # Not the world misbehaving but a bug in us: loud, with the traceback. Still retried, since a
         # level-triggered reconcile must not drop the item for good.
-        _log.error("reconcile_crashed", error_type=type(error).__name__, attempt=attempt, exc_info=error)
+        _log.error(
+            "Reconcile: crashed, will retry", error_type=type(error).__name__, attempt=attempt, exc_info=error
+        )
     queue.add_rate_limited(item, at_least=retry_after(error) or 0.0)

@@ -59,7 +59,13 @@ class StaleObjectSweeper:
         for clique in caches.clique_view.all():
             uid = domain_label(clique)
             if uid and uid not in known and caches.clique_view.get(object_key(clique)) is not None:
-                _log.info("stale_object", kind="ComputeDomainClique", key=object_key(clique), domain=uid)
+                _log.info(
+                    "Cleanup: stale object found for ComputeDomain",
+                    v=1,
+                    kind="ComputeDomainClique",
+                    key=object_key(clique),
+                    domain=uid,
+                )
                 await self._writer.delete(clique, caches.clique_view, has_finalizers=False)
         pending |= await self._sweep_node_labels(known)
         return RECHECK_SECONDS if pending else None
@@ -74,7 +80,13 @@ class StaleObjectSweeper:
             if current is None:
                 continue
             pending = True
-            _log.info("stale_object", kind=type(obj).__name__, key=object_key(obj), domain=uid)
+            _log.info(
+                "Cleanup: stale object found for ComputeDomain",
+                v=1,
+                kind=type(obj).__name__,
+                key=object_key(obj),
+                domain=uid,
+            )
             if not view.terminating(current):
                 await self._writer.delete(current, view)
             elif has_finalizer(current):
@@ -96,6 +108,8 @@ class StaleObjectSweeper:
             if now - self._unknown_since[uid] < NODE_LABEL_GRACE_SECONDS:
                 pending = True
                 continue
-            _log.info("stale_node_label", node=object_key(node), domain=uid)
+            _log.info(
+                "Cleanup: stale node label found for ComputeDomain", v=1, node=object_key(node), domain=uid
+            )
             await self._writer.remove_node_label(node, uid, self._caches.node_view)
         return pending

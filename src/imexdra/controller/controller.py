@@ -101,7 +101,9 @@ class Controller:
             group.create_task(self.events.run())
             await asyncio.gather(*(informer.wait_for_sync() for informer in self.caches.informers))
             _log.info(
-                "caches_synced", domains=len(self.caches.domains.store), informers=len(self.caches.informers)
+                "Informer caches synced",
+                domains=len(self.caches.domains.store),
+                informers=len(self.caches.informers),
             )
             self.queue.add(SWEEP_KEY)
             group.create_task(self._periodic_sweep())

@@ -101,7 +101,7 @@ def main(
         write_termination_message(str(error))
         raise click.ClickException(str(error)) from error
     except LeadershipLostError as error:
-        _log.error("leadership_lost", error=str(error))
+        _log.error("leaderelection lost", error=str(error))
         write_termination_message(f"leadership lost: {error}")
         sys.exit(1)
 
@@ -131,7 +131,7 @@ async def run(
     if metrics.listen_address is not None:
         host, port = metrics.listen_address
         server = await start_http_server(host, port, probes=probes, metrics_path=metrics.metrics_path)
-        _log.info("metrics_serving", endpoint=metrics.http_endpoint, path=metrics.metrics_path)
+        _log.info("Serving metrics", endpoint=metrics.http_endpoint, path=metrics.metrics_path)
     try:
         if leader_election.enabled:
             elector = LeaderElector(

@@ -106,7 +106,11 @@ class Reconciler:
             return None
         deleting = cd.metadata.deletionTimestamp is not None
         # Upstream's "Processing added or updated ComputeDomain"; the work queue binds the key.
-        _log.debug("reconcile_domain", deleting=deleting, generation=cd.metadata.generation)
+        # Upstream's wording and level: its e2e test greps this line at -v=2.
+        action = (
+            "Processing deleted ComputeDomain" if deleting else "Processing added or updated ComputeDomain"
+        )
+        _log.info(action, v=2, generation=cd.metadata.generation)
         try:
             if deleting:
                 return await self._finalize(cd)
@@ -167,7 +171,7 @@ class Reconciler:
             self._events.record(
                 cd, type="Normal", reason=verdict.reason, action="AllocateChannel", note=verdict.message
             )
-            _log.info("channel_allocated", domain=uid, channel=verdict.channel)
+            _log.info("IMEX channel allocated", domain=uid, channel=verdict.channel)
             assert cd.metadata is not None
             cd = self._caches.domain_view.get(f"{cd.metadata.namespace}/{cd.metadata.name}") or cd
         retry = await self._ensure_workload_template(cd, verdict.channel)
@@ -339,7 +343,12 @@ class Reconciler:
                 steps.append(self._writer.remove_node_label(nodes[action.node], uid, self._caches.node_view))
         await tasks.settle(*steps)
         if not any(isinstance(action, FinalizeDomain) for action in plan):
-            _log.debug("finalize_waiting", domain=uid, steps=len(steps), remaining=[str(o) for o in owned])
+            _log.debug(
+                "Waiting for the ComputeDomain's objects to go",
+                domain=uid,
+                steps=len(steps),
+                remaining=[str(o) for o in owned],
+            )
             return WAIT_SECONDS
         if has_finalizer(cd):
             await self._writer.remove_finalizer(cd, self._caches.domain_view)
@@ -348,5 +357,5 @@ class Reconciler:
         self._events.record(
             cd, type="Normal", reason=reasons.FINALIZED, action="Finalize", note="all owned objects removed"
         )
-        _log.info("domain_finalized", domain=uid)
+        _log.info("ComputeDomain finalized", domain=uid)
         return None

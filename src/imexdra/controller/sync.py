@@ -284,7 +284,10 @@ class MembershipSync:
                 cd, desired, self._caches.domain_view, guarded=guarded, clear_conditions=clear_conditions
             )
             _log.info(
-                "status_updated", domain=domain_uid(cd), status=desired.status.value, nodes=len(desired.nodes)
+                "ComputeDomain status updated",
+                domain=domain_uid(cd),
+                status=desired.status.value,
+                nodes=len(desired.nodes),
             )
         self._observe(cd, desired)
 

@@ -78,7 +78,7 @@ def run(settings: GlobalSettings) -> None:
     log_feature_gates(settings.feature_gates)
     _log = structlog.get_logger(__name__)
     _log.info(
-        "daemon_starting",
+        "Starting compute-domain daemon",
         node=settings.node_name,
         clique_id=settings.daemon.clique_id,
         compute_domain=settings.daemon.compute_domain_uuid,
@@ -97,11 +97,11 @@ def run(settings: GlobalSettings) -> None:
     try:
         asyncio.run(run_daemon(config))
     except DriverError as error:
-        _log.error("daemon_failed", error=str(error))
+        _log.error("Daemon failed", error=str(error))
         write_termination_message(str(error))
         sys.exit(1)
     except Exception:  # anything else is a bug: log it with its traceback, let the kubelet restart us
-        _log.exception("daemon_failed")
+        _log.exception("Daemon failed")
         sys.exit(1)
 
 

@@ -91,7 +91,9 @@ class MembershipWatcher(Generic[K]):
     def _changed(self) -> None:
         obj = self.informer.store.get_by_name(self._name, self._namespace)
         if obj is not None and not self._accept(obj):
-            _log.warning("foreign_object_ignored", name=self._name, namespace=self._namespace)
+            _log.warning(
+                "Ignoring an object of another ComputeDomain", name=self._name, namespace=self._namespace
+            )
             return
         self.memberships.publish(self._derive(obj))
 

@@ -33,8 +33,8 @@ async def label_own_pod(client: AsyncClient, *, name: str, namespace: str, cliqu
                 await client.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
         except RetryableApiError as error:
             delay = backoff.next_delay()
-            _log.warning("pod_label_failed", error=str(error), retry_in=round(delay, 2))
+            _log.warning("Failed to label pod; retrying", error=str(error), retry_in=round(delay, 2))
             await asyncio.sleep(delay)
             continue
-        _log.info("pod_labelled", pod=f"{namespace}/{name}", label=CLIQUE_LABEL_KEY, value=clique_id)
+        _log.info("Pod labelled", pod=f"{namespace}/{name}", label=CLIQUE_LABEL_KEY, value=clique_id)
         return

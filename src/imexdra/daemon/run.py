@@ -96,7 +96,7 @@ def prepare_imexd(config: RunConfig) -> None:
     if config.dns_names:
         nodes = dns_nodes_config(config.daemon.max_nodes_per_imex_domain)
         write_atomic(paths.nodes, nodes.encode(), mode=0o644)
-    _log.info("imex_config_written", config=str(paths.config), template_found=paths.template.exists())
+    _log.info("IMEX config written", config=str(paths.config), template_found=paths.template.exists())
 
 
 def imex_services(
@@ -143,7 +143,7 @@ async def run_daemon(config: RunConfig) -> None:
     d = config.daemon
     binaries = find_imex_binaries() if d.clique_id else None
     if binaries is not None:
-        _log.info("imex_binaries_found", nvidia_imex=binaries.imex, nvidia_imex_ctl=binaries.ctl)
+        _log.info("IMEX binaries found", nvidia_imex=binaries.imex, nvidia_imex_ctl=binaries.ctl)
     stop = stop_on_signals()
     client = make_client(
         field_manager="compute-domain-daemon",
@@ -156,11 +156,14 @@ async def run_daemon(config: RunConfig) -> None:
         if not await _until_stopped(labelled, stop):
             return
         if binaries is None:
-            _log.info("no_fabric_noop_mode", reason="clique ID is empty: this node runs no IMEX daemon")
+            _log.info(
+                "No clique ID: non-fabric noop mode",
+                reason="clique ID is empty: this node runs no IMEX daemon",
+            )
             await stop.wait()
             return
         await asyncio.to_thread(prepare_imexd, config)
         await supervise(imex_services(config, client, binaries), stop=stop, grace=IMEX_STOP_GRACE + 5.0)
     finally:
         await client.close()
-    _log.info("exiting")
+    _log.info("Exiting")

@@ -76,7 +76,7 @@ class ImexSupervisor:
         if delay <= 0:
             self._send_reload()
         else:
-            _log.info("imex_reload_deferred", seconds=round(delay, 2))
+            _log.info("IMEX daemon reload deferred", seconds=round(delay, 2))
             self._reload_timer = loop.call_later(delay, self._send_reload)
 
     def _send_reload(self) -> None:
@@ -86,11 +86,11 @@ class ImexSupervisor:
         try:
             self.imex.signal(signal.SIGUSR1)
         except ImexError as error:
-            _log.warning("imex_reload_failed", error=str(error))
+            _log.warning("Failed to send SIGUSR1 to the IMEX daemon", error=str(error))
             return
         self._last_signal = asyncio.get_running_loop().time()
         self.reloads += 1
-        _log.info("imex_reload_sent", pid=self.imex.pid, signal="SIGUSR1")
+        _log.info("Sent SIGUSR1 to the IMEX daemon", pid=self.imex.pid, signal="SIGUSR1")
 
     def _cancel_reload(self) -> None:
         if self._reload_timer is not None:
@@ -107,7 +107,7 @@ class ImexSupervisor:
             self._cancel_reload()
             code = await self.imex.stop(grace=self._stop_grace)
             if code is not None:
-                _log.info("imex_stopped", exit_code=code)
+                _log.info("IMEX daemon stopped", exit_code=code)
 
     async def _run_once(self) -> None:
         loop = asyncio.get_running_loop()
@@ -115,13 +115,13 @@ class ImexSupervisor:
             pid = await self.imex.start()
         except ImexError as error:
             delay = self._backoff.next_delay()
-            _log.error("imex_start_failed", error=str(error), retry_in=round(delay, 2))
+            _log.error("Failed to start the IMEX daemon", error=str(error), retry_in=round(delay, 2))
             await asyncio.sleep(delay)
             return
         started = self._last_signal = loop.time()
         self.starts += 1
         self._restart.clear()
-        _log.info("imex_started", pid=pid, starts=self.starts)
+        _log.info("IMEX daemon started", pid=pid, starts=self.starts)
         exited = asyncio.ensure_future(self.imex.wait())
         restart = asyncio.ensure_future(self._restart.wait())
         try:
@@ -134,7 +134,7 @@ class ImexSupervisor:
         if exited.done() and not exited.cancelled():
             await self._after_exit(exited.result(), ran=loop.time() - started)
         else:
-            _log.info("imex_restarting", pid=pid)
+            _log.info("Restarting the IMEX daemon", pid=pid)
             await self.imex.stop(grace=self._stop_grace)
 
     async def _after_exit(self, code: int, *, ran: float) -> None:
@@ -142,5 +142,7 @@ class ImexSupervisor:
         if ran >= self._stable_after:
             self._backoff.reset()
         delay = self._backoff.next_delay()
-        _log.warning("imex_exited", exit_code=code, ran_seconds=round(ran, 1), restart_in=round(delay, 2))
+        _log.warning(
+            "IMEX daemon exited", exit_code=code, ran_seconds=round(ran, 1), restart_in=round(delay, 2)
+        )
         await asyncio.sleep(delay)

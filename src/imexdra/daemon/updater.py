@@ -59,21 +59,21 @@ class Updater:
             plan = plan_ip(self.applied, membership)
         for peer in plan.invalid:
             _log.error(
-                "daemon_index_out_of_range", node=peer.node_name, index=peer.index, max_nodes=self.max_nodes
+                "Daemon index out of range", node=peer.node_name, index=peer.index, max_nodes=self.max_nodes
             )
         _log.info(
-            "membership",
+            "IMEX domain membership",
             members=[f"{dns_name(p.index)} -> {p.ip} ({p.node_name})" for p in membership.peers],
             own_index=membership.own.index if membership.own else None,
             action=plan.action.value,
             reason=plan.reason,
         )
         if plan.hosts is not None and await asyncio.to_thread(update_hosts_file, self.hosts_file, plan.hosts):
-            _log.info("hosts_file_updated", path=str(self.hosts_file), mappings=len(plan.hosts))
+            _log.info("Hosts file updated", path=str(self.hosts_file), mappings=len(plan.hosts))
         if plan.nodes_config is not None:
             data = plan.nodes_config.encode()
             await asyncio.to_thread(write_atomic, self.paths.nodes, data, mode=0o644)
-            _log.info("nodes_config_written", path=str(self.paths.nodes), nodes=plan.nodes_config.split())
+            _log.info("Nodes config written", path=str(self.paths.nodes), nodes=plan.nodes_config.split())
         self.applied = plan.applied
         if plan.action is Action.START:
             self.supervisor.start()

@@ -160,5 +160,5 @@ def _final(context: str, error: Exception) -> ClaimError | None:
 
 
 def _retry(reason: str) -> Retry:
-    _log.info("retrying", reason=reason)
+    _log.info("Retrying", reason=reason)
     return Retry(reason)

@@ -190,8 +190,8 @@ async def test_workers_retry_retryable_errors_until_success() -> None:
 @pytest.mark.parametrize(
     ("error", "level", "event"),
     [
-        (RetryableError("conflict"), "info", "reconcile_failed"),
-        (NameError("name 'spec' is not defined"), "error", "reconcile_crashed"),
+        (RetryableError("conflict"), "info", "Reconcile: failed, will retry"),
+        (NameError("name 'spec' is not defined"), "error", "Reconcile: crashed, will retry"),
     ],
     ids=["world", "bug"],
 )
@@ -209,7 +209,7 @@ async def test_workers_log_bugs_loudly_and_still_retry(error: Exception, level: 
     with capture_logs() as logs:
         await run_until_idle(queue, reconcile)
     assert attempts == ["a", "a"]
-    failures = [entry for entry in logs if entry["event"].startswith("reconcile_")]
+    failures = [entry for entry in logs if entry["event"].startswith("Reconcile: ")]
     assert [(entry["log_level"], entry["event"]) for entry in failures] == [(level, event)]
     assert ("exc_info" in failures[0]) == (level == "error")
 
