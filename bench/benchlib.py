@@ -41,9 +41,6 @@ CLIQUE = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60.32766"
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 CRDS = ROOT / "deployments" / "helm" / "imexdra" / "crds"
-# The node simulator reuses the integration tests' stand-ins (``tests.integration.controller_standins``).
-if str(ROOT) not in sys.path:
-    sys.path.append(str(ROOT))
 PLUGIN_BIN = Path(sys.executable).parent / "compute-domain-kubelet-plugin"
 CONTROLLER_BIN = Path(sys.executable).parent / "compute-domain-controller"
 

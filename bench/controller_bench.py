@@ -58,18 +58,15 @@ from benchlib import (
 )
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
-from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 from plotting import write_controller_plot
 
 from imexdra.api.computedomain import (
     ComputeDomain,
-    ComputeDomainChannelSpec,
-    ComputeDomainSpec,
-    ResourceClaimTemplateReference,
 )
 from imexdra.common.kube import load_config
 from imexdra.controller.transport import Transport, resource_path
+from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 NAMESPACE = "bench"
@@ -87,14 +84,7 @@ TARGET_BURST_S = 10.0
 
 
 def domain(name: str) -> ComputeDomain:
-    return ComputeDomain(
-        metadata=ObjectMeta(name=name, namespace=NAMESPACE),
-        spec=ComputeDomainSpec(
-            channel=ComputeDomainChannelSpec(
-                resource_claim_template=ResourceClaimTemplateReference(name=f"{name}-ch")
-            )
-        ),
-    )
+    return compute_domain_model(name, NAMESPACE, template=f"{name}-ch")
 
 
 class User:

@@ -8,17 +8,17 @@ What a real node does, and what stands in for it here:
   worker retries the sync after ``wait.Jitter(10 s, 0.5)``, i.e. 10–15 s (``backOffPeriod`` in
   pkg/kubelet/kubelet.go, ``workerBackOffPeriodJitterFactor`` in pod_workers.go). A pod waiting for
   its claim gets no earlier sync: nothing else about it changes.
-- ``DaemonKubelet``: for every daemon pod (DaemonSet ``computedomain-daemon-<uid>``) bound to a
-  simulated node, in order: prepare its daemon claim over that node's plugin socket (as above);
-  report the pod Running, not Ready, with an IP (``FakeKubelet.report_pod`` of the integration
-  tests); set the clique-ID label on the pod with the real daemon's own code
-  (``imexdra.daemon.podlabel.label_own_pod``); wait, as the daemon does, until the controller lists
-  this node in the domain's ComputeDomainClique (IMEX starts only once the daemon knows its own
-  index); then wait ``formation_s`` (the time ``nvidia-imex`` takes to come up and answer ``READY``;
-  0 by default: no IMEX runs here, and real IMEX formation adds its own time); then report the pod
-  Ready at the next tick of its startup probe (the pod spec's ``periodSeconds``, 1 s, first run at
-  container start), which is when a kubelet would see the probe pass. On teardown it unprepares the
-  daemon claims and finishes the terminating daemon pods (grace period 0).
+- ``DaemonKubelet``: for every daemon pod (DaemonSet ``computedomain-daemon-<uid>``) bound to a simulated
+  node, in order: prepare its daemon claim over that node's plugin socket (as above); report the pod
+  Running, not Ready, with an IP (``imexdra_sim.apinodes.FakeKubelet.report_pod``, the integration tests'
+  kubelet of API-only nodes); set the clique-ID label on the pod with the real daemon's own code
+  (``imexdra.daemon.podlabel.label_own_pod``); wait, as the daemon does, until the controller lists this
+  node in the domain's ComputeDomainClique (IMEX starts only once the daemon knows its own index); then
+  wait ``formation_s`` (the time ``nvidia-imex`` takes to come up and answer ``READY``; 0 by default: no
+  IMEX runs here, and real IMEX formation adds its own time); then report the pod Ready at the next tick
+  of its startup probe (the pod spec's ``periodSeconds``, 1 s, first run at container start), which is
+  when a kubelet would see the probe pass. On teardown it unprepares the daemon claims and finishes the
+  terminating daemon pods (grace period 0).
 
 Times are recorded per node, as seconds since the job's submit, so a job start can be taken apart
 per stage and per node.
@@ -37,13 +37,13 @@ from typing import Any
 import grpc
 from benchlib import DRIVER_NAMESPACE
 from lightkube import AsyncClient
-from tests.integration.controller_standins import FakeKubelet
 
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY
 from imexdra.controller.render import DAEMON_POD_CLAIM_NAME
 from imexdra.daemon.podlabel import label_own_pod
 from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
 from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
+from imexdra_sim.apinodes import FakeKubelet
 
 #: The kubelet's NodePrepareResources timeout (pkg/kubelet/cm/dra/plugin: defaultClientCallTimeout).
 KUBELET_DRA_TIMEOUT_S = 45.0

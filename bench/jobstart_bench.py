@@ -114,12 +114,13 @@ from daemonsim import DAEMON_STAGES, DaemonKubelet, claim_reserved_for, kubelet_
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from plotting import write_jobstart_plot
-from tests.integration.controller_standins import NODE_LEASE_SECONDS, daemon_device_class, node_lease
 
 from imexdra.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL
 from imexdra.common.kube import http_client
 from imexdra.controller.render import DAEMON_SERVICE_ACCOUNT
 from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
+from imexdra_sim.apinodes import NODE_LEASE_SECONDS, node_lease
+from imexdra_sim.builders import daemon_device_class
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
 

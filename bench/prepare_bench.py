@@ -63,6 +63,7 @@ from imexdra.api.constants import NODE_LABEL_KEY
 from imexdra.common.kube import http_client
 from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
 from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
+from imexdra_sim.builders import channel_claim, channel_config, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 NODE = "bench-node"
@@ -71,21 +72,6 @@ TARGET_P50_MS = 5.0
 TARGET_P99_MS = 50.0
 API_CALLS_PER_CYCLE = 3
 API_FLOOR_CLAIMS = 300
-
-
-def channel_config(domain_uid: str) -> dict[str, Any]:
-    return {
-        "requests": ["channel"],
-        "opaque": {
-            "driver": DRIVER,
-            "parameters": {
-                "apiVersion": "resource.nvidia.com/v1beta1",
-                "kind": "ComputeDomainChannelConfig",
-                "domainID": domain_uid,
-                "allocationMode": "Single",
-            },
-        },
-    }
 
 
 def setup_domain(cluster: LocalCluster) -> str:
@@ -100,12 +86,7 @@ def setup_domain(cluster: LocalCluster) -> str:
         },
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}},
-        {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "ComputeDomain",
-            "metadata": {"name": "bench", "namespace": NAMESPACE},
-            "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "bench-channel"}}},
-        },
+        compute_domain("bench", NAMESPACE, num_nodes=1),
     )
     uid = cluster.kubectl(
         "get", "computedomain", "bench", "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}"
@@ -155,22 +136,7 @@ async def create_claims(cluster: LocalCluster, domain_uid: str, count: int) -> l
 
     async def one(index: int) -> tuple[str, str]:
         name = f"claim-{index:05d}"
-        body = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "channel",
-                            "exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"},
-                        }
-                    ],
-                    "config": [channel_config(domain_uid)],
-                }
-            },
-        }
+        body = channel_claim(None, name, domain_uid)  # namespaced by the URL
         async with limit:
             created = (await http.post(base, json=body)).raise_for_status().json()
             patch = {"status": {"allocation": allocation}}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,59 +18,18 @@ from imexdra.common.logformat import parse_line
 from imexdra_sim import demo, rack
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import service_account_kubeconfig
+from tests.support import builders
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import wait_until
 
 WORKER_SELECTOR = "training.kubeflow.org/job-role=worker"
 
 
-def apply(cluster: LocalCluster, *objects: dict[str, Any]) -> None:
-    """``kubectl apply`` objects as cluster admin."""
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
-
-
-def get_json(cluster: LocalCluster, *args: str) -> Any:
-    """``kubectl get ... -o json``, decoded."""
-    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 180, interval: float = 1.0) -> Any:
-    """Poll ``check`` until it returns something truthy; fail the test naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def channel_pod(name: str, namespace: str, template: str, *, node: str | None = None) -> dict[str, Any]:
-    """A pod that takes an IMEX channel from a ComputeDomain's claim template."""
-    spec: dict[str, Any] = {
-        "automountServiceAccountToken": False,
-        "resourceClaims": [{"name": "imex-channel", "resourceClaimTemplateName": template}],
-        "containers": [
-            {"name": "main", "image": demo.SEED_IMAGE, "resources": {"claims": [{"name": "imex-channel"}]}}
-        ],
-    }
-    if node:
-        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
-
-
-def compute_domain(name: str, namespace: str, template: str, **channel: str) -> dict[str, Any]:
-    """A ComputeDomain with the given claim template name and channel settings."""
-    return {
-        "apiVersion": "resource.nvidia.com/v1beta1",
-        "kind": "ComputeDomain",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": template}, **channel}},
-    }
+#: The pod e2e tests run against a domain: the one builder, with the seed's image (the rack's runtime
+#: pulls real images) and the seed's claim name, at the cluster's default grace period.
+channel_pod = functools.partial(
+    builders.channel_pod, image=demo.SEED_IMAGE, claim="imex-channel", grace_seconds=None
+)
 
 
 def injected_channel_devices(cluster: LocalCluster, pod: dict[str, Any]) -> list[str]:

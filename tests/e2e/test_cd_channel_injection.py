@@ -20,21 +20,20 @@ from typing import Any
 import pytest
 
 from imexdra.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL, DRIVER_NAME
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import (
     CHANNEL_DEVICE_DIR,
-    apply,
     channel_pod,
-    compute_domain,
     domain_status,
     fresh_namespace,
-    get_json,
     injected_channel_devices,
     pod_exists,
     ready_pod,
-    wait_until,
 )
 from tests.events import driver_prepare_failure
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import wait_until
 
 CHANNEL_COUNT = 2048
 
@@ -66,7 +65,7 @@ def test_channel_injection_single(driver_managed_rack: LocalCluster, namespace: 
 def test_channel_injection_all(driver_managed_rack: LocalCluster, namespace: str) -> None:
     """allocationMode All (driver-managed) injects all 2048 channels, channel222 and channel2047 included."""
     cluster = driver_managed_rack
-    apply(cluster, compute_domain("imex-channel-injection-all", namespace, "ch-all", allocationMode="All"))
+    apply(cluster, compute_domain("imex-channel-injection-all", namespace, "ch-all", mode="All"))
     apply(cluster, channel_pod("imex-channel-injection-all", namespace, "ch-all"))
     pod = wait_until(
         "channel-injection-all pod Ready",

@@ -22,12 +22,12 @@ from tests.e2e.helpers import (
     COMPUTE_DOMAIN_LABEL,
     WORKER_SELECTOR,
     domain_status,
-    get_json,
     imex_domain_view,
     injected_channel_devices,
     run_seed_job,
-    wait_until,
 )
+from tests.support.kubectl import get_json
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -22,18 +22,11 @@ from typing import Any
 import pytest
 
 from imexdra_sim import rack
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.e2e.helpers import (
-    CONTROLLER_SELECTOR,
-    apply,
-    compute_domain,
-    container_log,
-    driver_pods,
-    get_json,
-    is_ready,
-    log_events,
-    wait_until,
-)
+from tests.e2e.helpers import CONTROLLER_SELECTOR, container_log, driver_pods, is_ready, log_events
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import wait_until
 
 LEASE = "imexdra-controller"
 """The chart's Lease: ``<fullname>-controller`` (upstream's chart: ``dra-driver-nvidia-gpu-controller``)."""

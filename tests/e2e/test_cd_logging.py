@@ -21,20 +21,19 @@ from typing import Any
 import pytest
 
 from imexdra_sim import rack
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import (
     CONTROLLER_SELECTOR,
     PLUGIN_SELECTOR,
-    apply,
-    compute_domain,
     container_log,
     driver_pods,
-    get_json,
     is_ready,
     log_events,
     upgrade_chart,
-    wait_until,
 )
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import wait_until
 
 NAMESPACE = "logging"
 NODE = "gb200-00"

@@ -17,23 +17,22 @@ import yaml
 
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY
 from imexdra_sim import demo, rack
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.devices.fakeimex.install import install_fake_imex
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import (
     PLUGIN_SELECTOR,
-    apply,
     channel_pod,
-    compute_domain,
     container_log,
     driver_pods,
     fresh_namespace,
-    get_json,
     injected_channel_devices,
     log_events,
     restart_plugin,
     run_seed_job,
-    wait_until,
 )
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import wait_until
 
 BASE_SPEC = "k8s.compute-domain.nvidia.com-device_base.yaml"
 DAEMON_SELECTOR = COMPUTE_DOMAIN_LABEL_KEY  # every domain's daemon pods carry the label

@@ -17,22 +17,21 @@ import pytest
 import yaml
 
 from imexdra_sim import demo, rack
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import kubectl_as
 from imexdra_sim.localcluster.nodes import Node
 from tests.e2e.helpers import (
-    apply,
     channel_pod,
-    compute_domain,
     fresh_namespace,
-    get_json,
     injected_channel_devices,
     pod_phase,
     run_seed_job,
     tenant_kubeconfig,
-    wait_until,
 )
 from tests.events import driver_prepare_failure, pod_events
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import wait_until
 
 CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
 
@@ -124,7 +123,7 @@ def test_allocation_mode_all_is_a_permanent_prepare_error(
     cluster = host_managed_rack
     tenant = tenant_kubeconfig(cluster, namespace)
     objects = [
-        compute_domain("cd", namespace, "ch", allocationMode="All"),
+        compute_domain("cd", namespace, "ch", mode="All"),
         channel_pod("all", namespace, "ch", node="gb200-01"),
     ]
     created = kubectl_as(cluster, tenant, "create", "-f", "-", input=yaml.safe_dump_all(objects))

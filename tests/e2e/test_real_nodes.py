@@ -20,6 +20,7 @@ import yaml
 
 import imexdra
 from imexdra_sim import rack
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.devices.fakeimex.install import install_fake_imex
 from imexdra_sim.devices.procfs_fake import DEFAULT_IMEX_CHANNELS_MAJOR
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -27,18 +28,16 @@ from tests.e2e.helpers import (
     COMPUTE_DOMAIN_LABEL,
     CONTROLLER_SELECTOR,
     PLUGIN_SELECTOR,
-    apply,
-    compute_domain,
     driver_pods,
-    get_json,
     is_ready,
     plugin_on,
     pod_phase,
     ready_plugin_on,
     restart_plugin,
     upgrade_chart,
-    wait_until,
 )
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import wait_until
 
 IMAGE = f"docker.io/library/imexdra:{imexdra.__version__}"
 STAND_IN = "docker.io/library/ubuntu:22.04"

@@ -21,21 +21,20 @@ import yaml
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.kubeletplugin.checkpoint import ClaimState, unmarshal
 from imexdra_sim import rack
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import kubectl_as
 from tests.e2e.helpers import (
-    apply,
     channel_pod,
-    compute_domain,
     domain_status,
-    get_json,
     injected_channel_devices,
     pod_phase,
     remove_workloads,
     tenant_kubeconfig,
-    wait_until,
 )
 from tests.events import driver_prepare_failure
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import wait_until
 
 VICTIM = "victim-team"
 TENANT = "tenant-team"

@@ -2,7 +2,8 @@
 
 - ``ControllerProcess`` runs the real ``compute-domain-controller`` entry point as a subprocess (so it
   can be SIGKILLed), authenticated as a ServiceAccount bound to exactly ``imexdra.controller.rbac``'s
-  rules, with its metrics and probes on a local port.
+  rules, with its metrics and probes on a local port; ``controller_running`` is the fixture body every
+  controller module uses (namespaces, identity, start, ready; domains deleted and process stopped after).
 - Readings: the controller's and the apiserver's metrics, the objects labelled for a domain.
 - ``label_as_daemon`` stands in for a daemon announcing its clique on its own pod; the other
   stand-ins (kubelet plugin, API-only nodes' kubelets) are in ``controller_standins``.
@@ -18,7 +19,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +27,6 @@ from typing import Any
 
 import yaml
 from lightkube import AsyncClient
-from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
@@ -35,25 +35,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from imexdra.api.computedomain import (
     ComputeDomain,
-    ComputeDomainChannelSpec,
-    ComputeDomainSpec,
-    ResourceClaimTemplateReference,
 )
 from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.api.config.common import ImexIsolation
-from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY, AllocationMode
+from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY
 from imexdra.controller import rbac
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port, tail
+from tests.support.kubectl import apply, get_json
 
 CONTROLLER_BINARY = Path(sys.executable).parent / "compute-domain-controller"
 FAKE_IMAGE = "imexdra.test/compute-domain-daemon:fake"
 DAEMON_SERVICE_ACCOUNT = "compute-domain-daemon-service-account"
-
-
-def apply_objects(cluster: LocalCluster, *objects: dict[str, Any]) -> None:
-    """``kubectl apply`` as cluster admin."""
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
 
 
 # -- the controller under test ----------------------------------------------------------------------
@@ -68,7 +61,7 @@ def install_controller_identity(
 ) -> Path:
     """A ServiceAccount with only the controller's RBAC rules (for ``isolation``), and a kubeconfig for it."""
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
-    apply_objects(
+    apply(
         cluster,
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
         {
@@ -128,7 +121,7 @@ def install_controller_identity(
 def install_driver_namespace(cluster: LocalCluster, namespace: str) -> None:
     """The driver namespace with the daemon ServiceAccount (the chart creates both)."""
     cluster.create_namespace(namespace)
-    apply_objects(
+    apply(
         cluster,
         {
             "apiVersion": "v1",
@@ -248,6 +241,40 @@ class ControllerProcess:
         return events
 
 
+@contextlib.asynccontextmanager
+async def controller_running(
+    cluster: LocalCluster,
+    driver_ns: str,
+    user_ns: str,
+    name: str,
+    *,
+    gates: str = "",
+    namespaces: bool = True,
+    clean_up: bool = True,
+) -> AsyncIterator[ControllerProcess]:
+    """The controller under test, ready, as an account with only its RBAC: every module's fixture.
+
+    ``namespaces``: create the driver namespace (with the daemon ServiceAccount) and ``user_ns`` first,
+    and delete them last; off for a module whose stand-ins need them before the controller runs.
+    ``clean_up``: delete every domain of ``user_ns`` before stopping (through the controller, which
+    removes the finalizers); off for a module whose cluster goes away with everything on it.
+    """
+    if namespaces:
+        install_driver_namespace(cluster, driver_ns)
+        cluster.create_namespace(user_ns)
+    kubeconfig = install_controller_identity(cluster, driver_ns)
+    process = ControllerProcess(cluster, kubeconfig, driver_ns, name=name, gates=gates).start()
+    try:
+        await process.wait_ready()
+        yield process
+        if clean_up:
+            cluster.kubectl("delete", "computedomains", "--all", "-n", user_ns, "--timeout=90s", check=False)
+    finally:
+        process.stop()
+    if namespaces and clean_up:
+        cluster.kubectl("delete", "namespace", user_ns, driver_ns, "--wait=false")
+
+
 def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Prometheus text exposition → {(sample name, sorted labels): value}."""
     samples = {}
@@ -286,30 +313,9 @@ def request_delta(
 # -- objects -----------------------------------------------------------------------------------------
 
 
-def compute_domain(
-    name: str, namespace: str, *, num_nodes: int = 0, mode: AllocationMode = AllocationMode.SINGLE
-) -> ComputeDomain:
-    """A ComputeDomain whose workload claim template is ``<name>-channel``."""
-    return ComputeDomain(
-        metadata=ObjectMeta(name=name, namespace=namespace),
-        spec=ComputeDomainSpec(
-            num_nodes=num_nodes,
-            channel=ComputeDomainChannelSpec(
-                resource_claim_template=ResourceClaimTemplateReference(name=f"{name}-channel"),
-                allocation_mode=mode,
-            ),
-        ),
-    )
-
-
-def kubectl_json(cluster: LocalCluster, *args: str) -> Any:
-    """``kubectl get ... -o json`` parsed."""
-    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
-
-
 def events_of(cluster: LocalCluster, namespace: str, uid: str) -> list[dict[str, Any]]:
     """The Events of ``namespace`` about the object with ``uid``."""
-    items = kubectl_json(cluster, "events", "-n", namespace)["items"]
+    items = get_json(cluster, "events", "-n", namespace)["items"]
     return [e for e in items if e["involvedObject"].get("uid") == uid]
 
 
@@ -329,7 +335,7 @@ def labelled(
 ) -> list[dict[str, Any]]:
     """Objects of ``kind`` carrying the domain label ``uid``."""
     scope = ["-A"] if all_namespaces else []
-    items: list[dict[str, Any]] = kubectl_json(
+    items: list[dict[str, Any]] = get_json(
         cluster, kind, *scope, "-l", f"resource.nvidia.com/computeDomain={uid}"
     )["items"]
     return items

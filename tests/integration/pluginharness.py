@@ -7,8 +7,8 @@ fabric-imex-mgmt capability; a fake ``/proc/devices``; a CDI root); ``PluginProc
 with a kubeconfig of its own whose user holds only the plugin's RBAC (upstream's kubelet-plugin
 ClusterRole and driver-namespace Role). ``HostImex`` is the node's own nvidia-imex service for the
 host-managed tests: the driver root's fake ``nvidia-imex`` serving the command socket the plugin checks.
-The builders render what the controller would (the workload ResourceClaimTemplate) and the pods that
-use it. Shared by the plugin, crash, chart and runtime tests.
+``create_domain`` stands in for the controller, with ``imexdra_sim.builders``' objects. Shared by the
+plugin, crash, chart and runtime tests.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from imexdra.kubeletplugin.checkpoint import Checkpoint, unmarshal
+from imexdra_sim.builders import channel_template, compute_domain
 from imexdra_sim.devices import driverroot_fake
 from imexdra_sim.devices.fakeimex.hostservice import CONFIG_NAME, HostImexService, service_argv
 from imexdra_sim.localcluster.binaries import nvml_mock_library
@@ -31,7 +32,8 @@ from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.kubeconfig import write_kubeconfig
 from imexdra_sim.localcluster.nodes import Node
 from imexdra_sim.localcluster.processes import free_port
-from tests.integration.helpers import apply, eventually
+from tests.support.kubectl import apply, uid_of
+from tests.support.waiting import eventually
 
 DRIVER = "compute-domain.nvidia.com"
 DRIVER_NAMESPACE = "imexdra-kp"
@@ -302,57 +304,6 @@ def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
 LABEL = "resource.nvidia.com/computeDomain"
 
 
-def channel_template(namespace: str, name: str, domain_uid: str, mode: str) -> dict[str, Any]:
-    """The workload ResourceClaimTemplate as the controller renders it."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "channel", "exactly": {"deviceClassName": CHANNEL_CLASS}}],
-                    "config": [
-                        {
-                            "requests": ["channel"],
-                            "opaque": {
-                                "driver": DRIVER,
-                                "parameters": {
-                                    "apiVersion": "resource.nvidia.com/v1beta1",
-                                    "kind": "ComputeDomainChannelConfig",
-                                    "domainID": domain_uid,
-                                    "allocationMode": mode,
-                                },
-                            },
-                        }
-                    ],
-                }
-            }
-        },
-    }
-
-
-def workload_pod(namespace: str, name: str, template: str, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "automountServiceAccountToken": False,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "terminationGracePeriodSeconds": 1,
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"claims": [{"name": "channel"}]},
-                }
-            ],
-        },
-    }
-
-
 def pod_field(cluster: LocalCluster, namespace: str, name: str, path: str) -> str:
     result = cluster.kubectl("get", "pod", name, "-n", namespace, "-o", f"jsonpath={path}", check=False)
     return result.stdout if result.returncode == 0 else ""
@@ -360,9 +311,7 @@ def pod_field(cluster: LocalCluster, namespace: str, name: str, path: str) -> st
 
 def pod_claim_uid(cluster: LocalCluster, namespace: str, pod: str) -> str:
     claim_name = pod_field(cluster, namespace, pod, "{.status.resourceClaimStatuses[0].resourceClaimName}")
-    return cluster.kubectl(
-        "get", "resourceclaim", claim_name, "-n", namespace, "-o", "jsonpath={.metadata.uid}"
-    ).stdout
+    return uid_of(cluster, "resourceclaim", claim_name, namespace)
 
 
 def pod_gone(cluster: LocalCluster, namespace: str, pod: str) -> bool:
@@ -371,21 +320,8 @@ def pod_gone(cluster: LocalCluster, namespace: str, pod: str) -> bool:
 
 def create_domain(cluster: LocalCluster, namespace: str, mode: str = "Single") -> str:
     """A ComputeDomain and (standing in for the controller) its workload claim template; its UID."""
-    apply(
-        cluster,
-        {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "ComputeDomain",
-            "metadata": {"name": "train", "namespace": namespace},
-            "spec": {
-                "numNodes": 0,
-                "channel": {"resourceClaimTemplate": {"name": "train-channel"}, "allocationMode": mode},
-            },
-        },
-    )
-    uid = cluster.kubectl(
-        "get", "computedomain", "train", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
-    ).stdout
+    apply(cluster, compute_domain("train", namespace, mode=mode))
+    uid = uid_of(cluster, "computedomain", "train", namespace)
     apply(cluster, channel_template(namespace, "train-channel", uid, mode))
     return uid
 

@@ -41,6 +41,7 @@ from imexdra.api.constants import (
     ComputeDomainStatusValue,
     ConditionStatus,
 )
+from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -56,21 +57,6 @@ def namespace(cluster: LocalCluster, compute_domain_crds: None) -> Iterator[str]
     cluster.kubectl("create", "namespace", name)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false")
-
-
-def new_compute_domain(
-    name: str, namespace: str, *, mode: AllocationMode = AllocationMode.SINGLE, num_nodes: int = 0
-) -> ComputeDomain:
-    return ComputeDomain(
-        metadata=ObjectMeta(name=name, namespace=namespace),
-        spec=ComputeDomainSpec(
-            num_nodes=num_nodes,
-            channel=ComputeDomainChannelSpec(
-                resource_claim_template=ResourceClaimTemplateReference(name=f"{name}-channel"),
-                allocation_mode=mode,
-            ),
-        ),
-    )
 
 
 def manifest(name: str, namespace: str, spec: dict[str, Any]) -> str:
@@ -102,7 +88,7 @@ async def test_crds_are_established(kube: AsyncClient, namespace: str, crd: str)
 
 async def test_valid_compute_domain_is_accepted_and_defaulted(kube: AsyncClient, namespace: str) -> None:
     """A ComputeDomain with only the required fields is created; numNodes and allocationMode are defaulted."""
-    created = await kube.create(new_compute_domain("defaults", namespace))
+    created = await kube.create(compute_domain_model("defaults", namespace))
     assert isinstance(created, ComputeDomain)
     assert created.spec is not None
     assert created.spec.num_nodes == 0
@@ -208,7 +194,7 @@ async def test_lightkube_create_rejects_invalid_spec(
 async def test_spec_changes_are_rejected(kube: AsyncClient, namespace: str, change: dict[str, Any]) -> None:
     """Any spec update fails the CEL rule with upstream's message; the stored spec is unchanged."""
     name = f"immutable-{secrets.token_hex(3)}"
-    created = await kube.create(new_compute_domain(name, namespace))
+    created = await kube.create(compute_domain_model(name, namespace))
     with pytest.raises(ApiError) as caught:
         await kube.patch(ComputeDomain, name, change, namespace=namespace, patch_type=PatchType.MERGE)
     assert caught.value.status.code == 422
@@ -221,7 +207,7 @@ async def test_replace_with_changed_spec_is_rejected_but_metadata_may_change(
 ) -> None:
     """A PUT changing the spec is refused; one keeping it (defaults omitted) and adding a label is not."""
     name = f"replace-{secrets.token_hex(3)}"
-    created = await kube.create(new_compute_domain(name, namespace))
+    created = await kube.create(compute_domain_model(name, namespace))
     assert created.spec is not None and created.metadata is not None
     created.spec.num_nodes = 5
     with pytest.raises(ApiError, match=r"A computeDomain\.spec is immutable"):
@@ -238,7 +224,7 @@ async def test_status_is_written_through_the_status_subresource(
 ) -> None:
     """Status goes through /status only; index 0 and -1 survive, node status defaults, empty nodes vanish."""
     name = f"status-{secrets.token_hex(3)}"
-    created = await kube.create(new_compute_domain(name, namespace, num_nodes=2))
+    created = await kube.create(compute_domain_model(name, namespace, num_nodes=2))
     nodes = [
         ComputeDomainNode(name="node-0", ip_address="10.0.0.1", clique_id="uuid.1", index=0, status=READY),
         ComputeDomainNode(name="node-1", ip_address="10.0.0.2", clique_id="", index=-1),
@@ -287,7 +273,7 @@ async def test_channel_and_conditions_round_trip(
 ) -> None:
     """status.channel and a ChannelAllocated condition are stored as sent; channel 0 is refused."""
     name = f"channel-{secrets.token_hex(3)}"
-    created = await kube.create(new_compute_domain(name, namespace))
+    created = await kube.create(compute_domain_model(name, namespace))
     condition = Condition(
         type="ChannelAllocated",
         status=ConditionStatus.TRUE,
@@ -315,7 +301,7 @@ async def test_channel_and_conditions_round_trip(
 async def test_invalid_status_is_rejected(kube: AsyncClient, namespace: str) -> None:
     """The status subresource is validated too: an unknown status value is refused."""
     name = f"bad-status-{secrets.token_hex(3)}"
-    await kube.create(new_compute_domain(name, namespace))
+    await kube.create(compute_domain_model(name, namespace))
     with pytest.raises(ApiError) as caught:
         await kube.patch(
             ComputeDomain.Status,
@@ -331,7 +317,7 @@ async def test_invalid_status_is_rejected(kube: AsyncClient, namespace: str) -> 
 async def test_stale_status_write_conflicts(kube: AsyncClient, namespace: str) -> None:
     """A status replace from an outdated object fails with 409 (optimistic concurrency)."""
     name = f"conflict-{secrets.token_hex(3)}"
-    stale = await kube.create(new_compute_domain(name, namespace))
+    stale = await kube.create(compute_domain_model(name, namespace))
     await kube.replace(stale.status_update(ComputeDomainStatus(status=READY)), name, namespace=namespace)
     with pytest.raises(ApiError) as caught:
         await kube.replace(
@@ -343,7 +329,7 @@ async def test_stale_status_write_conflicts(kube: AsyncClient, namespace: str) -
 async def test_list_watch_and_apply(kube: AsyncClient, namespace: str) -> None:
     """List (namespace and cluster wide), watch and server-side apply work with the typed class."""
     first = f"listed-{secrets.token_hex(3)}"
-    await kube.create(new_compute_domain(first, namespace))
+    await kube.create(compute_domain_model(first, namespace))
     listing = kube.list(ComputeDomain, namespace=namespace)
     names = [cd.metadata.name async for cd in listing if cd.metadata is not None]
     assert first in names
@@ -363,7 +349,8 @@ async def test_list_watch_and_apply(kube: AsyncClient, namespace: str) -> None:
     watcher = asyncio.create_task(first_added())
     await asyncio.sleep(0.5)
     applied = await kube.apply(
-        new_compute_domain(applied_name, namespace, mode=AllocationMode.ALL), field_manager="imexdra-api-test"
+        compute_domain_model(applied_name, namespace, mode=AllocationMode.ALL),
+        field_manager="imexdra-api-test",
     )
     assert applied.spec is not None and applied.spec.channel.allocation_mode is AllocationMode.ALL
     async with asyncio.timeout(30):
@@ -403,7 +390,7 @@ async def test_kubectl_get_shows_printer_columns(
 ) -> None:
     """kubectl get computedomains shows status, channel, mode, numNodes and age; -o wide adds the template."""
     name = f"columns-{secrets.token_hex(3)}"
-    created = await kube.create(new_compute_domain(name, namespace, mode=AllocationMode.ALL, num_nodes=2))
+    created = await kube.create(compute_domain_model(name, namespace, mode=AllocationMode.ALL, num_nodes=2))
     await kube.replace(created.status_update(ComputeDomainStatus(status=READY)), name, namespace=namespace)
     table = cluster.kubectl("get", "computedomains", name, "-n", namespace).stdout.splitlines()
     assert table[0].split() == ["NAME", "STATUS", "CHANNEL", "MODE", "NUMNODES", "AGE"]

@@ -23,9 +23,11 @@ from typing import Any
 
 import pytest
 
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port
-from tests.integration.helpers import apply, eventually
+from tests.support.kubectl import apply
+from tests.support.waiting import eventually
 from tests.unit.chart.install import ChartRBAC, install_chart_rbac
 
 RELEASE = "chartctl"
@@ -141,15 +143,7 @@ async def test_controller_runs_with_the_charts_env_and_rbac(
     )
     assert controller.poll() is None
 
-    apply(
-        cluster,
-        {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "ComputeDomain",
-            "metadata": {"name": "cd", "namespace": WORKLOADS},
-            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "cd-channel"}}},
-        },
-    )
+    apply(cluster, compute_domain("cd", WORKLOADS))
 
     def reconciled() -> bool:
         cd = get_json(cluster, "computedomain", "cd", "-n", WORKLOADS)

@@ -29,7 +29,8 @@ from imexdra.api.constants import (
 )
 from imexdra.controller.render import channel_selector
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.integration.helpers import apply, eventually
+from tests.support.kubectl import apply
+from tests.support.waiting import eventually
 from tests.unit.chart import unrefused
 from tests.unit.chart.helm import render
 

@@ -25,11 +25,8 @@ import pytest
 
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port
-from tests.integration.helpers import eventually
-from tests.integration.pluginharness import (
-    CLIQUE,
-    SimulatedNode,
-)
+from tests.integration.pluginharness import CLIQUE, SimulatedNode
+from tests.support.waiting import eventually
 from tests.unit.chart.install import ChartRBAC, install_chart_rbac
 
 RELEASE = "chartkp"

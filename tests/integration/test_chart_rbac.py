@@ -27,7 +27,8 @@ from imexdra.daemon.podlabel import label_own_pod
 from imexdra.kubeletplugin.nodelabels import NodeLabeler
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import kubectl_as, whoami
-from tests.integration.helpers import apply, eventually
+from tests.support.kubectl import apply
+from tests.support.waiting import eventually
 from tests.unit.chart import rbac
 from tests.unit.chart.install import ChartRBAC, install_chart_rbac
 

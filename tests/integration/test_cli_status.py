@@ -21,8 +21,10 @@ from typing import Any
 
 import pytest
 
+from imexdra_sim.builders import channel_claim, channel_config, channel_template, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.integration.helpers import apply, eventually
+from tests.support.kubectl import apply, uid_of
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -53,15 +55,7 @@ def build_scene(cluster: LocalCluster, ns: str, driver_ns: str, gpu_node: str) -
     for name, num_nodes in (("train", 2), ("other", 0)):
         apply(
             cluster,
-            {
-                "apiVersion": "resource.nvidia.com/v1beta1",
-                "kind": "ComputeDomain",
-                "metadata": {"name": name, "namespace": ns},
-                "spec": {
-                    "numNodes": num_nodes,
-                    "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}},
-                },
-            },
+            compute_domain(name, ns, num_nodes=num_nodes),
             channel_template(ns, f"{name}-channel"),
         )
     uid = uid_of(cluster, "computedomain", "train", ns)
@@ -107,29 +101,15 @@ def build_scene(cluster: LocalCluster, ns: str, driver_ns: str, gpu_node: str) -
     pod_uid = uid_of(cluster, "pod", "conflicted-worker", ns)
     for minute, message in ((1, "an older failure"), (2, PREPARE_ERROR.format(ns=ns))):
         apply(cluster, prepare_event(ns, pod_uid, minute, message))
-    apply(cluster, channel_claim(ns, uid))
+    apply(cluster, channel_claim(ns, "prepared-imex", uid))
     patch_status(cluster, "resourceclaim", "prepared-imex", ns, {"status": allocation(uid, pod_uid)})
     return {"ns": ns, "driver_ns": driver_ns, "gpu_node": gpu_node, "uid": uid, "other_uid": other_uid}
-
-
-def uid_of(cluster: LocalCluster, kind: str, name: str, ns: str) -> str:
-    return cluster.kubectl("get", kind, name, "-n", ns, "-o", "jsonpath={.metadata.uid}").stdout
 
 
 def patch_status(cluster: LocalCluster, kind: str, name: str, ns: str, patch: dict[str, Any]) -> None:
     cluster.kubectl(
         "patch", kind, name, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
     )
-
-
-def channel_template(ns: str, name: str) -> dict[str, Any]:
-    request = {"name": "channel", "exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"}}
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"spec": {"devices": {"requests": [request]}}},
-    }
 
 
 def workload_pod(ns: str, name: str, node: str | None) -> dict[str, Any]:
@@ -165,25 +145,6 @@ def prepare_event(ns: str, pod_uid: str, minute: int, message: str) -> dict[str,
     }
 
 
-def channel_config(uid: str) -> dict[str, Any]:
-    return {
-        "driver": "compute-domain.nvidia.com",
-        "parameters": {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "ComputeDomainChannelConfig",
-            "domainID": uid,
-            "allocationMode": "Single",
-        },
-    }
-
-
-def channel_claim(ns: str, uid: str) -> dict[str, Any]:
-    template = channel_template(ns, "prepared-imex")
-    devices = template["spec"]["spec"]["devices"]
-    devices["config"] = [{"requests": ["channel"], "opaque": channel_config(uid)}]
-    return {**template, "kind": "ResourceClaim", "spec": {"devices": devices}}
-
-
 def allocation(uid: str, pod_uid: str) -> dict[str, Any]:
     selector = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-0"]}]}
     return {
@@ -197,7 +158,7 @@ def allocation(uid: str, pod_uid: str) -> dict[str, Any]:
                         "device": "channel-0",
                     }
                 ],
-                "config": [{"source": "FromClaim", "requests": ["channel"], "opaque": channel_config(uid)}],
+                "config": [{"source": "FromClaim", **channel_config(uid)}],
             },
             "nodeSelector": {"nodeSelectorTerms": [selector]},
         },

@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.integration.helpers import apply, eventually
 from tests.integration.testdriver import DRIVER, TestDriver, cdi_id
+from tests.support.kubectl import apply, uid_of
+from tests.support.waiting import eventually
 
 NAMESPACE = "dra-path"
 
@@ -95,9 +96,7 @@ async def test_pod_with_claim_is_prepared_injected_and_unprepared(
     results = claim["status"]["allocation"]["devices"]["results"]
     assert [(r["driver"], r["pool"], r["device"]) for r in results] == [(DRIVER, "node-0", "dev-0")]
     assert driver.prepared == [claim_uid]
-    pod_uid = cluster.kubectl(
-        "get", "pod", "consumer", "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}"
-    ).stdout
+    pod_uid = uid_of(cluster, "pod", "consumer", NAMESPACE)
     creates = [r for r in cluster.node("node-0").cri_records("CreateContainer") if r["pod_uid"] == pod_uid]
     assert [r["cdi_devices"] for r in creates] == [[cdi_id("dev-0")]]
 

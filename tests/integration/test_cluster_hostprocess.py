@@ -8,7 +8,8 @@ from pathlib import Path
 
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.conftest import HOST_IMAGE, HOST_SRV
-from tests.integration.helpers import apply, eventually
+from tests.support.kubectl import apply
+from tests.support.waiting import eventually
 
 NAMESPACE = "hostproc"
 

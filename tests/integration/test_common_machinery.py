@@ -35,7 +35,7 @@ from imexdra.common.leaderelection import LeaderElectionConfig, LeaderElector, L
 from imexdra.common.store import index_by_label
 from imexdra.common.workqueue import WorkQueue, run_workers
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.integration.helpers import eventually
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

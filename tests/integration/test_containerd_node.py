@@ -17,21 +17,22 @@ from collections.abc import Iterator
 
 import pytest
 
+from imexdra_sim.builders import channel_template, compute_domain
 from imexdra_sim.devices.procfs_fake import DEFAULT_IMEX_CHANNELS_MAJOR
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
-from tests.integration.helpers import apply, eventually
 from tests.integration.pluginharness import (
     CLIQUE,
     HostImex,
     PluginProcess,
     SimulatedNode,
-    channel_template,
     install_api,
     plugin_kubeconfig,
     pod_field,
-    workload_pod,
 )
+from tests.support.builders import channel_pod
+from tests.support.kubectl import apply, uid_of
+from tests.support.waiting import eventually
 
 NODE, OTHER_NODE = "cd-0", "cd-1"
 STAND_IN = "docker.io/library/ubuntu:22.04"
@@ -231,20 +232,10 @@ async def test_channel_claim_is_a_real_char_device_injected_by_containerd_cdi(
 ) -> None:
     """containerd's CDI library creates /dev/nvidia-caps-imex-channels/channel0 with the channel major."""
     await plugin.wait_registered()
-    apply(
-        cd_cluster,
-        {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "ComputeDomain",
-            "metadata": {"name": "train", "namespace": namespace},
-            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}},
-        },
-    )
-    domain_uid = cd_cluster.kubectl(
-        "get", "computedomain", "train", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
-    ).stdout
+    apply(cd_cluster, compute_domain("train", namespace))
+    domain_uid = uid_of(cd_cluster, "computedomain", "train", namespace)
     apply(cd_cluster, channel_template(namespace, "train-channel", domain_uid, "Single"))
-    pod = workload_pod(namespace, "worker", "train-channel", NODE)
+    pod = channel_pod("worker", namespace, "train-channel", node=NODE)
     container = pod["spec"]["containers"][0]
     container["image"] = STAND_IN
     container["command"] = [

@@ -43,21 +43,20 @@ from lightkube.config.kubeconfig import KubeConfig
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
+from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import failure_count, progress, stop_cluster
 from tests.integration.conftest import CRD_DIR
 from tests.integration.controller_harness import (
     ControllerProcess,
     apiserver_requests,
-    compute_domain,
-    install_controller_identity,
-    install_driver_namespace,
-    kubectl_json,
+    controller_running,
     leftovers,
     metric,
     request_delta,
 )
-from tests.integration.helpers import eventually
+from tests.support.kubectl import get_json
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -129,13 +128,10 @@ async def own_kube(own_cluster: LocalCluster) -> AsyncIterator[AsyncClient]:
 @pytest.fixture(scope="module")
 async def controller(own_cluster: LocalCluster) -> AsyncIterator[ControllerProcess]:
     """The controller under test, driver-managed, on the module's control plane."""
-    install_driver_namespace(own_cluster, DRIVER_NS)
-    own_cluster.create_namespace(USER_NS)
-    kubeconfig = install_controller_identity(own_cluster, DRIVER_NS)
-    process = ControllerProcess(own_cluster, kubeconfig, DRIVER_NS, name="controller-cpf").start()
-    await process.wait_ready()
-    yield process
-    process.stop()
+    async with controller_running(
+        own_cluster, DRIVER_NS, USER_NS, "controller-cpf", clean_up=False
+    ) as process:
+        yield process
 
 
 # -- requests that ride out an outage ---------------------------------------------------------------
@@ -177,7 +173,7 @@ async def create_domain(kube: AsyncClient, name: str) -> str:
         if failed and (found := await get_domain(kube, name)) is not None:
             return found
         failed = True  # until the create below returns
-        return await kube.create(compute_domain(name, USER_NS))
+        return await kube.create(compute_domain_model(name, USER_NS))
 
     return uid_of(await through_outage(f"create {name}", attempt))
 
@@ -260,14 +256,14 @@ def owned_by_domain(cluster: LocalCluster) -> dict[str, list[tuple[str, str, str
     """Everything labelled for any domain: ``{uid: sorted [(kind, namespace, name)]}``."""
     found = collections.defaultdict(list)
     for kind in ("resourceclaimtemplates", "daemonsets", "computedomaincliques", "nodes"):
-        for item in kubectl_json(cluster, kind, "-A", "-l", LABEL)["items"]:
+        for item in get_json(cluster, kind, "-A", "-l", LABEL)["items"]:
             meta = item["metadata"]
             found[meta["labels"][LABEL]].append((kind, meta.get("namespace", ""), meta["name"]))
     return {uid: sorted(objects) for uid, objects in found.items()}
 
 
 def domains(cluster: LocalCluster) -> dict[str, Any]:
-    return {i["metadata"]["name"]: i for i in kubectl_json(cluster, "computedomains", "-n", USER_NS)["items"]}
+    return {i["metadata"]["name"]: i for i in get_json(cluster, "computedomains", "-n", USER_NS)["items"]}
 
 
 def converged(cluster: LocalCluster, uids: dict[str, str]) -> bool:
@@ -412,7 +408,7 @@ async def test_etcd_and_apiserver_restarts_under_load_miss_nothing_and_write_not
     # A 409 met by our own template after a lost answer is no name clash to warn the user about.
     clashes = [
         e
-        for e in kubectl_json(cluster, "events", "-n", USER_NS)["items"]
+        for e in get_json(cluster, "events", "-n", USER_NS)["items"]
         if e["reason"] == "ClaimTemplateConflict"
     ]
     assert clashes == [], clashes

@@ -37,15 +37,11 @@ from imexdra.common.kube import load_config, make_client
 from imexdra.controller.config import CONTROLLER_NAME, ControllerConfig
 from imexdra.controller.controller import Controller
 from imexdra.controller.transport import Transport
+from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.integration.controller_harness import (
-    compute_domain,
-    events_of,
-    install_controller_identity,
-    kubectl_json,
-    labelled,
-)
-from tests.integration.helpers import eventually
+from tests.integration.controller_harness import events_of, install_controller_identity, labelled
+from tests.support.kubectl import get_json
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -123,7 +119,7 @@ async def controller(
 
 
 def raw(cluster: LocalCluster, name: str) -> dict[str, Any]:
-    return kubectl_json(cluster, "computedomain", name, "-n", USER_NS)
+    return get_json(cluster, "computedomain", name, "-n", USER_NS)
 
 
 def allocated(cluster: LocalCluster, name: str) -> dict[str, Any]:
@@ -140,7 +136,7 @@ async def test_numbers_exhaustion_and_reuse(
 ) -> None:
     """Two domains get 1 and 2 and are Ready; a third waits exhausted, then takes a deleted one's number."""
     for name in ("first", "second"):
-        await kube.create(compute_domain(name, USER_NS))
+        await kube.create(compute_domain_model(name, USER_NS))
         await eventually(f"{name} Ready", lambda name=name: status_of(cluster, name, "Ready"), within=30)
     channels = {name: raw(cluster, name)["status"]["channel"] for name in ("first", "second")}
     assert sorted(channels.values()) == [1, 2]
@@ -167,7 +163,7 @@ async def test_numbers_exhaustion_and_reuse(
         }
     ]
 
-    await kube.create(compute_domain("third", USER_NS))
+    await kube.create(compute_domain_model("third", USER_NS))
     waiting = await eventually("third exhausted", lambda: status_of(cluster, "third", "NotReady"), within=30)
     assert "channel" not in waiting
     condition = allocated(cluster, "third")
@@ -191,7 +187,7 @@ async def test_allocation_mode_all_is_refused(
     cluster: LocalCluster, kube: AsyncClient, controller: Controller
 ) -> None:
     """allocationMode All: NotReady with AllocationModeUnsupported, no number and no template."""
-    await kube.create(compute_domain("everything", USER_NS, mode=AllocationMode.ALL))
+    await kube.create(compute_domain_model("everything", USER_NS, mode=AllocationMode.ALL))
     status = await eventually("All refused", lambda: status_of(cluster, "everything", "NotReady"), within=30)
     assert "channel" not in status
     assert allocated(cluster, "everything")["reason"] == "AllocationModeUnsupported"
@@ -210,7 +206,7 @@ async def test_switch_back_to_domain_isolation(
 ) -> None:
     """Back to domain isolation: a channel domain is a mismatch and a new domain waits until it is gone."""
     async with running(cluster, identities[ImexIsolation.CHANNEL], ImexIsolation.CHANNEL, clean_up=False):
-        await kube.create(compute_domain("before", USER_NS))
+        await kube.create(compute_domain_model("before", USER_NS))
         await eventually("before Ready", lambda: status_of(cluster, "before", "Ready"), within=30)
     before = raw(cluster, "before")
     (template,) = labelled(cluster, "resourceclaimtemplates", before["metadata"]["uid"])
@@ -224,7 +220,7 @@ async def test_switch_back_to_domain_isolation(
         (kept,) = labelled(cluster, "resourceclaimtemplates", before["metadata"]["uid"])
         assert kept["metadata"]["resourceVersion"] == template["metadata"]["resourceVersion"]
 
-        await kube.create(compute_domain("after", USER_NS))
+        await kube.create(compute_domain_model("after", USER_NS))
         held = await eventually(
             "after held", lambda: condition(cluster, "after", "IsolationSwitchPending"), within=30
         )
@@ -251,7 +247,7 @@ async def test_switch_to_channel_isolation(
 ) -> None:
     """To channel isolation: a domain on channel 0 is a mismatch and a new domain waits until it is gone."""
     async with running(cluster, identities[ImexIsolation.DOMAIN], ImexIsolation.DOMAIN, clean_up=False):
-        await kube.create(compute_domain("shared", USER_NS))
+        await kube.create(compute_domain_model("shared", USER_NS))
 
         def ready() -> dict[str, Any] | None:
             status: dict[str, Any] = raw(cluster, "shared").get("status") or {}
@@ -264,7 +260,7 @@ async def test_switch_to_channel_isolation(
             "shared mismatched", lambda: condition(cluster, "shared", "IsolationMismatch"), within=30
         )
         assert "channel" not in raw(cluster, "shared")["status"]
-        await kube.create(compute_domain("isolated", USER_NS))
+        await kube.create(compute_domain_model("isolated", USER_NS))
         await eventually(
             "isolated held", lambda: condition(cluster, "isolated", "IsolationSwitchPending"), within=30
         )

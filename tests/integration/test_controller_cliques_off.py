@@ -23,18 +23,19 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra_sim.apinodes import FakeKubelet
+from imexdra_sim.builders import compute_domain_model, daemon_device_class
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
     ControllerProcess,
-    apply_objects,
-    compute_domain,
-    install_controller_identity,
+    controller_running,
     install_driver_namespace,
     label_as_daemon,
     leftovers,
 )
-from tests.integration.controller_standins import FakeKubelet, daemon_device_class, daemon_slice
-from tests.integration.helpers import eventually
+from tests.integration.controller_standins import daemon_slice
+from tests.support.kubectl import apply
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +54,7 @@ async def kubelet(cluster: LocalCluster, kube: AsyncClient) -> AsyncIterator[Fak
     cluster.create_namespace(USER_NS)
     fake = FakeKubelet(kube, NODES, DRIVER_NS)
     await fake.register()
-    apply_objects(cluster, daemon_device_class(), *(daemon_slice(n) for n in NODES))
+    apply(cluster, daemon_device_class(), *(daemon_slice(n) for n in NODES))
     heartbeat = asyncio.create_task(fake.run())
     yield fake
     heartbeat.cancel()
@@ -69,14 +70,12 @@ async def controller(
     cluster: LocalCluster, compute_domain_crds: None, kubelet: FakeKubelet
 ) -> AsyncIterator[ControllerProcess]:
     """A controller with the cliques gate off; at the end every domain of this module is deleted."""
-    kubeconfig = install_controller_identity(cluster, DRIVER_NS)
     name = f"controller-nc-{SUFFIX}"
-    process = ControllerProcess(cluster, kubeconfig, DRIVER_NS, name=name, gates="ComputeDomainCliques=false")
-    process.start()
-    await process.wait_ready()
-    yield process
-    cluster.kubectl("delete", "computedomains", "--all", "-n", USER_NS, "--timeout=90s", check=False)
-    process.stop()
+    gates = "ComputeDomainCliques=false"
+    async with controller_running(
+        cluster, DRIVER_NS, USER_NS, name, gates=gates, namespaces=False
+    ) as process:
+        yield process
 
 
 async def status_indices(kube: AsyncClient) -> dict[str, int]:
@@ -103,7 +102,7 @@ async def test_indices_live_in_status_and_survive_a_restart(
     cluster: LocalCluster, kube: AsyncClient, kubelet: FakeKubelet, controller: ControllerProcess
 ) -> None:
     """status.nodes holds indices 0..2, no clique exists; after a SIGKILL a rejoining node gets its index."""
-    created = await kube.create(compute_domain("legacy", USER_NS, num_nodes=3))
+    created = await kube.create(compute_domain_model("legacy", USER_NS, num_nodes=3))
     assert created.metadata is not None and created.metadata.uid
     uid = created.metadata.uid
     await eventually("DaemonSet", lambda: leftovers(cluster, uid)["daemonsets"], within=30)

@@ -30,22 +30,20 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra_sim.builders import compute_domain_model, daemon_device_class
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
     ControllerProcess,
     TeardownWatch,
-    apply_objects,
-    compute_domain,
+    controller_running,
     events_of,
     foreign_template,
-    install_controller_identity,
-    install_driver_namespace,
-    kubectl_json,
     label_as_daemon,
     leftovers,
 )
-from tests.integration.controller_standins import DaemonDevicePlugin, daemon_device_class, daemon_slice
-from tests.integration.helpers import eventually
+from tests.integration.controller_standins import DaemonDevicePlugin, daemon_slice
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +67,7 @@ async def daemon_devices(cluster: LocalCluster, kube: AsyncClient) -> AsyncItera
         await plugin.start()
     await asyncio.wait_for(asyncio.gather(*(p.registered.wait() for p in plugins)), timeout=30)
     uids = {n: cluster.kubectl("get", "node", n, "-o", "jsonpath={.metadata.uid}").stdout for n in NODES}
-    apply_objects(cluster, daemon_device_class(), *(daemon_slice(n, uids[n]) for n in NODES))
+    apply(cluster, daemon_device_class(), *(daemon_slice(n, uids[n]) for n in NODES))
     yield plugins
     cluster.kubectl("delete", "resourceslices", *(daemon_slice(n)["metadata"]["name"] for n in NODES))
     for plugin in plugins:
@@ -81,20 +79,12 @@ async def controller(
     cluster: LocalCluster, compute_domain_crds: None, daemon_devices: list[DaemonDevicePlugin]
 ) -> AsyncIterator[ControllerProcess]:
     """A driver-managed controller; at the end every domain of this module is deleted through it."""
-    install_driver_namespace(cluster, DRIVER_NS)
-    cluster.create_namespace(USER_NS)
-    kubeconfig = install_controller_identity(cluster, DRIVER_NS)
-    process = ControllerProcess(cluster, kubeconfig, DRIVER_NS, name=f"controller-drv-{SUFFIX}")
-    process.start()
-    await process.wait_ready()
-    yield process
-    cluster.kubectl("delete", "computedomains", "--all", "-n", USER_NS, "--timeout=90s")
-    process.stop()
-    cluster.kubectl("delete", "namespace", USER_NS, DRIVER_NS, "--wait=false")
+    async with controller_running(cluster, DRIVER_NS, USER_NS, f"controller-drv-{SUFFIX}") as process:
+        yield process
 
 
 async def create_domain(kube: AsyncClient, name: str, num_nodes: int = 0) -> str:
-    created = await kube.create(compute_domain(name, USER_NS, num_nodes=num_nodes))
+    created = await kube.create(compute_domain_model(name, USER_NS, num_nodes=num_nodes))
     assert created.metadata is not None and created.metadata.uid
     return created.metadata.uid
 
@@ -137,7 +127,7 @@ async def ready_daemon_pods(kube: AsyncClient, uid: str, count: int) -> list[Pod
 
 
 def clique(cluster: LocalCluster, uid: str, clique_id: str = CLIQUE) -> dict[str, Any] | None:
-    items = kubectl_json(cluster, "computedomaincliques", "-n", DRIVER_NS)["items"]
+    items = get_json(cluster, "computedomaincliques", "-n", DRIVER_NS)["items"]
     found = [c for c in items if c["metadata"]["name"] == f"{uid}.{clique_id}"]
     return found[0] if found else None
 
@@ -146,9 +136,7 @@ async def delete_and_wait_gone(cluster: LocalCluster, kube: AsyncClient, name: s
     await kube.delete(ComputeDomain, name, namespace=USER_NS)
 
     def gone() -> bool:
-        names = [
-            i["metadata"]["name"] for i in kubectl_json(cluster, "computedomains", "-n", USER_NS)["items"]
-        ]
+        names = [i["metadata"]["name"] for i in get_json(cluster, "computedomains", "-n", USER_NS)["items"]]
         return name not in names
 
     await eventually(f"{name} gone", gone, within=90, interval=1.0)
@@ -176,7 +164,7 @@ async def test_create_makes_finalizer_templates_daemonset_and_ready(
     }
     rcts = {
         i["metadata"]["name"]: i
-        for i in kubectl_json(cluster, "resourceclaimtemplates", "-A", "-l", f"{LABEL}={uid}")["items"]
+        for i in get_json(cluster, "resourceclaimtemplates", "-A", "-l", f"{LABEL}={uid}")["items"]
     }
     assert rcts["solo-channel"]["metadata"]["namespace"] == USER_NS
     assert rcts[f"computedomain-daemon-{uid}"]["metadata"]["namespace"] == DRIVER_NS
@@ -184,7 +172,7 @@ async def test_create_makes_finalizer_templates_daemonset_and_ready(
     cluster.kubectl("delete", "resourceclaimtemplate", "solo-channel", "-n", USER_NS, "--wait=false")
 
     def recreated() -> bool:
-        item = kubectl_json(cluster, "resourceclaimtemplates", "-n", USER_NS)["items"]
+        item = get_json(cluster, "resourceclaimtemplates", "-n", USER_NS)["items"]
         fresh = [
             i
             for i in item
@@ -301,7 +289,7 @@ async def test_claim_template_name_clash_is_reported_then_resolved(
     cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
 ) -> None:
     """A foreign template of the requested name gives a Warning Event; once it is gone, ours is created."""
-    apply_objects(cluster, foreign_template("clash-channel", USER_NS))
+    apply(cluster, foreign_template("clash-channel", USER_NS))
     uid = await create_domain(kube, "clash")
     warning = await eventually(
         "conflict event",
@@ -312,9 +300,7 @@ async def test_claim_template_name_clash_is_reported_then_resolved(
     cluster.kubectl("delete", "resourceclaimtemplate", "clash-channel", "-n", USER_NS)
 
     def owned_template() -> bool:
-        items = kubectl_json(cluster, "resourceclaimtemplates", "-n", USER_NS, "-l", f"{LABEL}={uid}")[
-            "items"
-        ]
+        items = get_json(cluster, "resourceclaimtemplates", "-n", USER_NS, "-l", f"{LABEL}={uid}")["items"]
         return [i["metadata"]["name"] for i in items] == ["clash-channel"]
 
     await eventually("domain's own template", owned_template, within=40)
@@ -326,7 +312,7 @@ async def test_objects_of_vanished_domains_are_swept(
 ) -> None:
     """A finalized template, a clique and a node label naming an unknown domain are removed."""
     ghost = str(uuid.uuid4())
-    apply_objects(
+    apply(
         cluster,
         {
             "apiVersion": "resource.k8s.io/v1",

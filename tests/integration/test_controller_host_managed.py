@@ -20,21 +20,19 @@ from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import AllocationMode
+from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
     ControllerProcess,
-    apply_objects,
-    compute_domain,
+    controller_running,
     events_of,
     foreign_template,
-    install_controller_identity,
-    install_driver_namespace,
-    kubectl_json,
     labelled,
     leftovers,
     metric,
 )
-from tests.integration.helpers import eventually
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -47,22 +45,13 @@ FINALIZER = "resource.nvidia.com/computeDomain"
 @pytest.fixture(scope="module")
 async def controller(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIterator[ControllerProcess]:
     """A host-managed controller; at the end every domain of this module is deleted through it."""
-    install_driver_namespace(cluster, DRIVER_NS)
-    cluster.create_namespace(USER_NS)
-    kubeconfig = install_controller_identity(cluster, DRIVER_NS)
-    process = ControllerProcess(
-        cluster, kubeconfig, DRIVER_NS, name=f"controller-host-{SUFFIX}", gates="HostManagedIMEX=true"
-    )
-    process.start()
-    await process.wait_ready()
-    yield process
-    cluster.kubectl("delete", "computedomains", "--all", "-n", USER_NS, "--timeout=60s")
-    process.stop()
-    cluster.kubectl("delete", "namespace", USER_NS, DRIVER_NS, "--wait=false")
+    name = f"controller-host-{SUFFIX}"
+    async with controller_running(cluster, DRIVER_NS, USER_NS, name, gates="HostManagedIMEX=true") as process:
+        yield process
 
 
 async def ready_domain(kube: AsyncClient, name: str, **spec: object) -> ComputeDomain:
-    await kube.create(compute_domain(name, USER_NS, **spec))  # type: ignore[arg-type]
+    await kube.create(compute_domain_model(name, USER_NS, **spec))  # type: ignore[arg-type]
 
     async def ready() -> ComputeDomain | None:
         cd = await kube.get(ComputeDomain, name, namespace=USER_NS)
@@ -92,7 +81,7 @@ async def test_create_makes_only_the_workload_template_and_is_ready(
     uid = cd.metadata.uid
     assert cd.metadata.finalizers == [FINALIZER]
     assert cd.status.nodes == []
-    raw = kubectl_json(cluster, "computedomain", "train-a", "-n", USER_NS)
+    raw = get_json(cluster, "computedomain", "train-a", "-n", USER_NS)
     assert "nodes" not in raw["status"]
     rct = await kube.get(ResourceClaimTemplate, "train-a-channel", namespace=USER_NS)
     assert rct.metadata is not None and rct.spec is not None
@@ -116,7 +105,7 @@ async def test_create_makes_only_the_workload_template_and_is_ready(
         "nodes": [],
     }
     # Other tests share the cluster (and may run a driver-managed controller): look for this domain's.
-    daemon_sets = kubectl_json(cluster, "daemonsets", "-A")["items"]
+    daemon_sets = get_json(cluster, "daemonsets", "-A")["items"]
     assert not [d for d in daemon_sets if d["metadata"]["name"] == f"computedomain-daemon-{uid}"]
 
 
@@ -134,8 +123,7 @@ async def test_delete_removes_template_then_domain_and_forgets_metrics(
 
     async def gone() -> bool:
         names = [
-            item["metadata"]["name"]
-            for item in kubectl_json(cluster, "computedomains", "-n", USER_NS)["items"]
+            item["metadata"]["name"] for item in get_json(cluster, "computedomains", "-n", USER_NS)["items"]
         ]
         return "train-b" not in names
 
@@ -156,15 +144,15 @@ async def test_ready_waits_for_the_workload_template(
     cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
 ) -> None:
     """A foreign template of the wanted name: NotReady with ClaimTemplateConflict; once it goes, Ready."""
-    apply_objects(cluster, foreign_template("clash-channel", USER_NS))
-    await kube.create(compute_domain("clash", USER_NS))  # type: ignore[arg-type]
+    apply(cluster, foreign_template("clash-channel", USER_NS))
+    await kube.create(compute_domain_model("clash", USER_NS))  # type: ignore[arg-type]
 
     async def status() -> str:
         cd = await kube.get(ComputeDomain, "clash", namespace=USER_NS)
         return cd.status.status.value if cd.status is not None else ""
 
     assert await eventually("clash NotReady", lambda: _is(status(), "NotReady"), within=30)
-    uid = kubectl_json(cluster, "computedomain", "clash", "-n", USER_NS)["metadata"]["uid"]
+    uid = get_json(cluster, "computedomain", "clash", "-n", USER_NS)["metadata"]["uid"]
     conflict = await eventually(
         "ClaimTemplateConflict event",
         lambda: [e for e in events_of(cluster, USER_NS, uid) if e["reason"] == "ClaimTemplateConflict"],

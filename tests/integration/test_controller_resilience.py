@@ -23,17 +23,17 @@ from lightkube import AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import progress
 from tests.integration.controller_harness import (
     ControllerProcess,
-    compute_domain,
     install_controller_identity,
     install_driver_namespace,
-    kubectl_json,
     leftovers,
 )
-from tests.integration.helpers import eventually
+from tests.support.kubectl import get_json
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +71,7 @@ async def identity(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIte
 
 
 def domains(cluster: LocalCluster) -> dict[str, Any]:
-    return {i["metadata"]["name"]: i for i in kubectl_json(cluster, "computedomains", "-n", USER_NS)["items"]}
+    return {i["metadata"]["name"]: i for i in get_json(cluster, "computedomains", "-n", USER_NS)["items"]}
 
 
 def converged(cluster: LocalCluster, names: list[str]) -> bool:
@@ -101,7 +101,7 @@ def steps_done(cluster: LocalCluster, uids: dict[str, str]) -> int:
     owned = [
         item
         for kind in ("resourceclaimtemplates", "daemonsets")
-        for item in kubectl_json(cluster, kind, "-A", "-l", LABEL)["items"]
+        for item in get_json(cluster, kind, "-A", "-l", LABEL)["items"]
         if item["metadata"]["labels"][LABEL] in uids.values()
     ]
     deleting = any("deletionTimestamp" in item["metadata"] for item in found.values())
@@ -168,7 +168,7 @@ async def test_sigkill_during_create_and_delete_converges_without_leaks(
     try:
         for round_ in range(ROUNDS):
             names = [f"kill-{round_}-{i}" for i in range(DOMAINS)]
-            created = await asyncio.gather(*(kube.create(compute_domain(n, USER_NS)) for n in names))
+            created = await asyncio.gather(*(kube.create(compute_domain_model(n, USER_NS)) for n in names))
             uids = {n: str(cd.metadata.uid) for n, cd in zip(names, created, strict=True) if cd.metadata}
             seen = await kill_mid_work(process, cluster, uids, 5 * DOMAINS, rng, seed)
             progress(pytestconfig, f"seed {seed}: create steps done at each SIGKILL: {seen} of {5 * DOMAINS}")
@@ -192,7 +192,7 @@ async def test_sigkill_during_create_and_delete_converges_without_leaks(
 
 
 def lease_holder(cluster: LocalCluster) -> str:
-    items = kubectl_json(cluster, "leases", "-n", DRIVER_NS)["items"]
+    items = get_json(cluster, "leases", "-n", DRIVER_NS)["items"]
     found = [i for i in items if i["metadata"]["name"] == LEASE]
     return str(found[0]["spec"].get("holderIdentity") or "") if found else ""
 
@@ -215,7 +215,7 @@ async def test_two_replicas_elect_one_leader_and_fail_over(
         standby = next(r for r in replicas if r is not leader)
         assert len(holder) == len(leader.name) + 37  # "<pod name>-<uuid4>", upstream's identity
         await leader.wait_ready()
-        await kube.create(compute_domain("led-a", USER_NS))
+        await kube.create(compute_domain_model("led-a", USER_NS))
         await eventually("led-a Ready", lambda: converged(cluster, ["led-a"]), within=30)
         assert not standby.ready()
         assert not [e for e in standby.log_events() if e.get("msg") == "Informer caches synced"]
@@ -226,7 +226,7 @@ async def test_two_replicas_elect_one_leader_and_fail_over(
         )
         assert new_holder.startswith(f"{standby.name}-")
         await standby.wait_ready()
-        await kube.create(compute_domain("led-b", USER_NS))
+        await kube.create(compute_domain_model("led-b", USER_NS))
         await eventually("led-b Ready", lambda: converged(cluster, ["led-a", "led-b"]), within=30)
 
         assert standby.stop() == 0

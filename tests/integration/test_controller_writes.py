@@ -28,23 +28,23 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra_sim.apinodes import FakeKubelet
+from imexdra_sim.builders import compute_domain_model, daemon_device_class
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import progress
 from tests.integration.controller_harness import (
     ControllerProcess,
     apiserver_requests,
-    apply_objects,
-    compute_domain,
-    install_controller_identity,
+    controller_running,
     install_driver_namespace,
-    kubectl_json,
     label_as_daemon,
     leftovers,
     metric,
     request_delta,
 )
-from tests.integration.controller_standins import FakeKubelet, daemon_device_class, daemon_slice
-from tests.integration.helpers import eventually
+from tests.integration.controller_standins import daemon_slice
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +71,7 @@ async def kubelet(cluster: LocalCluster, kube: AsyncClient) -> AsyncIterator[Fak
     cluster.create_namespace(USER_NS)
     fake = FakeKubelet(kube, NODES, DRIVER_NS)
     await fake.register()
-    apply_objects(cluster, daemon_device_class(), *(daemon_slice(n) for n in NODES))
+    apply(cluster, daemon_device_class(), *(daemon_slice(n) for n in NODES))
     task = asyncio.create_task(fake.run())
     yield fake
     task.cancel()
@@ -87,12 +87,9 @@ async def controller(
     cluster: LocalCluster, compute_domain_crds: None, kubelet: FakeKubelet
 ) -> AsyncIterator[ControllerProcess]:
     """The controller under test (its metrics count only its own writes)."""
-    kubeconfig = install_controller_identity(cluster, DRIVER_NS)
-    process = ControllerProcess(cluster, kubeconfig, DRIVER_NS, name=f"controller-wr-{SUFFIX}").start()
-    await process.wait_ready()
-    yield process
-    cluster.kubectl("delete", "computedomains", "--all", "-n", USER_NS, "--timeout=90s", check=False)
-    process.stop()
+    name = f"controller-wr-{SUFFIX}"
+    async with controller_running(cluster, DRIVER_NS, USER_NS, name, namespaces=False) as process:
+        yield process
 
 
 def writes(process: ControllerProcess) -> dict[str, float]:
@@ -115,7 +112,7 @@ def conflicts(process: ControllerProcess) -> float:
 
 
 def clique_indices(cluster: LocalCluster, uid: str) -> dict[str, int]:
-    items = kubectl_json(cluster, "computedomaincliques", "-n", DRIVER_NS)["items"]
+    items = get_json(cluster, "computedomaincliques", "-n", DRIVER_NS)["items"]
     found = [c for c in items if c["metadata"]["name"] == f"{uid}.{CLIQUE}"]
     return {d["nodeName"]: d["index"] for d in found[0].get("daemons", [])} if found else {}
 
@@ -158,7 +155,7 @@ async def delete_and_wait_gone(cluster: LocalCluster, kube: AsyncClient, uid: st
     await kube.delete(ComputeDomain, "big", namespace=USER_NS)
 
     def gone() -> bool:
-        return not kubectl_json(cluster, "computedomains", "-n", USER_NS)["items"]
+        return not get_json(cluster, "computedomains", "-n", USER_NS)["items"]
 
     await eventually("big gone", gone, within=90, interval=1.0)
     assert leftovers(cluster, uid) == {
@@ -179,7 +176,7 @@ async def test_eighteen_daemons_cost_a_handful_of_writes_and_no_conflicts(
     """Formation, restart and deletion of an 18-daemon domain: few writes, no 409 anywhere, no leftovers."""
     rng = random.Random(secrets.randbits(32))
     before = apiserver_requests(cluster)
-    created = await kube.create(compute_domain("big", USER_NS, num_nodes=DAEMONS))
+    created = await kube.create(compute_domain_model("big", USER_NS, num_nodes=DAEMONS))
     assert created.metadata is not None and created.metadata.uid
     uid = created.metadata.uid
     pods = await scheduled_daemons(cluster, kube, uid)

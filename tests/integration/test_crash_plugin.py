@@ -35,7 +35,6 @@ import pytest
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import progress
-from tests.integration.helpers import apply, eventually
 from tests.integration.pluginharness import (
     CLIQUE,
     LABEL,
@@ -49,8 +48,10 @@ from tests.integration.pluginharness import (
     pod_claim_uid,
     pod_field,
     pod_gone,
-    workload_pod,
 )
+from tests.support.builders import channel_pod
+from tests.support.kubectl import apply
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -199,7 +200,7 @@ async def one_cycle(
     pod: str,
 ) -> None:
     """Start ``pod`` with a kill, check; delete it with a kill, check."""
-    apply(cluster, workload_pod(namespace, pod, "train-channel", NODE))
+    apply(cluster, channel_pod(pod, namespace, "train-channel", node=NODE))
     await windows["create"].kill_and_restart(plugin, rng)
     state = claim_state(plugin.sim, _claim_uid_or_none(cluster, namespace, pod))
     windows["create"].landed(early=state == ABSENT, late=state == ClaimState.PREPARE_COMPLETED)

@@ -49,6 +49,7 @@ from lightkube.types import PatchType
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
 from imexdra.daemon.hostsfile import managed_mappings
 from imexdra.devices.imex import parse_config
+from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.devices.fakeimex.ctl import CtlError, fetch_status
 from imexdra_sim.devices.fakeimex.install import install_fake_imex
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -57,14 +58,10 @@ from tests.conftest import progress
 from tests.integration.conftest import HOST_IMAGE, HOST_SRV
 from tests.integration.controller_harness import (
     DAEMON_SERVICE_ACCOUNT,
-    ControllerProcess,
-    apply_objects,
-    compute_domain,
-    install_controller_identity,
-    install_driver_namespace,
-    kubectl_json,
+    controller_running,
 )
-from tests.integration.helpers import eventually
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -254,30 +251,23 @@ async def domain(
 ) -> AsyncIterator[Domain]:
     """Four nodes, the controller, a ComputeDomain (numNodes 4) and its daemons scheduled everywhere."""
     await add_missing_nodes(cluster)
-    install_driver_namespace(cluster, DRIVER_NS)
-    cluster.create_namespace(USER_NS)
-    controller = ControllerProcess(
-        cluster, install_controller_identity(cluster, DRIVER_NS), DRIVER_NS, name=f"controller-dmn-{SUFFIX}"
-    )
-    controller.start()
-    await controller.wait_ready()
-    created = await kube.create(compute_domain("imex", USER_NS, num_nodes=4))
-    assert created.metadata is not None and created.metadata.uid
-    uid = created.metadata.uid
-    assert cluster.run_dir is not None
-    fake_bin = install_fake_imex(cluster.run_dir / f"fake-imex-{SUFFIX}").directory
-    spec = daemon_pod_spec(uid=uid, cd_name="imex", clique=CLIQUE, imexd=f"imexd-{SUFFIX}", fake_bin=fake_bin)
-    daemons = daemon_set(APP, spec, uid, {NODE_LABEL: "true"})
-    apply_objects(cluster, *daemon_rbac(), kubeconfig_map(cluster), daemons)
-    for node in NODES:
-        await set_node_label(kube, node, True)
-    yield Domain(cluster, uid, fake_bin)
-    for node in NODES:
-        await set_node_label(kube, node, False)
-    cluster.kubectl("delete", "daemonset", APP, "-n", DRIVER_NS, "--timeout=60s")
-    cluster.kubectl("delete", "computedomains", "--all", "-n", USER_NS, "--timeout=90s")
-    controller.stop()
-    cluster.kubectl("delete", "namespace", USER_NS, DRIVER_NS, "--wait=false")
+    async with controller_running(cluster, DRIVER_NS, USER_NS, f"controller-dmn-{SUFFIX}"):
+        created = await kube.create(compute_domain_model("imex", USER_NS, num_nodes=4))
+        assert created.metadata is not None and created.metadata.uid
+        uid = created.metadata.uid
+        assert cluster.run_dir is not None
+        fake_bin = install_fake_imex(cluster.run_dir / f"fake-imex-{SUFFIX}").directory
+        spec = daemon_pod_spec(
+            uid=uid, cd_name="imex", clique=CLIQUE, imexd=f"imexd-{SUFFIX}", fake_bin=fake_bin
+        )
+        daemons = daemon_set(APP, spec, uid, {NODE_LABEL: "true"})
+        apply(cluster, *daemon_rbac(), kubeconfig_map(cluster), daemons)
+        for node in NODES:
+            await set_node_label(kube, node, True)
+        yield Domain(cluster, uid, fake_bin)
+        for node in NODES:
+            await set_node_label(kube, node, False)
+        cluster.kubectl("delete", "daemonset", APP, "-n", DRIVER_NS, "--timeout=60s")
 
 
 # -- observing the domain ----------------------------------------------------------------------------
@@ -340,7 +330,7 @@ async def converged(kube: AsyncClient, nodes: tuple[str, ...]) -> dict[str, Memb
 
 def clique_entries(domain: Domain) -> dict[str, dict[str, Any]]:
     """The controller-written clique entries by node name."""
-    items = kubectl_json(domain.cluster, "computedomaincliques", "-n", DRIVER_NS)["items"]
+    items = get_json(domain.cluster, "computedomaincliques", "-n", DRIVER_NS)["items"]
     for item in items:
         if item["metadata"]["name"] == f"{domain.uid}.{CLIQUE}":
             return {entry["nodeName"]: entry for entry in item.get("daemons", [])}
@@ -399,14 +389,14 @@ async def test_daemons_form_a_ready_domain(domain: Domain, kube: AsyncClient) ->
         assert (
             parse_config((imexd / "imexd.cfg").read_text())["IMEX_CMD_BIND_INTERFACE_IP"] == members[node].ip
         )
-    cd = kubectl_json(domain.cluster, "computedomain", "imex", "-n", USER_NS)
+    cd = get_json(domain.cluster, "computedomain", "imex", "-n", USER_NS)
     await eventually("ComputeDomain Ready", lambda: _cd_status(domain) == "Ready", within=60)
     assert cd["metadata"]["uid"] == domain.uid
     assert all(m.restarts == 0 for m in members.values())
 
 
 def _cd_status(domain: Domain) -> str:
-    cd = kubectl_json(domain.cluster, "computedomain", "imex", "-n", USER_NS)
+    cd = get_json(domain.cluster, "computedomain", "imex", "-n", USER_NS)
     return str(cd.get("status", {}).get("status", ""))
 
 
@@ -671,14 +661,14 @@ async def test_sigkilled_daemons_recover(
 
 async def test_node_without_fabric_joins_without_imex(domain: Domain, kube: AsyncClient) -> None:
     """An empty CLIQUE_ID: the pod announces "no fabric", runs no IMEX, passes its probe, and is listed."""
-    created = await kube.create(compute_domain("nofabric", USER_NS, num_nodes=1))
+    created = await kube.create(compute_domain_model("nofabric", USER_NS, num_nodes=1))
     assert created.metadata is not None and created.metadata.uid
     uid = created.metadata.uid
     spec = daemon_pod_spec(
         uid=uid, cd_name="nofabric", clique="", imexd=f"imexd-nofabric-{SUFFIX}", fake_bin=domain.fake_bin
     )
     name = f"nofabric-{SUFFIX}"
-    apply_objects(domain.cluster, daemon_set(name, spec, uid, {"kubernetes.io/hostname": "node-0"}))
+    apply(domain.cluster, daemon_set(name, spec, uid, {"kubernetes.io/hostname": "node-0"}))
     ready = await eventually(
         "no-fabric pod Ready and labelled", lambda: _ready_pod(kube, name), within=120, interval=2
     )
@@ -708,6 +698,6 @@ async def _ready_pod(kube: AsyncClient, app: str) -> Pod | None:
 
 
 def _status_nodes(domain: Domain, cd_name: str) -> list[dict[str, Any]] | None:
-    cd = kubectl_json(domain.cluster, "computedomain", cd_name, "-n", USER_NS)
+    cd = get_json(domain.cluster, "computedomain", cd_name, "-n", USER_NS)
     nodes: list[dict[str, Any]] = cd.get("status", {}).get("nodes", [])
     return nodes if nodes and all(n.get("status") == "Ready" for n in nodes) else None

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.integration.helpers import eventually
 from tests.integration.pluginharness import (
     CLIQUE,
     DRIVER,
@@ -25,6 +24,7 @@ from tests.integration.pluginharness import (
     node_slices,
     plugin_kubeconfig,
 )
+from tests.support.waiting import eventually
 
 
 @pytest.fixture(scope="module")

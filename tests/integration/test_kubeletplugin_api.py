@@ -23,15 +23,12 @@ from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache
 from imexdra.kubeletplugin.nodelabels import LabelConflictError, NodeLabeler
 from imexdra.kubeletplugin.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.slices import slice_devices
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import apiserver_requests, request_delta
-from tests.integration.helpers import apply, eventually
-from tests.integration.pluginharness import (
-    CLIQUE,
-    DRIVER_NAMESPACE,
-    install_api,
-    node_labels,
-)
+from tests.integration.pluginharness import CLIQUE, DRIVER_NAMESPACE, install_api, node_labels
+from tests.support.kubectl import apply, uid_of
+from tests.support.waiting import eventually
 
 LABEL = "resource.nvidia.com/computeDomain"
 NODE = "node-1"
@@ -43,15 +40,7 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
     install_api(cluster)
     name = f"kp-api-{uuid.uuid4().hex[:6]}"
     cluster.create_namespace(name)
-    apply(
-        cluster,
-        {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "ComputeDomain",
-            "metadata": {"name": "train", "namespace": name},
-            "spec": {"channel": {"resourceClaimTemplate": {"name": "train-channel"}}},
-        },
-    )
+    apply(cluster, compute_domain("train", name))  # numNodes 0: the CRD's default
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false")
 
@@ -64,9 +53,7 @@ async def labeler(kube: AsyncClient) -> AsyncIterator[NodeLabeler]:
 
 
 def domain_uid(cluster: LocalCluster, namespace: str) -> str:
-    return cluster.kubectl(
-        "get", "computedomain", "train", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
-    ).stdout
+    return uid_of(cluster, "computedomain", "train", namespace)
 
 
 async def test_label_add_remove_and_conflict(cluster: LocalCluster, labeler: NodeLabeler) -> None:

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from imexdra.kubeletplugin.checkpoint import ClaimState
+from imexdra_sim.builders import channel_template
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.events import driver_prepare_failure
-from tests.integration.helpers import apply, eventually
 from tests.integration.pluginharness import (
     CLIQUE,
     DAEMON_CLASS,
@@ -27,7 +27,6 @@ from tests.integration.pluginharness import (
     LABEL,
     PluginProcess,
     SimulatedNode,
-    channel_template,
     create_domain,
     install_api,
     mark_daemon_ready,
@@ -37,8 +36,10 @@ from tests.integration.pluginharness import (
     pod_claim_uid,
     pod_field,
     pod_gone,
-    workload_pod,
 )
+from tests.support.builders import channel_pod
+from tests.support.kubectl import apply
+from tests.support.waiting import eventually
 
 NODE = "node-0"
 
@@ -65,7 +66,7 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
 
 
 async def start_running_pod(cluster: LocalCluster, plugin: PluginProcess, namespace: str, pod: str) -> str:
-    apply(cluster, workload_pod(namespace, pod, "train-channel", NODE))
+    apply(cluster, channel_pod(pod, namespace, "train-channel", node=NODE))
     await eventually(
         "pod Running", lambda: pod_field(cluster, namespace, pod, "{.status.phase}") == "Running", within=90
     )
@@ -79,7 +80,7 @@ async def test_channel_claim_waits_for_daemon_then_runs_and_cleans_up(
     await plugin.wait_registered()
     await eventually("ResourceSlice", lambda: node_slices(cluster, NODE))
     domain_uid = create_domain(cluster, namespace)
-    apply(cluster, workload_pod(namespace, "worker", "train-channel", NODE))
+    apply(cluster, channel_pod("worker", namespace, "train-channel", node=NODE))
     await eventually("node label", lambda: node_labels(cluster, NODE).get(LABEL) == domain_uid)
     claim_uid = await eventually("claim allocated", lambda: pod_claim_uid(cluster, namespace, "worker"))
     assert pod_field(cluster, namespace, "worker", "{.status.phase}") == "Pending"
@@ -146,7 +147,7 @@ async def test_strict_decoding_error_reaches_the_pod_events(
     domain_uid = create_domain(cluster, namespace)
     template = channel_template(namespace, "broken-channel", domain_uid, "Single")
     template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["unexpectedField"] = 1
-    apply(cluster, template, workload_pod(namespace, "broken", "broken-channel", NODE))
+    apply(cluster, template, channel_pod("broken", namespace, "broken-channel", node=NODE))
 
     def event() -> str:
         found = driver_prepare_failure(cluster, namespace, "broken")
@@ -174,7 +175,7 @@ def daemon_template(domain_uid: str, *, namespace: str = DRIVER_NAMESPACE) -> di
 
 def daemon_pod(namespace: str, name: str, domain_uid: str) -> dict[str, Any]:
     """A pod on node-0 holding the domain's daemon claim (from ``daemon_template``)."""
-    pod = workload_pod(namespace, name, f"computedomain-daemon-{domain_uid}", NODE)
+    pod = channel_pod(name, namespace, f"computedomain-daemon-{domain_uid}", node=NODE)
     pod["spec"]["resourceClaims"][0]["name"] = "daemon"
     pod["spec"]["containers"][0]["resources"]["claims"][0]["name"] = "daemon"
     return pod

@@ -16,9 +16,9 @@ import yaml
 
 from imexdra.kubeletplugin.applyconfig import HOST_IMEX_NOT_READY_MESSAGE, NO_CLIQUE_MESSAGE
 from imexdra.kubeletplugin.checkpoint import ClaimState
+from imexdra_sim.builders import channel_template, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.events import driver_prepare_failure
-from tests.integration.helpers import apply, eventually
 from tests.integration.pluginharness import (
     CLIQUE,
     DRIVER,
@@ -26,7 +26,6 @@ from tests.integration.pluginharness import (
     HostImex,
     PluginProcess,
     SimulatedNode,
-    channel_template,
     install_api,
     node_labels,
     node_slices,
@@ -34,8 +33,10 @@ from tests.integration.pluginharness import (
     pod_claim_uid,
     pod_field,
     pod_gone,
-    workload_pod,
 )
+from tests.support.builders import channel_pod
+from tests.support.kubectl import apply, uid_of
+from tests.support.waiting import eventually
 
 
 @pytest.fixture(scope="module")
@@ -78,23 +79,13 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
     """A fresh namespace with a ComputeDomain ``train``."""
     name = f"kp-hm-{uuid.uuid4().hex[:6]}"
     cluster.create_namespace(name)
-    apply(
-        cluster,
-        {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "ComputeDomain",
-            "metadata": {"name": "train", "namespace": name},
-            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}},
-        },
-    )
+    apply(cluster, compute_domain("train", name))
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
 def domain_uid(cluster: LocalCluster, namespace: str) -> str:
-    return cluster.kubectl(
-        "get", "computedomain", "train", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
-    ).stdout
+    return uid_of(cluster, "computedomain", "train", namespace)
 
 
 def prepare_event(cluster: LocalCluster, namespace: str, pod: str) -> str:
@@ -130,7 +121,7 @@ async def test_single_channel_claim_runs_without_node_label(
     plugin = plugins["node-0"]
     await plugin.wait_registered()
     apply(cluster, channel_template(namespace, "train-channel", domain_uid(cluster, namespace), "Single"))
-    apply(cluster, workload_pod(namespace, "worker", "train-channel", "node-0"))
+    apply(cluster, channel_pod("worker", namespace, "train-channel", node="node-0"))
     await running(cluster, namespace, "worker")
     claim_uid = pod_claim_uid(cluster, namespace, "worker")
     pod_uid = pod_field(cluster, namespace, "worker", "{.metadata.uid}")
@@ -160,7 +151,7 @@ async def test_host_imex_down_keeps_the_pod_pending_with_an_event_until_it_is_up
     await plugin.wait_registered()
     host_imex.stop()
     apply(cluster, channel_template(namespace, "train-channel", domain_uid(cluster, namespace), "Single"))
-    apply(cluster, workload_pod(namespace, "worker", "train-channel", "node-0"))
+    apply(cluster, channel_pod("worker", namespace, "train-channel", node="node-0"))
     message = await eventually(
         "FailedPrepareDynamicResources", lambda: prepare_event(cluster, namespace, "worker"), within=90
     )
@@ -183,7 +174,7 @@ async def test_allocation_mode_all_is_a_permanent_pod_event(
     """allocationMode All is refused permanently and the reason shows up on the pod."""
     await plugins["node-0"].wait_registered()
     apply(cluster, channel_template(namespace, "all-channel", domain_uid(cluster, namespace), "All"))
-    apply(cluster, workload_pod(namespace, "greedy", "all-channel", "node-0"))
+    apply(cluster, channel_pod("greedy", namespace, "all-channel", node="node-0"))
     message = await eventually(
         "FailedPrepareDynamicResources", lambda: prepare_event(cluster, namespace, "greedy"), within=90
     )
@@ -197,7 +188,7 @@ async def test_node_without_clique_is_a_permanent_pod_event(
     """On a node without an NVLink clique the pod event names the missing clique."""
     await plugins["node-1"].wait_registered()
     apply(cluster, channel_template(namespace, "train-channel", domain_uid(cluster, namespace), "Single"))
-    apply(cluster, workload_pod(namespace, "stray", "train-channel", "node-1"))
+    apply(cluster, channel_pod("stray", namespace, "train-channel", node="node-1"))
     message = await eventually(
         "FailedPrepareDynamicResources", lambda: prepare_event(cluster, namespace, "stray"), within=90
     )
@@ -217,11 +208,11 @@ async def test_second_channel_claim_on_the_node_is_refused(
     await plugin.wait_registered()
     uid = domain_uid(cluster, namespace)
     apply(cluster, channel_template(namespace, "train-channel", uid, "Single"))
-    apply(cluster, workload_pod(namespace, "first", "train-channel", "node-0"))
+    apply(cluster, channel_pod("first", namespace, "train-channel", node="node-0"))
     await running(cluster, namespace, "first")
     first_claim = pod_claim_uid(cluster, namespace, "first")
 
-    second_pod = workload_pod(namespace, "second", "unused", "node-0")
+    second_pod = channel_pod("second", namespace, "unused", node="node-0")
     second_pod["spec"]["nodeName"] = "node-0"
     second_pod["spec"]["resourceClaims"] = [{"name": "channel", "resourceClaimName": "second"}]
     claim = {
@@ -266,9 +257,7 @@ async def test_second_channel_claim_on_the_node_is_refused(
         "conflict logged", lambda: plugin.logged(f"already allocated to different claim {first_claim}")
     )
     assert pod_field(cluster, namespace, "second", "{.status.phase}") == "Pending"
-    second_claim = cluster.kubectl(
-        "get", "resourceclaim", "second", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
-    ).stdout
+    second_claim = uid_of(cluster, "resourceclaim", "second", namespace)
     checkpoint = plugin.sim.checkpoint()
     assert checkpoint.claims[first_claim].state == ClaimState.PREPARE_COMPLETED
     assert second_claim not in checkpoint.claims  # refused before anything was recorded

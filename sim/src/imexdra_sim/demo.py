@@ -20,7 +20,7 @@ from typing import Any
 import click
 import yaml
 
-from imexdra_sim import rack
+from imexdra_sim import builders, rack
 from imexdra_sim.localcluster.cluster import LocalCluster, exit_on_sigterm
 
 WORKLOAD_NAMESPACE = "nvbandwidth"
@@ -32,12 +32,7 @@ SEED_IMAGE = "ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163"
 
 def compute_domain() -> dict[str, Any]:
     """The seed's ComputeDomain."""
-    return {
-        "apiVersion": "resource.nvidia.com/v1beta1",
-        "kind": "ComputeDomain",
-        "metadata": {"name": DOMAIN, "namespace": WORKLOAD_NAMESPACE},
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": CLAIM_TEMPLATE}}},
-    }
+    return builders.compute_domain(DOMAIN, WORKLOAD_NAMESPACE, CLAIM_TEMPLATE)
 
 
 def mpi_job(workers: int) -> dict[str, Any]:

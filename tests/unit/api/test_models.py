@@ -19,31 +19,21 @@ from lightkube.types import PatchType
 
 from imexdra.api.computedomain import (
     ComputeDomain,
-    ComputeDomainChannelSpec,
     ComputeDomainNode,
-    ComputeDomainSpec,
     ComputeDomainStatus,
     ComputeDomainStatusResource,
-    ResourceClaimTemplateReference,
 )
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo, clique_name
 from imexdra.api.constants import AllocationMode, ComputeDomainStatusValue
+from imexdra_sim.builders import compute_domain_model
 
 READY = ComputeDomainStatusValue.READY
 NOT_READY = ComputeDomainStatusValue.NOT_READY
 
 
 def compute_domain(*, mode: AllocationMode = AllocationMode.SINGLE, num_nodes: int = 0) -> ComputeDomain:
-    return ComputeDomain(
-        metadata=ObjectMeta(name="cd", namespace="team", resourceVersion="42"),
-        spec=ComputeDomainSpec(
-            num_nodes=num_nodes,
-            channel=ComputeDomainChannelSpec(
-                resource_claim_template=ResourceClaimTemplateReference(name="cd-channel"),
-                allocation_mode=mode,
-            ),
-        ),
-    )
+    """The domain ``team/cd`` these tests encode, as read from the server (resourceVersion 42)."""
+    return compute_domain_model("cd", "team", mode=mode, num_nodes=num_nodes, resource_version="42")
 
 
 def wire(obj: msgspec.Struct) -> Any:

@@ -10,9 +10,6 @@ from lightkube.resources.core_v1 import Pod
 
 from imexdra.api.computedomain import (
     ComputeDomain,
-    ComputeDomainChannelSpec,
-    ComputeDomainSpec,
-    ResourceClaimTemplateReference,
 )
 from imexdra.api.config.common import ImexIsolation, ImexMode, ImexSettings
 from imexdra.api.config.controller import ControllerSettings
@@ -20,6 +17,7 @@ from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, Al
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod
+from imexdra_sim.builders import compute_domain_model
 
 UID = "3f2a8c1e-0000-4000-8000-000000000001"
 CLIQUE = "7b0c2e4a-1111-4222-8333-444455556666.1"
@@ -54,15 +52,7 @@ def make_domain(
     uid: str = UID,
     mode: AllocationMode = AllocationMode.SINGLE,
 ) -> ComputeDomain:
-    return ComputeDomain(
-        metadata=ObjectMeta(name=name, namespace=namespace, uid=uid),
-        spec=ComputeDomainSpec(
-            channel=ComputeDomainChannelSpec(
-                resource_claim_template=ResourceClaimTemplateReference(name=f"{name}-channel"),
-                allocation_mode=mode,
-            )
-        ),
-    )
+    return compute_domain_model(name, namespace, uid=uid, mode=mode)
 
 
 def member(node: str, ip: str = "", *, clique: str | None = CLIQUE, ready: bool = True) -> DaemonPod:

@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from imexdra.common.ratelimit import Backoff
 from imexdra.daemon.supervisor import ImexSupervisor
 from imexdra_sim.devices.imex_fake import FakeImex
+from tests.support.waiting import eventually
 
 BASE = 0.1
 INTERVAL = 0.3
 
 
-async def until(what: str, check: Callable[[], bool], within: float = 5.0) -> None:
-    """Wait for a condition on the event loop."""
-    deadline = asyncio.get_running_loop().time() + within
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
+#: Waits on the event loop with a 5 ms poll: the supervisor's timings here are tenths of a second.
+until = functools.partial(eventually, within=5.0, interval=0.005)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ over TCP and a unix socket, startup failure without an own entry, and the PATH w
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import random
@@ -26,6 +27,7 @@ import pytest
 from imexdra.devices.imex import READY_OUTPUT
 from imexdra_sim.devices.fakeimex.ctl import CtlError, fetch_status
 from imexdra_sim.devices.fakeimex.install import install_fake_imex
+from tests.support import waiting
 
 PYTHON = sys.executable
 
@@ -103,16 +105,8 @@ class FakeDomain:
         self.processes[self.address(i)].send_signal(signum)
 
 
-async def eventually(what: str, check: Callable[[], Any], within: float = 15.0) -> Any:
-    """Poll an async predicate until it returns something truthy."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        result = await check()
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
+#: The fake daemons answer within a tenth of a second; forming a domain takes a few.
+eventually = functools.partial(waiting.eventually, within=15.0, interval=0.1)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 
 from imexdra.devices.imex import ImexError
 from imexdra.devices.imex_real import SubprocessImex
+from tests.support.waiting import eventually
 
 
 def script(path: Path, body: str) -> str:
@@ -35,11 +36,10 @@ def imex_script(tmp_path: Path) -> str:
 
 
 async def _wait_for_line(path: Path, line: str) -> None:
-    for _ in range(200):
-        if path.exists() and line in path.read_text().splitlines():
-            return
-        await asyncio.sleep(0.05)
-    pytest.fail(f"{line!r} never appeared in {path}")
+    def logged() -> bool:
+        return path.exists() and line in path.read_text().splitlines()
+
+    await eventually(f"{line!r} in {path}", logged, within=10, interval=0.05)
 
 
 async def test_start_signal_stop(tmp_path: Path, imex_script: str) -> None:

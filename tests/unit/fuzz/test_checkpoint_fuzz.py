@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from imexdra.kubeletplugin import gojson
 from imexdra.kubeletplugin.checkpoint import Checkpoint, CorruptCheckpointError, marshal, unmarshal
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
-from tests.unit.api.test_opaque import json_values
+from tests.unit.api.opaque_inputs import json_values
 from tests.unit.fuzz.profiles import fuzz
-from tests.unit.kubeletplugin.test_checkpoint import BOOT_ID, EMPTY_FILE, UID, V1_86, claim_86
+from tests.unit.kubeletplugin.checkpoint_samples import BOOT_ID, EMPTY_FILE, UID, V1_86, claim_86
 
 FULL_FILE = marshal(Checkpoint(claims={UID: claim_86()}, node_boot_id=BOOT_ID))
 

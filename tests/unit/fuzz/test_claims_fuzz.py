@@ -30,7 +30,7 @@ from imexdra.common.errors import DriverError
 from imexdra.kubeletplugin.configs import config_groups, non_admin_devices, opaque_device_configs
 from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaimStatus, resource_claim
 from imexdra.kubeletplugin.slices import allocatable_devices
-from tests.unit.api.test_opaque import json_values
+from tests.unit.api.opaque_inputs import json_values
 from tests.unit.fuzz.profiles import fuzz
 from tests.unit.kubeletplugin.support import (
     DOMAIN_UID,

@@ -35,7 +35,7 @@ from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.retries import RetryPolicy
 from imexdra.kubeletplugin.server import KubeletPluginServer
 from tests.unit.fuzz.profiles import fuzz
-from tests.unit.kubeletplugin.test_server import ALLOCATED, ApiClaims
+from tests.unit.kubeletplugin.server_fakes import ALLOCATED, ApiClaims
 
 #: No waiting between attempts, and a budget no scripted claim can exhaust.
 NO_WAIT = RetryPolicy(budget=60.0, retry_base=0.0, retry_cap=0.0, bucket_rate=1e9, bucket_burst=10**9)

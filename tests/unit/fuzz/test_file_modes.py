@@ -24,9 +24,9 @@ from imexdra.kubeletplugin.cdi import DriverRoots, channel_edits, claim_spec
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from imexdra.kubeletplugin.paths import PluginPaths
 from imexdra.kubeletplugin.server import KubeletPluginServer
+from tests.unit.kubeletplugin.checkpoint_samples import BOOT_ID
+from tests.unit.kubeletplugin.server_fakes import ApiClaims, ScriptedDriver
 from tests.unit.kubeletplugin.support import Node, daemon_claim
-from tests.unit.kubeletplugin.test_checkpoint import BOOT_ID
-from tests.unit.kubeletplugin.test_server import ApiClaims, ScriptedDriver
 
 
 def mode(path: Path) -> int:

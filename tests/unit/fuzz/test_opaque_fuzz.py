@@ -14,7 +14,7 @@ from collections.abc import Callable
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tests.unit.api.test_opaque import assert_valid_or_config_error, json_values, plausible_documents
+from tests.unit.api.opaque_inputs import assert_valid_or_config_error, json_values, plausible_documents
 from tests.unit.fuzz.profiles import fuzz
 
 CONTAINERS: dict[str, Callable[[str], object]] = {

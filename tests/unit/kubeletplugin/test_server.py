@@ -9,7 +9,7 @@ scripted stand-in, since the servers' contract is exactly "call the driver, tran
 import asyncio
 import os
 import stat
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,12 @@ from imexdra.kubeletplugin._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2 as reg
 from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2_grpc as reg_grpc
 from imexdra.kubeletplugin.claimstatus import canonical_claim_status
-from imexdra.kubeletplugin.driverapi import Device, PrepareResult, UnprepareResult
+from imexdra.kubeletplugin.driverapi import Device
 from imexdra.kubeletplugin.paths import PluginPaths
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim, parse_claim
+from imexdra.kubeletplugin.resourceclaim import ClaimRef
 from imexdra.kubeletplugin.server import KubeletPluginServer
+from tests.unit.kubeletplugin.server_fakes import ALLOCATED, ApiClaims, ScriptedDriver
 
-ALLOCATED = {
-    "allocation": {"devices": {"results": [{"request": "channel", "driver": "compute-domain.nvidia.com"}]}}
-}
 CHANNEL_DEVICE = Device(
     ("channel/sub",), "node-a", "channel-0", ("k8s.compute-domain.nvidia.com/claim=u1-channel-0",)
 )
@@ -43,61 +41,6 @@ DAEMON_DEVICE = Device(
     ("k8s.compute-domain.nvidia.com/device=all", "k8s.compute-domain.nvidia.com/claim=u3-daemon-0"),
     share_id="share-1",
 )
-
-
-class ScriptedDriver:
-    """Answers per UID from a script: a device tuple, an exception, or None (left out)."""
-
-    def __init__(self) -> None:
-        self.prepare_script: dict[str, tuple[Device, ...] | Exception | None] = {}
-        self.unprepare_script: dict[str, Exception | None] = {}
-        self.prepared: list[ResourceClaim] = []
-        self.unprepared: list[ClaimRef] = []
-        self.raise_on_call: Exception | None = None
-        self.gates: dict[str, asyncio.Event] = {}
-
-    async def prepare(self, claims: Sequence[ResourceClaim]) -> Mapping[str, PrepareResult]:
-        if self.raise_on_call:
-            raise self.raise_on_call
-        self.prepared.extend(claims)
-        results: dict[str, PrepareResult] = {}
-        for claim in claims:
-            if claim.ref.uid in self.gates:
-                await self.gates[claim.ref.uid].wait()
-            outcome = self.prepare_script.get(claim.ref.uid)
-            if isinstance(outcome, Exception):
-                results[claim.ref.uid] = PrepareResult(error=outcome)
-            elif outcome is not None:
-                results[claim.ref.uid] = PrepareResult(devices=outcome)
-        return results
-
-    async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
-        if self.raise_on_call:
-            raise self.raise_on_call
-        self.unprepared.extend(claims)
-        return {ref.uid: UnprepareResult(error=self.unprepare_script.get(ref.uid)) for ref in claims}
-
-
-class ApiClaims:
-    """The API server's ResourceClaims as the injected getter sees them."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
-        self.calls = 0
-
-    def add(self, namespace: str, name: str, uid: str, status: object = None) -> None:
-        self.objects[(namespace, name)] = {
-            "metadata": {"namespace": namespace, "name": name, "uid": uid},
-            "status": ALLOCATED if status is None else status,
-        }
-
-    async def __call__(self, namespace: str, name: str) -> ResourceClaim:
-        self.calls += 1
-        try:
-            obj = self.objects[(namespace, name)]
-        except KeyError:
-            raise LookupError(f'resourceclaims "{name}" not found') from None
-        return parse_claim(obj)
 
 
 @pytest.fixture

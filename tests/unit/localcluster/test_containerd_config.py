@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from imexdra_sim.localcluster.binaries import Binaries
 from imexdra_sim.localcluster.fabric import Fabric
 from imexdra_sim.localcluster.nodes import NodeSpec, new_node, start_node
 from imexdra_sim.localcluster.processes import ClusterStartError, Supervisor
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -86,7 +86,9 @@ def test_kill_shims_ends_only_the_shims_of_that_socket_and_their_children(tmp_pa
 
     mine, other = fake_shim(tmp_path / "a.sock"), fake_shim(tmp_path / "b.sock")
     try:
-        children = _eventually(lambda: containerd._children(mine.pid))
+        children = wait_until(
+            "the children", lambda: containerd._children(mine.pid), timeout=10, interval=0.05
+        )
         containerd.kill_shims(tmp_path / "a.sock")
         assert mine.wait(timeout=10) == -9
         assert other.poll() is None
@@ -95,14 +97,6 @@ def test_kill_shims_ends_only_the_shims_of_that_socket_and_their_children(tmp_pa
     finally:
         other.kill()
         other.wait()
-
-
-def _eventually(check: Callable[[], list[int]]) -> list[int]:
-    deadline = time.monotonic() + 10
-    while not (result := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-    return result
 
 
 def _wait_gone(pid: int) -> None:

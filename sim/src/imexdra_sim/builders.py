@@ -1,0 +1,155 @@
+"""The API objects tests, benchmarks and the demo create, each built in one place.
+
+- ``compute_domain``: a ComputeDomain manifest (a dict, for ``kubectl apply`` or raw requests), and
+  ``compute_domain_model``: the same object as the driver's typed model (for lightkube clients);
+- ``channel_config``, ``channel_template``, ``channel_claim``: the workload side of a domain, as the
+  controller renders it (``ResourceClaimTemplate``) and as the kubelet sees it (a claim from it);
+- ``daemon_device_class``: upstream's DeviceClass for the IMEX daemons' claims (the chart ships it).
+
+Hand-written objects that exist to probe one odd shape (admission attacks, unknown fields) stay in
+the test that probes them: a builder here is for the ordinary object everyone means.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightkube.models.meta_v1 import ObjectMeta
+
+from imexdra.api.computedomain import (
+    ComputeDomain,
+    ComputeDomainChannelSpec,
+    ComputeDomainSpec,
+    ResourceClaimTemplateReference,
+)
+from imexdra.api.constants import (
+    API_VERSION,
+    CHANNEL_REQUEST_NAME,
+    DEVICE_CLASS_DAEMON,
+    DEVICE_CLASS_DEFAULT_CHANNEL,
+    DRIVER_NAME,
+    KIND_CHANNEL_CONFIG,
+    KIND_COMPUTE_DOMAIN,
+    AllocationMode,
+)
+
+RESOURCE_API_VERSION = "resource.k8s.io/v1"
+
+
+def _metadata(name: str, namespace: str | None) -> dict[str, Any]:
+    # Objects without a namespace are created through a namespaced client or URL (the benchmarks).
+    return {"name": name, "namespace": namespace} if namespace else {"name": name}
+
+
+def compute_domain(
+    name: str,
+    namespace: str | None = None,
+    template: str | None = None,
+    *,
+    num_nodes: int = 0,
+    mode: AllocationMode | str | None = None,
+) -> dict[str, Any]:
+    """A ComputeDomain manifest whose workload claim template is ``template`` (``<name>-channel``).
+
+    ``mode`` (the channel's ``allocationMode``) is left out unless given, as users write it.
+    """
+    channel: dict[str, Any] = {"resourceClaimTemplate": {"name": template or f"{name}-channel"}}
+    if mode is not None:
+        channel["allocationMode"] = str(mode)  # a plain str: yaml.safe_dump refuses StrEnum members
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND_COMPUTE_DOMAIN,
+        "metadata": _metadata(name, namespace),
+        "spec": {"numNodes": num_nodes, "channel": channel},
+    }
+
+
+def compute_domain_model(
+    name: str,
+    namespace: str | None = None,
+    *,
+    template: str | None = None,
+    num_nodes: int = 0,
+    mode: AllocationMode = AllocationMode.SINGLE,
+    uid: str | None = None,
+    resource_version: str | None = None,
+) -> ComputeDomain:
+    """``compute_domain`` as the typed model; ``uid`` and ``resource_version`` as a server would set them."""
+    return ComputeDomain(
+        metadata=ObjectMeta(name=name, namespace=namespace, uid=uid, resourceVersion=resource_version),
+        spec=ComputeDomainSpec(
+            num_nodes=num_nodes,
+            channel=ComputeDomainChannelSpec(
+                resource_claim_template=ResourceClaimTemplateReference(name=template or f"{name}-channel"),
+                allocation_mode=mode,
+            ),
+        ),
+    )
+
+
+def channel_config(domain_uid: str, mode: AllocationMode | str = AllocationMode.SINGLE) -> dict[str, Any]:
+    """The opaque ComputeDomainChannelConfig entry for the ``channel`` request of a domain's claims."""
+    return {
+        "requests": [CHANNEL_REQUEST_NAME],
+        "opaque": {
+            "driver": DRIVER_NAME,
+            "parameters": {
+                "apiVersion": API_VERSION,
+                "kind": KIND_CHANNEL_CONFIG,
+                "domainID": domain_uid,
+                "allocationMode": str(mode),
+            },
+        },
+    }
+
+
+def _channel_devices(domain_uid: str | None, mode: AllocationMode | str) -> dict[str, Any]:
+    request = {"name": CHANNEL_REQUEST_NAME, "exactly": {"deviceClassName": DEVICE_CLASS_DEFAULT_CHANNEL}}
+    devices: dict[str, Any] = {"requests": [request]}
+    if domain_uid is not None:
+        devices["config"] = [channel_config(domain_uid, mode)]
+    return devices
+
+
+def channel_template(
+    namespace: str | None,
+    name: str,
+    domain_uid: str | None = None,
+    mode: AllocationMode | str = AllocationMode.SINGLE,
+) -> dict[str, Any]:
+    """The workload ResourceClaimTemplate as the controller renders it for the domain ``domain_uid``.
+
+    Without ``domain_uid`` it has no config: the bare request, for tests that only need a claim to exist.
+    """
+    return {
+        "apiVersion": RESOURCE_API_VERSION,
+        "kind": "ResourceClaimTemplate",
+        "metadata": _metadata(name, namespace),
+        "spec": {"spec": {"devices": _channel_devices(domain_uid, mode)}},
+    }
+
+
+def channel_claim(
+    namespace: str | None,
+    name: str,
+    domain_uid: str | None = None,
+    mode: AllocationMode | str = AllocationMode.SINGLE,
+) -> dict[str, Any]:
+    """A ResourceClaim as the resourceclaim controller makes it from ``channel_template``."""
+    return {
+        "apiVersion": RESOURCE_API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": _metadata(name, namespace),
+        "spec": {"devices": _channel_devices(domain_uid, mode)},
+    }
+
+
+def daemon_device_class() -> dict[str, Any]:
+    """Upstream's DeviceClass for daemon claims (the chart ships it)."""
+    expression = f"device.driver == '{DRIVER_NAME}' && device.attributes['{DRIVER_NAME}'].type == 'daemon'"
+    return {
+        "apiVersion": RESOURCE_API_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": DEVICE_CLASS_DAEMON},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
