@@ -287,10 +287,10 @@ def test_diagnose_host_managed_ready_domain_is_fine(cluster: LocalCluster, scene
     assert "no problem found" in result.stdout
 
 
-def test_diagnose_missing_domain_exits_2(cluster: LocalCluster, scene: dict[str, str]) -> None:
-    """A domain that does not exist is exit code 2 with a clear message."""
+def test_diagnose_missing_domain_exits_4(cluster: LocalCluster, scene: dict[str, str]) -> None:
+    """A domain that does not exist is exit code 4 (2 is click's usage error) with a clear message."""
     result = imexdra(cluster, "diagnose", "absent", "-n", scene["ns"], "-o", "json")
-    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.returncode == 4, result.stdout + result.stderr
     document = json.loads(result.stdout)
     assert document["found"] is False
     assert document["findings"][0]["message"] == f"ComputeDomain {scene['ns']}/absent does not exist"

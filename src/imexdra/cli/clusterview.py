@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from lightkube import AsyncClient
+from lightkube import ALL_NS, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
@@ -36,13 +37,20 @@ from imexdra.api.constants import (
 )
 from imexdra.api.opaque import ComputeDomainChannelConfig, decode_opaque_config
 from imexdra.common.errors import ConfigError, DriverError
-from imexdra.common.kube import is_not_found, kube_errors, make_client
+from imexdra.common.kube import is_not_found, kube_errors, load_config, make_client
 
 T = TypeVar("T")
 
 FIELD_MANAGER = "imexdra-cli"
-#: Exit code of both commands when the cluster cannot be read (1 and 2 carry meaning for diagnose).
+#: Exit codes. Click's own are 0, 1 (an error) and 2 (a usage error), so ours start above 2:
+#: diagnose exits 1 when it finds problems, :data:`EXIT_CLUSTER_ERROR` when the cluster cannot be read
+#: (or holds no driver install to read) and :data:`EXIT_NOT_FOUND` when the object asked about is absent.
+EXIT_PROBLEMS = 1
 EXIT_CLUSTER_ERROR = 3
+EXIT_NOT_FOUND = 4
+#: Labels the chart puts on the kubelet plugin's DaemonSet and the controller's Deployment.
+INSTALL_LABELS = {"app.kubernetes.io/part-of": "imexdra"}
+INSTALL_COMPONENTS = ("kubelet-plugin", "controller")
 _EPOCH = dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
@@ -74,11 +82,23 @@ def resolve_kubeconfig(explicit: Path | None) -> Path | None:
     return None
 
 
-def run_with_client(kubeconfig: Path | None, work: Callable[[AsyncClient], Awaitable[T]]) -> T:
+def context_namespace(kubeconfig: Path | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context in use (kubectl's default for ``-n``); ``default`` if none."""
+    try:
+        return load_config(resolve_kubeconfig(kubeconfig), context=context).namespace or "default"
+    except ConfigError as error:
+        raise ClusterAccessError(str(error)) from error
+
+
+def run_with_client(
+    kubeconfig: Path | None, work: Callable[[AsyncClient], Awaitable[T]], *, context: str | None = None
+) -> T:
     """Run ``work`` with a fresh client on a new event loop; failures become :class:`ClusterAccessError`."""
 
     async def main() -> T:
-        client = make_client(field_manager=FIELD_MANAGER, kubeconfig=resolve_kubeconfig(kubeconfig))
+        client = make_client(
+            field_manager=FIELD_MANAGER, kubeconfig=resolve_kubeconfig(kubeconfig), context=context
+        )
         try:
             return await work(client)
         finally:
@@ -88,6 +108,34 @@ def run_with_client(kubeconfig: Path | None, work: Callable[[AsyncClient], Await
         return asyncio.run(main())
     except (ConfigError, DriverError) as error:
         raise ClusterAccessError(str(error)) from error
+
+
+async def find_driver_namespace(client: AsyncClient, given: str | None) -> str:
+    """``given``, else the namespace the driver is installed in, found by the chart's labels.
+
+    The kubelet plugin's DaemonSet decides; without one (the plugin not installed), the controller's
+    Deployment. Several installs, or none, are a :class:`ClusterAccessError` that asks for
+    ``--driver-namespace``: the namespace is never guessed.
+    """
+    if given:
+        return given
+    for component, resource in zip(INSTALL_COMPONENTS, (DaemonSet, Deployment), strict=True):
+        labels = {**INSTALL_LABELS, "app.kubernetes.io/component": component}
+        found = {
+            meta(item).namespace for item in await list_all(client, resource, namespace=ALL_NS, labels=labels)
+        }
+        if len(found) == 1:
+            return str(found.pop())
+        if found:
+            raise ClusterAccessError(
+                f"imexdra is installed in several namespaces ({', '.join(sorted(map(str, found)))}); "
+                "pick one with --driver-namespace"
+            )
+    selector = ",".join(f"{key}={value}" for key, value in INSTALL_LABELS.items())
+    raise ClusterAccessError(
+        f"found no imexdra install (no DaemonSet or Deployment labelled {selector}); "
+        "give its namespace with --driver-namespace"
+    )
 
 
 async def list_all(client: AsyncClient, resource: Any, **selectors: Any) -> list[Any]:

@@ -1,10 +1,19 @@
 """Entry point of ``imexdra``."""
 
+from __future__ import annotations
+
+import os
 import sys
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # the commands import their modules when run, keeping --help and --version fast
+    from lightkube import AsyncClient
+
+    from imexdra.cli.status import Snapshot
 
 COMMAND_GROUP = "imexdra.commands"
 """Entry-point group through which another installed distribution adds commands (``imexdra demo`` comes
@@ -39,44 +48,82 @@ class _Commands(click.Group):
 
 
 @click.group(name="imexdra", cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
-    """Operate and demonstrate the imexdra ComputeDomain driver."""
+@click.version_option(package_name="imexdra", prog_name="imexdra")
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """Operate and demonstrate the imexdra ComputeDomain driver.
+
+    Conventions are kubectl's: --kubeconfig and --context pick the cluster, -n defaults to the
+    context's namespace (diagnose), -o json|yaml|wide changes the output, NO_COLOR turns colour off
+    (only added commands such as demo use it). Exit codes: 0 fine, 1 problems found (diagnose) or an
+    error, 2 a usage error, 3 the cluster could not be read, 4 the object asked about does not exist.
+    """
+    if os.environ.get("NO_COLOR"):  # https://no-color.org: any non-empty value; commands inherit it
+        ctx.color = False
 
 
 _KUBECONFIG_HELP = "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster credentials)"
-_DRIVER_NAMESPACE_HELP = "namespace the driver runs in (daemon DaemonSets and ComputeDomainCliques)"
+_CONTEXT_HELP = "kubeconfig context to use (default: the current context)"
+_DRIVER_NAMESPACE_HELP = (
+    "namespace the driver runs in (default: found from the install's kubelet-plugin DaemonSet)"
+)
+_OUTPUTS = ["text", "wide", "json", "yaml"]
+_OUTPUT_HELP = "text tables (wide: with UIDs), or the whole report as json or yaml"
+
+
+def _dump(document: object, output: str) -> str:
+    """The report as JSON or YAML, keys sorted either way."""
+    if output == "yaml":
+        import yaml
+
+        return yaml.safe_dump(document, sort_keys=True, default_flow_style=False).rstrip("\n")
+    import json
+
+    return json.dumps(document, indent=2, sort_keys=True)
 
 
 @main.command("status")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), help=_KUBECONFIG_HELP)
+@click.option("--context", help=_CONTEXT_HELP)
 @click.option("-n", "--namespace", help="only ComputeDomains and channels of this namespace")
 @click.option("-A", "--all-namespaces", is_flag=True, help="all namespaces (the default without -n)")
-@click.option("--driver-namespace", default="imexdra", show_default=True, help=_DRIVER_NAMESPACE_HELP)
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--driver-namespace", help=_DRIVER_NAMESPACE_HELP)
+@click.option(
+    "-o", "--output", type=click.Choice(_OUTPUTS), default="text", show_default=True, help=_OUTPUT_HELP
+)
 def status(
-    kubeconfig: Path | None, namespace: str | None, all_namespaces: bool, driver_namespace: str, output: str
+    kubeconfig: Path | None,
+    context: str | None,
+    namespace: str | None,
+    all_namespaces: bool,
+    driver_namespace: str | None,
+    output: str,
 ) -> None:
-    """Show ComputeDomains, their cliques, GPU nodes and prepared IMEX channels (read-only)."""
-    import json
+    """Show ComputeDomains, their cliques, GPU nodes and prepared IMEX channels (read-only).
 
-    from imexdra.cli.clusterview import run_with_client
+    Unlike kubectl get, status covers all namespaces unless -n narrows it: it is a cluster overview.
+    """
+    from imexdra.cli.clusterview import find_driver_namespace, run_with_client
     from imexdra.cli.status import build_report, fetch_snapshot, render_text
 
     if namespace is not None and all_namespaces:
         raise click.UsageError("-n/--namespace and -A/--all-namespaces are mutually exclusive")
-    snapshot = run_with_client(
-        kubeconfig,
-        lambda client: fetch_snapshot(client, namespace=namespace, driver_namespace=driver_namespace),
-    )
-    report = build_report(snapshot)
-    click.echo(json.dumps(report, indent=2, sort_keys=True) if output == "json" else render_text(report))
+
+    async def fetch(client: AsyncClient) -> Snapshot:
+        driver = await find_driver_namespace(client, driver_namespace)
+        return await fetch_snapshot(client, namespace=namespace, driver_namespace=driver)
+
+    report = build_report(run_with_client(kubeconfig, fetch, context=context))
+    text = render_text(report, wide=output == "wide") if output in ("text", "wide") else _dump(report, output)
+    click.echo(text)
 
 
 @main.command("diagnose")
 @click.argument("domain", metavar="[NAMESPACE/]DOMAIN")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), help=_KUBECONFIG_HELP)
-@click.option("-n", "--namespace", help="namespace of DOMAIN  [default: default]")
-@click.option("--driver-namespace", default="imexdra", show_default=True, help=_DRIVER_NAMESPACE_HELP)
+@click.option("--context", help=_CONTEXT_HELP)
+@click.option("-n", "--namespace", help="namespace of DOMAIN  [default: the context's namespace]")
+@click.option("--driver-namespace", help=_DRIVER_NAMESPACE_HELP)
 @click.option(
     "--imex-mode",
     type=click.Choice(["auto", "driver-managed", "host-managed"]),
@@ -84,24 +131,34 @@ def status(
     show_default=True,
     help="auto reads it from the installed DeviceClasses",
 )
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "-o", "--output", type=click.Choice(_OUTPUTS), default="text", show_default=True, help=_OUTPUT_HELP
+)
 def diagnose(
     domain: str,
     kubeconfig: Path | None,
+    context: str | None,
     namespace: str | None,
-    driver_namespace: str,
+    driver_namespace: str | None,
     imex_mode: str,
     output: str,
 ) -> None:
     """Explain why a ComputeDomain or its pods are not ready.
 
-    Exit code 0: no problem found; 1: problems found; 2: the domain does not exist; 3: the cluster
-    could not be read.
+    Exit code 0: no problem found; 1: problems found; 3: the cluster could not be read; 4: the domain
+    does not exist (2 stays click's usage error).
     """
-    import json
-
+    from imexdra.api.computedomain import ComputeDomain
     from imexdra.cli import diagnose as checks
-    from imexdra.cli.clusterview import ImexMode, run_with_client
+    from imexdra.cli.clusterview import (
+        EXIT_NOT_FOUND,
+        EXIT_PROBLEMS,
+        ImexMode,
+        context_namespace,
+        find_driver_namespace,
+        get_or_none,
+        run_with_client,
+    )
 
     if "/" in domain:
         given_namespace, _, name = domain.partition("/")
@@ -110,17 +167,22 @@ def diagnose(
         namespace = given_namespace
     else:
         name = domain
-    namespace = namespace or "default"
+    namespace = namespace or context_namespace(kubeconfig, context)
     mode = None if imex_mode == "auto" else ImexMode(imex_mode)
-    view = run_with_client(
-        kubeconfig,
-        lambda client: checks.fetch_view(
-            client, namespace=namespace, name=name, driver_namespace=driver_namespace, imex_mode=mode
-        ),
-    )
+
+    async def fetch(client: AsyncClient) -> checks.DomainView | None:
+        # A missing domain is reported as such, whether or not the driver can be found.
+        if await get_or_none(client, ComputeDomain, name, namespace) is None:
+            return None
+        driver = await find_driver_namespace(client, driver_namespace)
+        return await checks.fetch_view(
+            client, namespace=namespace, name=name, driver_namespace=driver, imex_mode=mode
+        )
+
+    view = run_with_client(kubeconfig, fetch, context=context)
     findings = checks.diagnose(view) if view is not None else [checks.missing_domain_finding(namespace, name)]
     key = f"{namespace}/{name}"
-    if output == "json":
+    if output in ("json", "yaml"):
         document = {
             "computeDomain": key,
             "found": view is not None,
@@ -128,7 +190,7 @@ def diagnose(
             "problems": checks.has_problems(findings),
             "findings": [f.to_json() for f in findings],
         }
-        click.echo(json.dumps(document, indent=2, sort_keys=True))
+        click.echo(_dump(document, output))
     else:
         click.echo(checks.render_text(key, findings))
-    sys.exit(2 if view is None else 1 if checks.has_problems(findings) else 0)
+    sys.exit(EXIT_NOT_FOUND if view is None else EXIT_PROBLEMS if checks.has_problems(findings) else 0)

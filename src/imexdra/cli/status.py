@@ -186,11 +186,13 @@ def channel_rows(
     return rows
 
 
-def render_text(report: Report) -> str:
-    """Aligned tables of the report, one section per kind."""
+def render_text(report: Report, *, wide: bool = False) -> str:
+    """Aligned tables of the report, one section per kind; ``wide`` adds the ComputeDomain UIDs."""
     domains = report["computeDomains"]
+    uid = ["UID"] if wide else []
+    domain_uid = ["COMPUTE DOMAIN UID"] if wide else []
     domain_table = format_table(
-        ["NAMESPACE/NAME", "STATUS", "NUMNODES", "NODES", "MODE", "CHANNEL TEMPLATE"],
+        ["NAMESPACE/NAME", "STATUS", "NUMNODES", "NODES", "MODE", "CHANNEL TEMPLATE", *uid],
         (
             [
                 _key(d),
@@ -199,6 +201,7 @@ def render_text(report: Report) -> str:
                 d["nodeCount"],
                 d["allocationMode"],
                 d["resourceClaimTemplate"],
+                *([d["uid"]] if wide else []),
             ]
             for d in domains
         ),
@@ -213,13 +216,23 @@ def render_text(report: Report) -> str:
         ),
     )
     node_table = format_table(
-        ["NODE", "GPU CLIQUE", "COMPUTE DOMAIN"],
-        ([n["name"], n["gpuClique"], _domain_text(n)] for n in report["nodes"]),
+        ["NODE", "GPU CLIQUE", "COMPUTE DOMAIN", *domain_uid],
+        (
+            [n["name"], n["gpuClique"], _domain_text(n), *([n["computeDomainUID"]] if wide else [])]
+            for n in report["nodes"]
+        ),
     )
     channel_table = format_table(
-        ["NAMESPACE/CLAIM", "DEVICES", "NODE", "RESERVED FOR", "COMPUTE DOMAIN"],
+        ["NAMESPACE/CLAIM", "DEVICES", "NODE", "RESERVED FOR", "COMPUTE DOMAIN", *domain_uid],
         (
-            [_key(c), ",".join(c["devices"]), c["node"], ",".join(c["reservedFor"]), _domain_text(c)]
+            [
+                _key(c),
+                ",".join(c["devices"]),
+                c["node"],
+                ",".join(c["reservedFor"]),
+                _domain_text(c),
+                *([c["computeDomainUID"]] if wide else []),
+            ]
             for c in report["channels"]
         ),
     )

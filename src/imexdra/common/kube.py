@@ -174,12 +174,17 @@ async def retry_on_conflict(
     raise AssertionError("unreachable: the loop returns or raises")
 
 
-def load_config(kubeconfig: Path | None = None) -> SingleConfig:
-    """Resolve the API endpoint and credentials: ``kubeconfig``, else ``$KUBECONFIG``, else in-cluster."""
+def load_config(kubeconfig: Path | None = None, *, context: str | None = None) -> SingleConfig:
+    """Resolve the API endpoint and credentials: ``kubeconfig``, else ``$KUBECONFIG``, else in-cluster.
+
+    ``context`` picks a kubeconfig context other than the current one (kubectl's ``--context``).
+    """
     path = kubeconfig or (Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else None)
     try:
         if path is not None:
-            config = KubeConfig.from_file(path).get()
+            config = KubeConfig.from_file(path).get(context_name=context)
+        elif context is not None:
+            raise ConfigError(f"context {context!r} needs a kubeconfig; none given and $KUBECONFIG unset")
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             config = KubeConfig.from_service_account().get()
         else:
@@ -199,6 +204,7 @@ def make_client(
     *,
     field_manager: str,
     kubeconfig: Path | None = None,
+    context: str | None = None,
     qps: float | None = None,
     burst: int = 10,
     timeout: httpx2.Timeout = DEFAULT_TIMEOUT,
@@ -208,13 +214,17 @@ def make_client(
     Args:
         field_manager: recorded as the writer of every field we set (server-side apply, managedFields).
         kubeconfig: explicit kubeconfig file; otherwise see :func:`load_config`.
+        context: kubeconfig context to use instead of the current one.
         qps: client-side limit on non-watch requests per second (upstream's ``--kube-api-qps``); None = off.
         burst: requests allowed at once above ``qps`` (``--kube-api-burst``).
         timeout: per-request timeouts; watches use their own read timeout.
 
     """
     client = AsyncClient(
-        config=load_config(kubeconfig), timeout=timeout, field_manager=field_manager, lazy=False
+        config=load_config(kubeconfig, context=context),
+        timeout=timeout,
+        field_manager=field_manager,
+        lazy=False,
     )
     bucket = TokenBucket(rate=qps, burst=burst) if qps else None
 

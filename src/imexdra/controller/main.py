@@ -53,6 +53,7 @@ _log = structlog.get_logger(__name__)
 
 
 @click.command(name="compute-domain-controller", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="imexdra")  # no -v alias: -v is klog's verbosity, as upstream's
 @logging_options
 @feature_gate_options
 @kube_client_options

@@ -41,7 +41,26 @@ class GlobalSettings:
     logging: LoggingSettings
 
 
-@click.group(name="compute-domain-daemon", context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Shows a subcommand's help even when required global flags are missing.
+
+    The global flags are parsed before the subcommand, so ``compute-domain-daemon run --help`` would
+    otherwise fail on a missing ``--node-name`` instead of explaining ``run``.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Answer ``<subcommand> --help`` at once; parse everything else as usual."""
+        for position, arg in enumerate(args):
+            command = self.commands.get(arg)
+            if command is not None and {"-h", "--help"} & set(args[position + 1 :]):
+                command.make_context(arg, ["--help"], parent=ctx)  # prints the help and exits
+        return super().parse_args(ctx, args)
+
+
+@click.group(
+    name="compute-domain-daemon", cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}
+)
+@click.version_option(package_name="imexdra")  # no -v alias: -v is klog's verbosity, as upstream's
 @logging_options
 @feature_gate_options
 @daemon_options

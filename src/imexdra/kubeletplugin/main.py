@@ -45,6 +45,7 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 @click.command(name="compute-domain-kubelet-plugin", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="imexdra")  # no -v alias: -v is klog's verbosity, as upstream's
 @logging_options
 @feature_gate_options
 @kube_client_options
