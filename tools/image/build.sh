@@ -78,11 +78,12 @@ venv_steps=(
   "$IMAGE_VENV/bin/python -m pip install --quiet --constraint /src/constraints.txt /wheels/imexdra-*.whl"
 )
 smoke_test="for command in ${image_entry_points[*]}; do \"\$command\" --help > /dev/null || exit 1; done"
+revision_label="org.opencontainers.image.revision=$revision"
 imexdra_oci_args=(--ref "$imexdra_ref" --cmd "$IMAGE_CMD" --user "$IMAGE_USER"
   --label "org.opencontainers.image.title=$IMAGE_TITLE"
   --label "org.opencontainers.image.description=$IMAGE_DESCRIPTION"
   --label "org.opencontainers.image.version=$image_version"
-  --label "org.opencontainers.image.revision=$revision"
+  --label "$revision_label"
   --label "org.opencontainers.image.licenses=$IMAGE_LICENSES")
 for kv in "${image_env[@]}"; do imexdra_oci_args+=(--env "$kv"); done
 
@@ -286,12 +287,23 @@ fi
 
 # Step 2, the image: a copy of the base, the venv built in it as the Dockerfile's build stage does, the
 # smoke test, caches stripped, packed. Stamp: this directory (script, contract), the base, the wheel's
-# inputs (pyproject.toml, README.md for its metadata, the package sources) and the reference/labels.
+# inputs (pyproject.toml, README.md for its metadata, the package sources) and the reference/labels
+# but the revision. The revision changes where the contents do not (committing a tree the image was
+# built from dirty, say): then the archive is relabelled (ociarchive.py --relabel, about a second,
+# the same bytes a build would give) instead of rebuilt (half a minute). imexdra.revision records it.
 sources_stamp=$(cd "$top" && find "${wheel_inputs[@]}" "$constraints" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
   -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
-stamp=$(stamp_of "$base_stamp" "$sources_stamp" "${imexdra_oci_args[@]}")
-if current imexdra "$stamp"; then
-  log "imexdra: up to date ($imexdra_ref)"
+stamped_args=()
+for arg in "${imexdra_oci_args[@]}"; do
+  [ "$arg" = "$revision_label" ] || stamped_args+=("$arg")
+done
+stamp=$(stamp_of "$base_stamp" "$sources_stamp" "${stamped_args[@]}")
+if current imexdra "$stamp" && [ "$(cat "$out/imexdra.revision" 2>/dev/null)" = "$revision" ]; then
+  log "imexdra: up to date ($imexdra_ref, revision $revision)"
+elif current imexdra "$stamp" && [ -f "$out/imexdra.revision" ]; then
+  log "imexdra: contents up to date; relabelling revision $(cat "$out/imexdra.revision") -> $revision"
+  "$python" "$here/ociarchive.py" --relabel "$out/imexdra.tar" --label "$revision_label" > /dev/null
+  echo "$revision" > "$out/imexdra.revision"
 else
   log "imexdra: building $imexdra_ref (revision $revision)"
   step=$SECONDS
@@ -339,6 +351,7 @@ else
   rm -f "$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old
   "$python" "$here/ociarchive.py" --rootfs "$root" --out "$out/imexdra.tar" "${imexdra_oci_args[@]}"
   echo "$stamp" > "$out/imexdra.stamp"
+  echo "$revision" > "$out/imexdra.revision"
   log "imexdra: done, $(du -h "$out/imexdra.tar" | cut -f1) ($((SECONDS - step)) s)"
 fi
 log "images ready in $out ($((SECONDS - start)) s)"
