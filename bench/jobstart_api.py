@@ -1,0 +1,139 @@
+"""The job-start benchmark's workload (a ComputeDomain and a Job of N pods) and its API connection.
+
+``Api`` makes raw JSON requests and watches on the admin connection (no typed models: less CPU
+spent by the benchmark itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx2
+from benchlib import (
+    DRIVER,
+)
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+
+from imexdra.common.kube import http_client
+from imexdra_sim.localcluster.cluster import LocalCluster
+
+# -- the workload ---------------------------------------------------------------------------------
+
+
+CLAIM = "channel"
+"""The pod's name for its channel claim."""
+
+
+def job(name: str, pods: int) -> dict[str, Any]:
+    """N workers, one channel claim each from the domain's template; they tolerate every taint."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "tolerations": [{"operator": "Exists"}],
+                    "resourceClaims": [{"name": CLAIM, "resourceClaimTemplateName": f"{name}-channel"}],
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": "imexdra.test/worker:bench",
+                            "command": ["sleep", "3600"],
+                            "resources": {"claims": [{"name": CLAIM}]},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+# -- the API --------------------------------------------------------------------------------------
+
+
+class Api:
+    """Raw JSON requests and watches on the admin connection (no typed models: less bench CPU)."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.client = AsyncClient(
+            config=KubeConfig.from_file(cluster.kubeconfig), field_manager="jobstart-bench"
+        )
+        self.http = http_client(self.client)
+        self.watch_restarts = 0
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def get(self, path: str, **params: str) -> dict[str, Any]:
+        response = await self.http.get(path, params=params)
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self.http.post(path, json=body)
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def patch(self, path: str, body: dict[str, Any]) -> None:
+        headers = {"Content-Type": "application/merge-patch+json"}
+        response = await self.http.patch(path, content=json.dumps(body), headers=headers)
+        response.raise_for_status()
+
+    async def delete(self, path: str, **params: str) -> None:
+        response = await self.http.delete(path, params=params)
+        if response.status_code != 404:
+            response.raise_for_status()
+
+    async def watch(
+        self, path: str, on_event: Callable[[str, dict[str, Any]], None], synced: asyncio.Event
+    ) -> None:
+        """List, then watch from the list's resourceVersion; every object goes to ``on_event``.
+
+        A watch the apiserver ends (e.g. it closes a watcher that fell behind while the machine is
+        saturated) is resumed by a fresh list and watch, as an informer would; ``watch_restarts``
+        counts them (an object's stage time may then be late by the gap).
+        """
+        while True:
+            try:
+                listing = await self.get(path)
+                for item in listing["items"]:
+                    on_event("ADDED", item)
+                synced.set()
+                params = {"watch": "1", "resourceVersion": listing["metadata"]["resourceVersion"]}
+                async with self.http.stream("GET", path, params=params, timeout=None) as response:
+                    async for line in response.aiter_lines():
+                        if not line:
+                            continue
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":  # e.g. 410 Gone: list again
+                            break
+                        on_event(event["type"], event["object"])
+            except (httpx2.HTTPError, ValueError):
+                pass
+            self.watch_restarts += 1
+            await asyncio.sleep(0.2)
+
+    async def until_slices(self, count: int, within: float = 300) -> None:
+        deadline = time.monotonic() + within
+        while True:
+            listing = await self.get(
+                "/apis/resource.k8s.io/v1/resourceslices", fieldSelector=f"spec.driver={DRIVER}"
+            )
+            if len(listing["items"]) >= count:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(listing['items'])} of {count} ResourceSlices published")
+            await asyncio.sleep(0.5)
