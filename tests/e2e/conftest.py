@@ -75,6 +75,19 @@ def driver_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     yield from _rack(DRIVER_MANAGED, pytestconfig)
 
 
+CHANNEL_ISOLATION = rack.RackConfig(
+    nodes=4,
+    host_managed=True,
+    extra_values={"resources": {"computeDomains": {"imex": {"isolation": "channel"}}}},
+)
+
+
+@pytest.fixture(scope="module")
+def channel_isolation_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Four nodes of one clique under HostManagedIMEX with ``imex.isolation=channel``."""
+    yield from _rack(CHANNEL_ISOLATION, pytestconfig)
+
+
 LEADER_ELECTION = rack.RackConfig(nodes=2, extra_values={"controller": {"replicas": 2}})
 QUIET = rack.RackConfig(nodes=1, extra_values={"logVerbosity": "0"})
 

@@ -31,7 +31,6 @@ from imexdra.controller.render import channel_selector
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.support.kubectl import apply
 from tests.support.waiting import eventually
-from tests.unit.chart import unrefused
 from tests.unit.chart.helm import render
 
 NAMESPACE = "chart-cel"
@@ -62,7 +61,7 @@ def published(cluster: LocalCluster) -> Iterator[None]:
         "featureGates": {"HostManagedIMEX": True},
         "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
     }
-    classes.append(unrefused.render(channel_isolation).get("DeviceClass", DEVICE_CLASS_CHANNEL))
+    classes.append(render(channel_isolation).get("DeviceClass", DEVICE_CLASS_CHANNEL))
     existing = set(cluster.kubectl("get", "deviceclasses", "-o", "name").stdout.split())
     created = [
         dc for dc in classes if f"deviceclass.resource.k8s.io/{dc['metadata']['name']}" not in existing

@@ -1,4 +1,4 @@
-"""The chart under ``imex.isolation=channel`` (docs/channel-isolation.md), past the being-built refusal.
+"""The chart under ``imex.isolation=channel`` (docs/channel-isolation.md).
 
 Aspects covered: the controller's RBAC gains exactly ``list``/``watch`` on ResourceClaims (and only
 under channel isolation); ``channelCount`` reaches both binaries as ``IMEX_CHANNEL_COUNT`` and the
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from imexdra.api.constants import DEVICE_CLASS_CHANNEL, DEVICE_CLASS_DEFAULT_CHANNEL
-from tests.unit.chart import rbac, unrefused
+from tests.unit.chart import rbac
 from tests.unit.chart.helm import NAMESPACE, merge, nested, render, render_error
 
 HOST_MANAGED = {"featureGates": {"HostManagedIMEX": True}}
@@ -43,7 +43,7 @@ def test_granted_equals_used(component: str, values: dict[str, Any], conditions:
         lease="imexdra-controller",
         conditions=conditions,
     )
-    granted = rbac.granted(unrefused.render(values), NAMESPACE, rbac.service_account(component, setup))
+    granted = rbac.granted(render(values), NAMESPACE, rbac.service_account(component, setup))
     expected = rbac.expected(component, setup)
     assert sorted(map(str, granted - expected)) == [], "granted but not used"
     assert sorted(map(str, expected - granted)) == [], "used but not granted"
@@ -53,19 +53,17 @@ def test_only_channel_isolation_reads_claims() -> None:
     """The controller may list and watch ResourceClaims under channel isolation, and not otherwise."""
     account = "imexdra-service-account-controller"
     claims = {
-        p.verb
-        for p in rbac.granted(unrefused.render(CHANNEL), NAMESPACE, account)
-        if p.resource == "resourceclaims"
+        p.verb for p in rbac.granted(render(CHANNEL), NAMESPACE, account) if p.resource == "resourceclaims"
     }
     assert claims == {"list", "watch"}
-    domain = rbac.granted(unrefused.render(HOST_MANAGED), NAMESPACE, account)
+    domain = rbac.granted(render(HOST_MANAGED), NAMESPACE, account)
     assert not [p for p in domain if p.resource == "resourceclaims"]
 
 
 @pytest.mark.parametrize("count", [2, 2048, 1048576], ids=["smallest", "default", "largest"])
 def test_channel_count_reaches_both_binaries(count: int) -> None:
     """channelCount is IMEX_CHANNEL_COUNT of the controller and the plugin, as a plain integer."""
-    rendered = unrefused.render(merge(CHANNEL, nested("resources.computeDomains.imex.channelCount", count)))
+    rendered = render(merge(CHANNEL, nested("resources.computeDomains.imex.channelCount", count)))
     assert rendered.env(*CONTROLLER)["IMEX_CHANNEL_COUNT"] == str(count)
     assert rendered.env(*PLUGIN)["IMEX_CHANNEL_COUNT"] == str(count)
 
@@ -96,7 +94,7 @@ CHANNELS_CEL = (
 
 def test_channel_device_class_ships_under_channel_isolation() -> None:
     """Channel isolation: the channel class selects channels >= 1; upstream's channel 0 class stays."""
-    rendered = unrefused.render(CHANNEL)
+    rendered = render(CHANNEL)
     assert {dc["metadata"]["name"] for dc in rendered.of_kind("DeviceClass")} == {
         DEVICE_CLASS_CHANNEL,
         DEVICE_CLASS_DEFAULT_CHANNEL,

@@ -176,20 +176,6 @@ GUARDS = {
         ),
         "isolation=channel needs host-managed IMEX",
     ),
-    "channel-isolation-host-managed": (
-        merge(
-            nested("resources.computeDomains.imex.isolation", "channel"),
-            {"featureGates": {"HostManagedIMEX": True}},
-        ),
-        "channel isolation is being built: see docs/channel-isolation.md",
-    ),
-    "channel-isolation-host-managed-by-mode": (
-        merge(
-            nested("resources.computeDomains.imex", {"mode": "hostManaged", "isolation": "channel"}),
-            {"featureGates": {"HostManagedIMEXDaemon": True}},
-        ),
-        "channel isolation is being built",
-    ),
     "unknown-isolation": (
         nested("resources.computeDomains.imex.isolation", "node"),
         'unknown resources.computeDomains.imex.isolation "node"',
@@ -233,20 +219,18 @@ def test_install_guards(values: dict[str, Any], message: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("gates", "says", "does_not_say"),
+    "imex",
     [
-        pytest.param({}, "needs host-managed IMEX", "being built", id="driver-managed"),
-        pytest.param({"HostManagedIMEX": True}, "being built", "needs host-managed IMEX", id="host-managed"),
+        pytest.param({"isolation": "channel"}, id="by-gate"),
+        pytest.param({"mode": "hostManaged", "isolation": "channel"}, id="by-mode"),
     ],
 )
-def test_channel_isolation_refusal_depends_on_the_imex_mode(
-    gates: dict[str, bool], says: str, does_not_say: str
-) -> None:
-    """Driver-managed IMEX gets the permanent refusal; host-managed only the temporary 'being built' one."""
-    values = merge(nested("resources.computeDomains.imex.isolation", "channel"), {"featureGates": gates})
-    error = render_error(values)
-    assert says in error
-    assert does_not_say not in error
+def test_channel_isolation_installs_with_host_managed_imex(imex: dict[str, str]) -> None:
+    """Host-managed IMEX (either spelling) with isolation=channel renders, both binaries told so."""
+    gates = {"HostManagedIMEX": True} if "mode" not in imex else {"HostManagedIMEXDaemon": True}
+    rendered = render(merge(nested("resources.computeDomains.imex", imex), {"featureGates": gates}))
+    for kind, container in (("Deployment", "compute-domain"), ("DaemonSet", "compute-domains")):
+        assert rendered.env(kind, container)["IMEX_ISOLATION"] == "channel"
 
 
 def test_default_namespace_is_refused_unless_allowed() -> None:

@@ -45,23 +45,26 @@ def test_host_managed_mode_flag_without_the_gate_is_rejected() -> None:
         )
 
 
-@pytest.mark.parametrize(
-    ("gates", "message"),
-    [
-        ("", "needs host-managed IMEX"),
-        ("HostManagedIMEX=true", "channel isolation is being built"),
-    ],
-    ids=["driver-managed", "host-managed"],
-)
-def test_channel_isolation_is_refused_at_startup(gates: str, message: str) -> None:
-    """The controller refuses channel isolation: driver-managed for good, host-managed until it is built."""
-    with pytest.raises(ConfigError, match=message):
+def test_channel_isolation_is_refused_with_driver_managed_imex() -> None:
+    """The controller refuses channel isolation with driver-managed IMEX, saying why."""
+    with pytest.raises(ConfigError, match="needs host-managed IMEX"):
         ControllerConfig.from_settings(
             namespace="drv",
             controller=controller_settings(),
             imex=ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation=ImexIsolation.CHANNEL),
-            feature_gates=resolve_feature_gates(gates),
+            feature_gates=resolve_feature_gates(""),
         )
+
+
+def test_channel_isolation_with_host_managed_imex() -> None:
+    """Under HostManagedIMEX the controller runs with channel isolation."""
+    config = ControllerConfig.from_settings(
+        namespace="drv",
+        controller=controller_settings(),
+        imex=ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation=ImexIsolation.CHANNEL),
+        feature_gates=resolve_feature_gates("HostManagedIMEX=true"),
+    )
+    assert config.imex_isolation is ImexIsolation.CHANNEL
 
 
 def test_channel_count_is_passed_on() -> None:

@@ -305,13 +305,7 @@ class ImexSettings:
                 f"{Gate.HOST_MANAGED_IMEX.value}=true if the hosts run nvidia-imex themselves",
                 field="imex_isolation",
             )
-        # BEING BUILT (issue #17): the slice that makes the controller and the kubelet plugin implement
-        # channel isolation end to end deletes this refusal (and its twin in the chart's validation.yaml).
-        raise ConfigError(
-            f"--imex-isolation={ImexIsolation.CHANNEL.value} (IMEX_ISOLATION): channel isolation is "
-            f'being built: see docs/channel-isolation.md; use "{ImexIsolation.DOMAIN.value}" for now',
-            field="imex_isolation",
-        )
+        return ImexIsolation.CHANNEL
 
 
 imex_options = OptionGroup(
