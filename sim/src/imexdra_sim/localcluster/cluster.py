@@ -20,6 +20,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -47,6 +48,8 @@ log = structlog.get_logger(__name__)
 SERVICE_CIDR = "10.0.0.0/24"
 KUBERNETES_SERVICE_IP = "10.0.0.1"
 CONTROL_PLANE_NODE = "control-plane"
+NODE_START_THREADS = 8
+"""At most this many nodes start at once (the scale tier starts dozens of fakecri nodes)."""
 
 
 def control_plane_spec() -> NodeSpec:
@@ -136,11 +139,18 @@ class LocalCluster:
         log.info("cluster ready", run_dir=str(self.run_dir), seconds=round(self.startup_seconds["total"], 1))
 
     def stop(self) -> None:
-        """Kill every child process group and, unless ``keep_run_dir``, remove the run directory."""
-        self._supervisor.stop_all()
+        """Stop the nodes, then every other child; unless ``keep_run_dir``, remove the run directory.
+
+        A containerd node's containers outlive its containerd (their shims run in sessions of their
+        own), so they are killed with their node. Before the control plane: the apiserver does not
+        exit on SIGTERM while pods still hold watches on it, and was killed after 10 s.
+        """
         for node in [*self.nodes, *([self.control_plane] if self.control_plane else [])]:
+            for process in reversed(node.processes):
+                process.stop()
             if node.spec.runtime == "containerd":
                 kill_shims(node.cri_socket)
+        self._supervisor.stop_all()
         if self.fabric is not None:
             self.fabric.close()
         if not self.keep_run_dir and self.run_dir is not None:
@@ -308,36 +318,51 @@ class LocalCluster:
         return started
 
     def _start_nodes(self, specs: Iterable[NodeSpec], *, timeout: float = 120) -> list[Node]:
-        assert self.run_dir is not None and self.binaries is not None
-        started: list[Node] = []
         t0 = time.monotonic()
-        for spec in specs:
-            node = new_node(spec, self.run_dir)
-            user = f"system:node:{spec.name}"
-            cert = self.pki.issue(f"kubelet-{spec.name}", common_name=user, organizations=("system:nodes",))
-            kubeconfig = self._kubeconfig(f"kubelet-{spec.name}", cert, user)
-            network = self._node_network(spec)
-            start_node(
-                node,
-                binaries=self.binaries,
-                supervisor=self._supervisor,
-                kubeconfig=kubeconfig,
-                node_ip=network.fabric.node_ip(network.index) if network else self._node_ip,
-                host_images=self.host_images,
-                host_path_map={
-                    **{d: node.host_dir / d.lstrip("/") for d in self.cdi_dirs},
-                    **{k: node.host_dir / v.lstrip("/") for k, v in self.host_path_map.items()},
-                },
-                cdi_dirs=[node.host_dir / d.lstrip("/") for d in self.cdi_dirs],
-                apiserver_port=self.apiserver_port,
-                network=network,
-            )
-            started.append(node)
+        starts = [self._node_start(spec) for spec in specs]
+        # Nodes start concurrently: each one's start is mostly waiting, on its containerd root's copy
+        # (localcluster.imagestore) and on its runtime's socket. Leaving the pool waits for every
+        # thread, so a failed start (then stop()) never races a node still being started.
+        with ThreadPoolExecutor(max_workers=min(len(starts), NODE_START_THREADS) or 1) as pool:
+            futures = [pool.submit(start) for _, start in starts]
+        for future in futures:
+            future.result()
+        started = [node for node, _ in starts]
         for node in started:
             self._wait_node_ready(node, timeout)
         if started:
             self.startup_seconds["nodes"] = time.monotonic() - t0
         return started
+
+    def _node_start(self, spec: NodeSpec) -> tuple[Node, Callable[[], None]]:
+        """A node not started yet, and the call that starts it.
+
+        Certificates and fabric slots are given here, in spec order, so that files and addresses do
+        not depend on which thread runs first.
+        """
+        assert self.run_dir is not None and self.binaries is not None
+        node = new_node(spec, self.run_dir)
+        user = f"system:node:{spec.name}"
+        cert = self.pki.issue(f"kubelet-{spec.name}", common_name=user, organizations=("system:nodes",))
+        kubeconfig = self._kubeconfig(f"kubelet-{spec.name}", cert, user)
+        network = self._node_network(spec)
+        start = functools.partial(
+            start_node,
+            node,
+            binaries=self.binaries,
+            supervisor=self._supervisor,
+            kubeconfig=kubeconfig,
+            node_ip=network.fabric.node_ip(network.index) if network else self._node_ip,
+            host_images=self.host_images,
+            host_path_map={
+                **{d: node.host_dir / d.lstrip("/") for d in self.cdi_dirs},
+                **{k: node.host_dir / v.lstrip("/") for k, v in self.host_path_map.items()},
+            },
+            cdi_dirs=[node.host_dir / d.lstrip("/") for d in self.cdi_dirs],
+            apiserver_port=self.apiserver_port,
+            network=network,
+        )
+        return node, start
 
     def _node_network(self, spec: NodeSpec) -> NodeNetwork | None:
         """A containerd node's fabric slot and kube-proxy identity; None for fakecri nodes."""

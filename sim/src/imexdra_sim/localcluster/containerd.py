@@ -10,8 +10,9 @@ socket), started in a mount namespace and a network namespace of its own (docs/n
   node's pod CIDR): pod traffic never touches the machine's interfaces. The kubelet stays in the
   machine's namespace, where the apiserver listens, and talks to containerd over its unix socket.
 
-Images cannot be pulled here: the archives tools/image/build.sh wrote are imported into the node's
-``k8s.io`` namespace before the kubelet starts, so the kubelet finds them present.
+Images cannot be pulled here: the archives tools/image/build.sh wrote are in the node's ``k8s.io``
+namespace before containerd starts, so the kubelet finds them present. They were imported once into a
+seed root, which the node's root is a copy of (``localcluster.imagestore``).
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import ipaddress
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 from imexdra_sim.localcluster.binaries import Binaries, cache_root
+from imexdra_sim.localcluster.imagestore import populate_root
 from imexdra_sim.localcluster.processes import ClusterStartError, ManagedProcess, Supervisor, wait_until
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"
@@ -137,7 +138,7 @@ def start_containerd(
     binaries: Binaries,
     supervisor: Supervisor,
 ) -> ManagedProcess:
-    """Start the node's containerd in its namespaces, import the images, return the process.
+    """Give the node's containerd the images, start it in its namespaces, return the process.
 
     ``binds`` maps host paths (as the node's components name them, e.g. ``/var/run/cdi``) to the
     node's own directories. The kubelet must join the returned process's mount namespace.
@@ -148,6 +149,7 @@ def start_containerd(
     (directory / "net.d" / "10-imexdra.conflist").write_text(
         json.dumps(cni_conflist(pod_cidr, directory / "ipam"), indent=2)
     )
+    populate_root(directory / "root", archives, binaries)
     config = directory / "config.toml"
     config.write_text(config_toml(directory, binaries))
     for source in binds.values():
@@ -156,16 +158,6 @@ def start_containerd(
     process = supervisor.start(f"{name}-containerd", argv, env={"PATH": binaries.search_path()})
     socket = directory / "containerd.sock"
     wait_until(f"{name} containerd socket", socket.exists, timeout=30, process=process)
-    ctr = [str(binaries.path("ctr")), f"--address={socket}", "-n", "k8s.io"]
-    for archive in archives:
-        result = subprocess.run(
-            [*ctr, "images", "import", str(archive)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise ClusterStartError(f"{name}: importing {archive} failed: {result.stderr.strip()}")
     return process
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import subprocess
+import threading
 from dataclasses import dataclass, field
 
 from imexdra_sim.localcluster.processes import ClusterStartError, ManagedProcess, Supervisor, wait_until
@@ -55,6 +56,9 @@ class Fabric:
     switch: ManagedProcess
     nodes: dict[int, int] = field(default_factory=dict)
     """Node index -> the PID whose network namespace is that node."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    """Nodes start concurrently: one ``attach`` at a time, so each sees every node attached before it
+    and no route to a node is missed."""
 
     @property
     def prefix(self) -> str:
@@ -105,6 +109,10 @@ class Fabric:
 
     def attach(self, node: int, netns_pid: int) -> None:
         """Put the namespace of ``netns_pid`` on the switch as node ``node``, with all pod routes."""
+        with self._lock:
+            self._attach(node, netns_pid)
+
+    def _attach(self, node: int, netns_pid: int) -> None:
         switch_pid = self.switch.popen.pid
         port = f"imx{self.index}n{node}"
         _ip("link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", str(netns_pid))

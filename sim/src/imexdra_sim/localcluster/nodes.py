@@ -194,7 +194,7 @@ def start_node(
     """Start the runtime and the kubelet of ``node``; readiness is checked by the caller.
 
     A containerd node needs ``network``: its namespace joins the fabric and runs kube-proxy, and its
-    kubelet runs in it too (``node_ip`` is then its fabric address).
+    kubelet runs in it too (``node_ip`` is then its fabric address). Nodes may be started concurrently.
     """
     node.directory.mkdir(parents=True, exist_ok=True)
     node.root_dir.mkdir(parents=True, exist_ok=True)

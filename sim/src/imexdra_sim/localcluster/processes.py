@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,8 @@ class Supervisor:
 
     log_dir: Path
     processes: list[ManagedProcess] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    """Nodes start concurrently (``LocalCluster._start_nodes``): guards ``processes``."""
 
     def start(
         self,
@@ -106,7 +109,8 @@ class Supervisor:
                 pass_fds=tuple(pass_fds),
             )
         process = ManagedProcess(name, list(argv), log_path, popen)
-        self.processes.append(process)
+        with self._lock:
+            self.processes.append(process)
         return process
 
     def restart(self, process: ManagedProcess) -> ManagedProcess:
@@ -116,18 +120,18 @@ class Supervisor:
         stop order; extra ``env`` and ``pass_fds`` of the first start are not repeated.
         """
         process.kill()
-        index = self.processes.index(process)
-        self.processes.remove(process)
         started = self.start(process.name, process.argv)
-        self.processes.remove(started)
-        self.processes.insert(index, started)
+        with self._lock:
+            self.processes.remove(started)
+            self.processes[self.processes.index(process)] = started
         return started
 
     def stop_all(self) -> None:
         """Stop every child, newest first, so clients go before the servers they talk to."""
-        for process in reversed(self.processes):
+        with self._lock:
+            processes, self.processes = self.processes, []
+        for process in reversed(processes):
             process.stop()
-        self.processes.clear()
 
 
 def wait_until(
