@@ -282,7 +282,8 @@ async def test_diagnose_explains_the_stuck_domain(cluster: LocalCluster, scene: 
 
 def test_diagnose_host_managed_ready_domain_is_fine(cluster: LocalCluster, scene: dict[str, str]) -> None:
     """In host-managed mode a Ready domain without daemons or pods has no problem: exit code 0."""
-    result = imexdra(cluster, "diagnose", f"{scene['ns']}/other", "--imex-mode", "host-managed")
+    args = ["--imex-mode", "host-managed", "--driver-namespace", scene["driver_ns"]]  # nothing is guessed
+    result = imexdra(cluster, "diagnose", f"{scene['ns']}/other", *args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no problem found" in result.stdout
 
