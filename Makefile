@@ -45,11 +45,12 @@ bench: venv k8s
 	$(BIN)/python bench/jobstart_bench.py
 
 # Reliability soak (not CI; about an hour on 2 cores): >= 100 000 fuzz inputs, >= 100 plugin SIGKILLs,
-# 20 daemon SIGKILLs (bounded by the kubelet's restart backoff), 10 rounds of controller SIGKILLs
-# mid-create/mid-delete and the control-plane fault test. Its figures are README's reliability table.
+# 20 daemon SIGKILLs (bounded by the kubelet's restart backoff), 20 rounds of controller SIGKILLs
+# mid-create/mid-delete (driver-managed and under channel isolation) and the control-plane fault test.
+# Its figures are README's reliability table.
 SOAK_PLUGIN_KILLS ?= 100
 SOAK_DAEMON_KILLS ?= 20
-SOAK_CONTROLLER_ROUNDS ?= 10
+SOAK_CONTROLLER_ROUNDS ?= 20
 soak: venv k8s
 	IMEXDRA_SOAK=1 $(BIN)/pytest -q tests/unit/fuzz $(PYTEST_ARGS)
 	IMEXDRA_PLUGIN_KILLS=$(SOAK_PLUGIN_KILLS) IMEXDRA_DAEMON_KILLS=$(SOAK_DAEMON_KILLS) \

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from imexdra.kubeletplugin.checkpoint import Checkpoint, unmarshal
-from imexdra_sim.builders import channel_template, compute_domain
+from imexdra_sim.builders import channel_template, compute_domain, isolated_channel_device_class
 from imexdra_sim.devices import driverroot_fake
 from imexdra_sim.devices.fakeimex.hostservice import CONFIG_NAME, HostImexService, service_argv
 from imexdra_sim.localcluster.binaries import nvml_mock_library
@@ -68,12 +68,14 @@ NODE_UPDATE_RULE = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["update
 
 
 def install_api(cluster: LocalCluster) -> None:
-    """CRDs, both DeviceClasses with upstream's exact CEL selectors, the driver namespace and the RBAC."""
+    """CRDs, both DeviceClasses with upstream's exact CEL selectors (and channel isolation's class), the
+    driver namespace and the RBAC."""
     cluster.kubectl("apply", "-f", str(CRD_DIR))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
     classes = [(CHANNEL_CLASS, CHANNEL_SELECTOR), (DAEMON_CLASS, DAEMON_SELECTOR)]
     apply(
         cluster,
+        isolated_channel_device_class(),
         *(
             {
                 "apiVersion": "resource.k8s.io/v1",
@@ -318,11 +320,30 @@ def pod_gone(cluster: LocalCluster, namespace: str, pod: str) -> bool:
     return cluster.kubectl("get", "pod", pod, "-n", namespace, check=False).returncode != 0
 
 
-def create_domain(cluster: LocalCluster, namespace: str, mode: str = "Single") -> str:
-    """A ComputeDomain and (standing in for the controller) its workload claim template; its UID."""
+def create_domain(
+    cluster: LocalCluster, namespace: str, mode: str = "Single", *, channel: int | None = None
+) -> str:
+    """A ComputeDomain and (standing in for the controller) its workload claim template; its UID.
+
+    With ``channel`` (channel isolation) the number is recorded in the domain's status first and the
+    template asks for that channel only, in the controller's order (docs/channel-isolation.md §4).
+    """
     apply(cluster, compute_domain("train", namespace, mode=mode))
     uid = uid_of(cluster, "computedomain", "train", namespace)
-    apply(cluster, channel_template(namespace, "train-channel", uid, mode))
+    if channel is not None:
+        status = json.dumps({"status": {"status": "Ready", "channel": channel}})
+        cluster.kubectl(
+            "patch",
+            "computedomain",
+            "train",
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            status,
+        )
+    apply(cluster, channel_template(namespace, "train-channel", uid, mode, channel=channel))
     return uid
 
 

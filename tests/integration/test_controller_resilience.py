@@ -2,9 +2,12 @@
 
 Aspects covered: SIGKILL at random points while domains are being created, and again while they are
 being deleted, with a restart after each kill: every domain converges (Ready with exactly its objects,
-then gone) and nothing labelled for any of them is left; two replicas elect exactly one leader through
-the Lease, a standby takes over after the leader is SIGKILLed, and a SIGTERMed leader releases the
-Lease. The random delays come from a seeded generator; the seed is in every failure message.
+then gone) and nothing labelled for any of them is left — driver-managed, and host-managed under
+channel isolation, where the kills land mid-allocation too: no two domains ever record one channel, and
+each round gets channels 1..10 again, so no number leaked (docs/channel-isolation.md §4); two replicas
+elect exactly one leader through the Lease, a standby takes over after the leader is SIGKILLed, and a
+SIGTERMed leader releases the Lease. The random delays come from a seeded generator; the seed is in
+every failure message.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import random
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,7 @@ from lightkube import AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.config.common import ImexIsolation
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import progress
@@ -74,17 +79,45 @@ def domains(cluster: LocalCluster) -> dict[str, Any]:
     return {i["metadata"]["name"]: i for i in get_json(cluster, "computedomains", "-n", USER_NS)["items"]}
 
 
-def converged(cluster: LocalCluster, names: list[str]) -> bool:
-    """Every domain Ready with its finalizer and exactly its three objects."""
+@dataclass(frozen=True)
+class Mode:
+    """How the controller runs in one parametrization, and what a converged domain then owns."""
+
+    gates: str
+    isolation: ImexIsolation
+    #: Labelled objects per domain (templates and DaemonSet).
+    owned: int
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return (f"--imex-isolation={self.isolation.value}",)
+
+    @property
+    def channel_isolation(self) -> bool:
+        return self.isolation is ImexIsolation.CHANNEL
+
+
+MODES = {
+    "driver-managed": Mode(gates="", isolation=ImexIsolation.DOMAIN, owned=3),
+    "channel-isolation": Mode(gates="HostManagedIMEX=true", isolation=ImexIsolation.CHANNEL, owned=1),
+}
+
+
+def converged(cluster: LocalCluster, names: list[str], mode: Mode) -> bool:
+    """Every domain Ready with its finalizer and exactly its objects (and, under channel isolation, a
+    channel of its own)."""
     found = domains(cluster)
     for name in names:
         item = found.get(name)
         if item is None or item.get("status", {}).get("status") != "Ready":
             return False
+        if mode.channel_isolation and not isinstance(item["status"].get("channel"), int):
+            return False
         uid = item["metadata"]["uid"]
+        daemon = [] if mode.channel_isolation else [f"computedomain-daemon-{uid}"]
         expected = {
-            "resourceclaimtemplates": sorted([f"{name}-channel", f"computedomain-daemon-{uid}"]),
-            "daemonsets": [f"computedomain-daemon-{uid}"],
+            "resourceclaimtemplates": sorted([f"{name}-channel", *daemon]),
+            "daemonsets": daemon,
             "computedomaincliques": [],
             "nodes": [],
         }
@@ -93,10 +126,17 @@ def converged(cluster: LocalCluster, names: list[str]) -> bool:
     return True
 
 
-def steps_done(cluster: LocalCluster, uids: dict[str, str]) -> int:
+def recorded_channels(cluster: LocalCluster) -> list[int]:
+    """Every live domain's ``status.channel``, duplicates kept."""
+    return sorted(
+        item["status"]["channel"] for item in domains(cluster).values() if "channel" in item.get("status", {})
+    )
+
+
+def steps_done(cluster: LocalCluster, uids: dict[str, str], mode: Mode) -> int:
     """Count the controller's visible steps for domains ``{name: uid}``: per domain, while creating, the
-    finalizer, two templates, the DaemonSet and the status (5); while deleting, each of those objects
-    terminating or gone and the domain gone (4)."""
+    finalizer, its owned objects and the status (``owned + 2``); while deleting, each owned object
+    terminating or gone and the domain gone (``owned + 1``)."""
     found = domains(cluster)
     owned = [
         item
@@ -110,7 +150,7 @@ def steps_done(cluster: LocalCluster, uids: dict[str, str]) -> int:
         statuses = sum("status" in item for item in found.values())
         return finalizers + len(owned) + statuses
     live = sum("deletionTimestamp" not in item["metadata"] for item in owned)
-    return (len(uids) * 3 - live) + (len(uids) - len(found))
+    return (len(uids) * mode.owned - live) + (len(uids) - len(found))
 
 
 def synced_count(process: ControllerProcess) -> int:
@@ -127,6 +167,7 @@ async def kill_mid_work(
     process: ControllerProcess,
     cluster: LocalCluster,
     uids: dict[str, str],
+    mode: Mode,
     total: int,
     rng: random.Random,
     seed: int,
@@ -145,14 +186,18 @@ async def kill_mid_work(
         await eventually("caches synced", functools.partial(synced_more_than, process, synced), interval=0.02)
         await asyncio.sleep(rng.uniform(0.0, window))
         process.kill()
-        seen.append(steps_done(cluster, uids))  # the world is frozen while no controller runs
+        seen.append(steps_done(cluster, uids, mode))  # the world is frozen while no controller runs
+        if mode.channel_isolation:
+            channels = recorded_channels(cluster)
+            assert len(channels) == len(set(channels)), f"seed {seed}: a channel recorded twice: {channels}"
         window = window * 2 if seen[-1] == 0 else window / 2
     process.start()
     return seen
 
 
+@pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
 async def test_sigkill_during_create_and_delete_converges_without_leaks(
-    cluster: LocalCluster, kube: AsyncClient, identity: Path, pytestconfig: pytest.Config
+    cluster: LocalCluster, kube: AsyncClient, identity: Path, pytestconfig: pytest.Config, mode: Mode
 ) -> None:
     """Killed mid-create and mid-delete, a restarted controller finishes both and leaks nothing."""
     seed = int(os.environ.get("IMEXDRA_SEED") or random.randrange(1 << 30))
@@ -161,25 +206,40 @@ async def test_sigkill_during_create_and_delete_converges_without_leaks(
     # in the first half second after the caches sync lands mid-work on any machine. Unthrottled, a fast
     # machine finished every step before the first kill, and later kills had nothing left to cut.
     throttle = ("--kube-api-qps=25", "--kube-api-burst=5")
+    kubeconfig = identity
+    if mode.channel_isolation:
+        kubeconfig = install_controller_identity(
+            cluster, DRIVER_NS, "imexdra-controller-channels", isolation=mode.isolation
+        )
     process = ControllerProcess(
-        cluster, identity, DRIVER_NS, name=f"controller-kill-{SUFFIX}", extra_args=throttle
+        cluster,
+        kubeconfig,
+        DRIVER_NS,
+        name=f"controller-kill-{mode.isolation.value}-{SUFFIX}",
+        gates=mode.gates,
+        extra_args=(*throttle, *mode.args),
     )
+    creates, deletes = (mode.owned + 2) * DOMAINS, (mode.owned + 1) * DOMAINS
     kills = 0
     try:
         for round_ in range(ROUNDS):
             names = [f"kill-{round_}-{i}" for i in range(DOMAINS)]
             created = await asyncio.gather(*(kube.create(compute_domain_model(n, USER_NS)) for n in names))
             uids = {n: str(cd.metadata.uid) for n, cd in zip(names, created, strict=True) if cd.metadata}
-            seen = await kill_mid_work(process, cluster, uids, 5 * DOMAINS, rng, seed)
-            progress(pytestconfig, f"seed {seed}: create steps done at each SIGKILL: {seen} of {5 * DOMAINS}")
+            seen = await kill_mid_work(process, cluster, uids, mode, creates, rng, seed)
+            progress(pytestconfig, f"seed {seed}: create steps done at each SIGKILL: {seen} of {creates}")
             await eventually(
-                f"seed {seed}: all domains converged", functools.partial(converged, cluster, names), within=90
+                f"seed {seed}: all domains converged",
+                functools.partial(converged, cluster, names, mode),
+                within=90,
             )
+            if mode.channel_isolation:  # every earlier number was released: none leaked
+                assert recorded_channels(cluster) == list(range(1, DOMAINS + 1)), f"seed {seed}"
             process.kill()
             kills += len(seen) + 1
             await asyncio.gather(*(kube.delete(ComputeDomain, n, namespace=USER_NS) for n in names))
-            seen = await kill_mid_work(process, cluster, uids, 4 * DOMAINS, rng, seed)
-            progress(pytestconfig, f"seed {seed}: delete steps done at each SIGKILL: {seen} of {4 * DOMAINS}")
+            seen = await kill_mid_work(process, cluster, uids, mode, deletes, rng, seed)
+            progress(pytestconfig, f"seed {seed}: delete steps done at each SIGKILL: {seen} of {deletes}")
             await eventually(f"seed {seed}: all domains gone", lambda: not domains(cluster), within=90)
             leaked = {uid: left for uid in uids.values() if any((left := leftovers(cluster, uid)).values())}
             assert leaked == {}, f"seed {seed}"
@@ -216,7 +276,9 @@ async def test_two_replicas_elect_one_leader_and_fail_over(
         assert len(holder) == len(leader.name) + 37  # "<pod name>-<uuid4>", upstream's identity
         await leader.wait_ready()
         await kube.create(compute_domain_model("led-a", USER_NS))
-        await eventually("led-a Ready", lambda: converged(cluster, ["led-a"]), within=30)
+        await eventually(
+            "led-a Ready", lambda: converged(cluster, ["led-a"], MODES["driver-managed"]), within=30
+        )
         assert not standby.ready()
         assert not [e for e in standby.log_events() if e.get("msg") == "Informer caches synced"]
 
@@ -227,7 +289,9 @@ async def test_two_replicas_elect_one_leader_and_fail_over(
         assert new_holder.startswith(f"{standby.name}-")
         await standby.wait_ready()
         await kube.create(compute_domain_model("led-b", USER_NS))
-        await eventually("led-b Ready", lambda: converged(cluster, ["led-a", "led-b"]), within=30)
+        await eventually(
+            "led-b Ready", lambda: converged(cluster, ["led-a", "led-b"], MODES["driver-managed"]), within=30
+        )
 
         assert standby.stop() == 0
         lease = await kube.get(Lease, LEASE, namespace=DRIVER_NS)

@@ -1,7 +1,10 @@
 """Crash safety of the kubelet plugin: SIGKILL at seeded random moments of prepare and unprepare.
 
-node-0's real kubelet prepares channel claims of two ComputeDomains in turn (the test stands in for
-the controller: claim templates and Ready cliques). Each cycle starts a pod, SIGKILLs the plugin a
+A real kubelet prepares channel claims of two ComputeDomains (the test stands in for the controller:
+claim templates, and Ready cliques or recorded channels), in two modes: driver-managed on node-0, the
+domains in turn; and channel isolation on node-1 (host-managed IMEX, each domain its own channel), where
+a pod of the second domain stays prepared on the node while the first domain's pods come and go, so
+every kill lands next to another domain's channel. Each cycle starts a pod, SIGKILLs the plugin a
 random moment later (before, during or after the kubelet's NodePrepareResources; the window adapts
 so that kills keep landing around the work, and the plugin's API client is throttled so that a
 prepare lasts long enough to be hit), restarts it and waits for the pod to run; then deletes the
@@ -10,10 +13,12 @@ every step the node's invariants are checked:
 
 - every PrepareCompleted claim has its CDI spec, and every CDI spec belongs to a claim the checkpoint
   still records as started or completed (nothing prepared is lost, nothing orphaned is left);
-- channel isolation: no channel is prepared for two ComputeDomains at once;
-- the node carries the ComputeDomain label exactly while a claim of that domain is prepared.
+- no channel is prepared for two ComputeDomains at once (and under channel isolation each prepared
+  channel is its domain's own number);
+- driver-managed: the node carries the ComputeDomain label exactly while a claim of that domain is
+  prepared.
 
-Size: ``IMEXDRA_PLUGIN_KILLS`` kills (default 6 in CI; ``make soak`` runs >= 100). The seed is
+Size: ``IMEXDRA_PLUGIN_KILLS`` kills per mode (default 6 in CI; ``make soak`` runs >= 100). The seed is
 random unless ``IMEXDRA_SEED`` is set, and is in every failure message.
 """
 
@@ -38,6 +43,7 @@ from tests.conftest import progress
 from tests.integration.pluginharness import (
     CLIQUE,
     LABEL,
+    HostImex,
     PluginProcess,
     SimulatedNode,
     create_domain,
@@ -58,44 +64,86 @@ pytestmark = pytest.mark.integration
 KILLS = int(os.environ.get("IMEXDRA_PLUGIN_KILLS", "6"))
 SEED = int(os.environ.get("IMEXDRA_SEED", str(secrets.randbits(32))))
 ABSENT = "absent"
-NODE = "node-0"
 CLAIM_SPEC = re.compile(r"^k8s\.compute-domain\.nvidia\.com-claim_(?P<uid>[0-9a-f-]+)\.yaml$")
 # Two requests a second stretch a prepare (GET claim, then label the node) over half a second, so a
 # good share of the kills lands between PrepareStarted and PrepareCompleted, not only around them.
 THROTTLED_CLIENT = {"KUBE_API_QPS": "2", "KUBE_API_BURST": "1"}
 
 
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """Where and how the plugin runs in one parametrization."""
+
+    node: str
+    channel_isolation: bool
+
+    @property
+    def host_managed(self) -> bool:
+        return self.channel_isolation  # channel isolation needs host-managed IMEX
+
+
+MODES = {
+    "driver-managed": Mode(node="node-0", channel_isolation=False),
+    "channel-isolation": Mode(node="node-1", channel_isolation=True),
+}
+
+
+@dataclasses.dataclass
+class Domain:
+    """One ComputeDomain of the test: its namespace, UID and (under channel isolation) channel."""
+
+    namespace: str
+    uid: str
+    channel: int | None
+
+
+@pytest.fixture(scope="module", params=list(MODES.values()), ids=list(MODES))
+def mode(request: pytest.FixtureRequest) -> Mode:
+    """The mode of this parametrization."""
+    chosen: Mode = request.param
+    return chosen
+
+
 @pytest.fixture(scope="module")
-def plugin(cluster: LocalCluster) -> Iterator[PluginProcess]:
-    """A driver-managed plugin on node-0 (which has an NVLink clique)."""
+def plugin(cluster: LocalCluster, mode: Mode) -> Iterator[PluginProcess]:
+    """The plugin on the mode's node (which has an NVLink clique; host-managed: and a host IMEX)."""
     install_api(cluster)
-    node = cluster.node(NODE)
-    process = PluginProcess(
-        SimulatedNode(node, CLIQUE), plugin_kubeconfig(cluster, node), extra_env=THROTTLED_CLIENT
-    )
+    node = cluster.node(mode.node)
+    sim = SimulatedNode(node, CLIQUE)
+    env = {**THROTTLED_CLIENT, "IMEX_ISOLATION": "channel" if mode.channel_isolation else "domain"}
+    kubeconfig = plugin_kubeconfig(cluster, node, host_managed=mode.host_managed)
+    process = PluginProcess(sim, kubeconfig, host_managed=mode.host_managed, extra_env=env)
+    host_imex = HostImex(sim) if mode.host_managed else None
+    if host_imex is not None:
+        host_imex.start()
     process.start()
     yield process
     if process.process is not None:
         process.stop()
+    if host_imex is not None:
+        host_imex.stop()
 
 
 @pytest.fixture
-def domains(cluster: LocalCluster) -> Iterator[list[tuple[str, str]]]:
-    """Two namespaces, each with a ComputeDomain ``train`` whose daemon on node-0 is Ready."""
+def domains(cluster: LocalCluster, mode: Mode) -> Iterator[list[Domain]]:
+    """Two namespaces, each with a ComputeDomain ``train``: its daemon on the node Ready (driver-managed)
+    or channels 1 and 2 recorded (channel isolation)."""
     created = []
-    for _ in range(2):
+    for index in range(2):
         namespace = f"kp-crash-{uuid.uuid4().hex[:6]}"
         cluster.create_namespace(namespace)
-        domain_uid = create_domain(cluster, namespace)
-        mark_daemon_ready(cluster, domain_uid, NODE)
-        created.append((namespace, domain_uid))
+        channel = index + 1 if mode.channel_isolation else None
+        domain_uid = create_domain(cluster, namespace, channel=channel)
+        if not mode.channel_isolation:
+            mark_daemon_ready(cluster, domain_uid, mode.node)
+        created.append(Domain(namespace, domain_uid, channel))
     yield created
-    for namespace, _ in created:
-        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    for domain in created:
+        cluster.kubectl("delete", "namespace", domain.namespace, "--wait=false")
 
 
-def invariant_violations(cluster: LocalCluster, sim: SimulatedNode) -> list[str]:
-    """What is wrong with node-0's checkpoint, CDI specs and label right now (empty: nothing)."""
+def invariant_violations(cluster: LocalCluster, sim: SimulatedNode, domains: list[Domain]) -> list[str]:
+    """What is wrong with the node's checkpoint, CDI specs and label right now (empty: nothing)."""
     checkpoint: Checkpoint = sim.checkpoint()
     live = {
         uid
@@ -107,28 +155,34 @@ def invariant_violations(cluster: LocalCluster, sim: SimulatedNode) -> list[str]
     problems = [f"prepared claim {uid} has no CDI spec" for uid in sorted(completed - specs)]
     problems += [f"CDI spec of claim {uid} is not in the checkpoint" for uid in sorted(specs - live)]
     domains_by_channel: dict[str, set[str]] = collections.defaultdict(set)
+    own_channel = {domain.uid: domain.channel for domain in domains}
     for uid in completed:
         for group in checkpoint.claims[uid].prepared_devices:
             for device in group.devices:
-                domains_by_channel[device.device.device_name].add(group.config_state.compute_domain)
+                owner = group.config_state.compute_domain
+                domains_by_channel[device.device.device_name].add(owner)
+                if own_channel.get(owner) not in (None, device.id):
+                    problems.append(f"claim {uid} of {owner} prepared channel {device.id}, not its own")
     problems += [
         f"channel {channel} is prepared for several domains: {sorted(domains)}"
         for channel, domains in domains_by_channel.items()
         if len(domains) > 1
     ]
+    if any(domain.channel is not None for domain in domains):
+        return problems  # host-managed: the plugin labels no node
     prepared_domains = set().union(*domains_by_channel.values()) if domains_by_channel else set()
-    label = node_labels(cluster, NODE).get(LABEL)
+    label = node_labels(cluster, sim.node.name).get(LABEL)
     if prepared_domains and label not in prepared_domains:
         problems.append(f"node label {label!r} while claims of {sorted(prepared_domains)} are prepared")
     return problems
 
 
-async def converged(cluster: LocalCluster, sim: SimulatedNode, what: str) -> None:
+async def converged(cluster: LocalCluster, sim: SimulatedNode, domains: list[Domain], what: str) -> None:
     """Wait until no invariant is violated (a restarted plugin may still be finishing its work)."""
     last: list[str] = []
 
     def clean() -> bool:
-        last[:] = invariant_violations(cluster, sim)
+        last[:] = invariant_violations(cluster, sim, domains)
         return not last
 
     try:
@@ -171,7 +225,8 @@ class KillWindow:
 async def test_plugin_survives_sigkill_during_prepare_and_unprepare(
     cluster: LocalCluster,
     plugin: PluginProcess,
-    domains: list[tuple[str, str]],
+    mode: Mode,
+    domains: list[Domain],
     pytestconfig: pytest.Config,
 ) -> None:
     """After every kill the pod reaches its goal and the node's invariants hold."""
@@ -179,10 +234,20 @@ async def test_plugin_survives_sigkill_during_prepare_and_unprepare(
     await plugin.wait_registered()
     states: collections.Counter[str] = collections.Counter()
     windows = {"create": KillWindow(), "delete": KillWindow()}
+    cycling = domains
+    if mode.channel_isolation:  # the second domain's pod stays on the node throughout
+        resident = domains[1]
+        apply(cluster, channel_pod("resident", resident.namespace, "train-channel", node=mode.node))
+        await eventually(
+            "the resident pod Running",
+            lambda: pod_field(cluster, resident.namespace, "resident", "{.status.phase}") == "Running",
+            within=180,
+        )
+        cycling = domains[:1]
     cycle = 0
     while 2 * cycle < KILLS:
-        namespace, domain_uid = domains[cycle % 2]
-        await one_cycle(cluster, plugin, rng, windows, states, namespace, domain_uid, f"worker-{cycle}")
+        domain = cycling[cycle % len(cycling)]
+        await one_cycle(cluster, plugin, rng, windows, states, domains, domain, f"worker-{cycle}")
         cycle += 1
         progress(pytestconfig, f"plugin crash seed {SEED}: {2 * cycle}/{KILLS} kills survived")
     seen = dict(sorted(states.items()))
@@ -195,12 +260,14 @@ async def one_cycle(
     rng: random.Random,
     windows: dict[str, KillWindow],
     states: collections.Counter[str],
-    namespace: str,
-    domain_uid: str,
+    domains: list[Domain],
+    domain: Domain,
     pod: str,
 ) -> None:
     """Start ``pod`` with a kill, check; delete it with a kill, check."""
-    apply(cluster, channel_pod(pod, namespace, "train-channel", node=NODE))
+    namespace, node = domain.namespace, plugin.sim.node.name
+    labelled = domain.channel is None  # driver-managed: the plugin labels the node for the domain
+    apply(cluster, channel_pod(pod, namespace, "train-channel", node=node))
     await windows["create"].kill_and_restart(plugin, rng)
     state = claim_state(plugin.sim, _claim_uid_or_none(cluster, namespace, pod))
     windows["create"].landed(early=state == ABSENT, late=state == ClaimState.PREPARE_COMPLETED)
@@ -211,9 +278,10 @@ async def one_cycle(
         within=180,
     )
     claim_uid = pod_claim_uid(cluster, namespace, pod)
-    await converged(cluster, plugin.sim, f"prepare of {pod}")
+    await converged(cluster, plugin.sim, domains, f"prepare of {pod}")
     assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_COMPLETED
-    assert node_labels(cluster, NODE).get(LABEL) == domain_uid
+    if labelled:
+        assert node_labels(cluster, node).get(LABEL) == domain.uid
 
     cluster.kubectl("delete", "pod", pod, "-n", namespace, "--wait=false")
     await windows["delete"].kill_and_restart(plugin, rng)
@@ -225,10 +293,11 @@ async def one_cycle(
     await eventually(
         f"seed {SEED}: {pod} gone after a kill", lambda: pod_gone(cluster, namespace, pod), within=180
     )
-    await converged(cluster, plugin.sim, f"unprepare of {pod}")
+    await converged(cluster, plugin.sim, domains, f"unprepare of {pod}")
     assert claim_state(plugin.sim, claim_uid) in (ABSENT, ClaimState.PREPARE_ABORTED)
     assert not plugin.sim.claim_spec(claim_uid).exists()
-    await eventually("node label removed", lambda: LABEL not in node_labels(cluster, NODE))
+    if labelled:
+        await eventually("node label removed", lambda: LABEL not in node_labels(cluster, node))
 
 
 def _claim_uid_or_none(cluster: LocalCluster, namespace: str, pod: str) -> str | None:

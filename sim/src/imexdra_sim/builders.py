@@ -4,7 +4,8 @@
   ``compute_domain_model``: the same object as the driver's typed model (for lightkube clients);
 - ``channel_config``, ``channel_template``, ``channel_claim``: the workload side of a domain, as the
   controller renders it (``ResourceClaimTemplate``) and as the kubelet sees it (a claim from it);
-- ``daemon_device_class``: upstream's DeviceClass for the IMEX daemons' claims (the chart ships it).
+- ``daemon_device_class``: upstream's DeviceClass for the IMEX daemons' claims (the chart ships it);
+  ``isolated_channel_device_class``: the chart's class of channels 1 and up (channel isolation).
 
 Hand-written objects that exist to probe one odd shape (admission attacks, unknown fields) stay in
 the test that probes them: a builder here is for the ordinary object everyone means.
@@ -25,6 +26,7 @@ from imexdra.api.computedomain import (
 from imexdra.api.constants import (
     API_VERSION,
     CHANNEL_REQUEST_NAME,
+    DEVICE_CLASS_CHANNEL,
     DEVICE_CLASS_DAEMON,
     DEVICE_CLASS_DEFAULT_CHANNEL,
     DRIVER_NAME,
@@ -103,8 +105,17 @@ def channel_config(domain_uid: str, mode: AllocationMode | str = AllocationMode.
     }
 
 
-def _channel_devices(domain_uid: str | None, mode: AllocationMode | str) -> dict[str, Any]:
-    request = {"name": CHANNEL_REQUEST_NAME, "exactly": {"deviceClassName": DEVICE_CLASS_DEFAULT_CHANNEL}}
+def _channel_devices(
+    domain_uid: str | None, mode: AllocationMode | str, channel: int | None = None
+) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": DEVICE_CLASS_DEFAULT_CHANNEL}
+    if channel is not None:  # channel isolation: the domain's own number (docs/channel-isolation.md §6)
+        expression = f'device.attributes["{DRIVER_NAME}"].id == {int(channel)}'
+        exactly = {
+            "deviceClassName": DEVICE_CLASS_CHANNEL,
+            "selectors": [{"cel": {"expression": expression}}],
+        }
+    request = {"name": CHANNEL_REQUEST_NAME, "exactly": exactly}
     devices: dict[str, Any] = {"requests": [request]}
     if domain_uid is not None:
         devices["config"] = [channel_config(domain_uid, mode)]
@@ -116,16 +127,19 @@ def channel_template(
     name: str,
     domain_uid: str | None = None,
     mode: AllocationMode | str = AllocationMode.SINGLE,
+    *,
+    channel: int | None = None,
 ) -> dict[str, Any]:
     """The workload ResourceClaimTemplate as the controller renders it for the domain ``domain_uid``.
 
     Without ``domain_uid`` it has no config: the bare request, for tests that only need a claim to exist.
+    With ``channel`` it is channel isolation's: the isolated-channel class narrowed to that number.
     """
     return {
         "apiVersion": RESOURCE_API_VERSION,
         "kind": "ResourceClaimTemplate",
         "metadata": _metadata(name, namespace),
-        "spec": {"spec": {"devices": _channel_devices(domain_uid, mode)}},
+        "spec": {"spec": {"devices": _channel_devices(domain_uid, mode, channel)}},
     }
 
 
@@ -141,6 +155,18 @@ def channel_claim(
         "kind": "ResourceClaim",
         "metadata": _metadata(name, namespace),
         "spec": {"devices": _channel_devices(domain_uid, mode)},
+    }
+
+
+def isolated_channel_device_class() -> dict[str, Any]:
+    """The chart's DeviceClass of IMEX channels 1 and up, installed under channel isolation only."""
+    attributes = f"device.attributes['{DRIVER_NAME}']"
+    expression = f"device.driver == '{DRIVER_NAME}' && {attributes}.type == 'channel' && {attributes}.id >= 1"
+    return {
+        "apiVersion": RESOURCE_API_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": DEVICE_CLASS_CHANNEL},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
     }
 
 
