@@ -3,6 +3,8 @@
 - ``simulated_node``: the stand-in hardware (``imexdra_sim.devices.driverroot_fake``: a driver root with the
   mock NVML library and its GB200 profile and a dev root of regular files, a fake ``/proc/devices``) and
   kubelet directories of one node, as the environment of a ``compute-domain-kubelet-plugin``;
+- ``HostImex``: a simulated node's own ``nvidia-imex.service`` for HostManagedIMEX (the sim's fake, as
+  the rack runs it), answering ``READY`` on the command socket ``simulated_node`` tells the plugin about;
 - ``ControllerProcess``: a ComputeDomain controller as a child process, started from a command template
   (ours by default; ``--controller-command`` runs another implementation against the same workload);
 - ``parse_metrics``/``total``/``apiserver_metrics``: Prometheus text to samples, sums by labels;
@@ -27,7 +29,9 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from imexdra.common.logging import configure_logging
+from imexdra.devices.hostimex import CtlHostImex, HostImexNotReadyError
 from imexdra_sim.devices import driverroot_fake
+from imexdra_sim.devices.fakeimex.hostservice import SOCKET_NAME, HostImexService, service_argv
 from imexdra_sim.localcluster.binaries import nvml_mock_library
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port
@@ -92,8 +96,17 @@ def install_crds(cluster: LocalCluster) -> None:
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 
 
+def host_imex_socket(base: Path) -> Path:
+    """The command socket of the host IMEX of the simulated node under ``base`` (its ``/etc/nvidia-imex``)."""
+    return base / "nvidia-imex" / SOCKET_NAME
+
+
 def simulated_node(base: Path, node: str = "bench-node", clique: str = CLIQUE) -> dict[str, str]:
-    """Stand-in hardware and kubelet directories under ``base``; returns the plugin's environment."""
+    """Stand-in hardware and kubelet directories under ``base``; returns the plugin's environment.
+
+    ``IMEX_HOST_SOCKET_PATH`` is set in every mode (only host-managed reads it): under HostManagedIMEX
+    a ``HostImex`` for ``base`` must serve it, as a real node's ``nvidia-imex.service`` does.
+    """
     tray = driverroot_fake.Tray(node, driverroot_fake.Fabric.parse(clique))
     hardware = driverroot_fake.write_node_hardware(base, tray, nvml_library=nvml_mock_library())
     (base / "registry").mkdir(parents=True, exist_ok=True)
@@ -107,8 +120,74 @@ def simulated_node(base: Path, node: str = "bench-node", clique: str = CLIQUE) -
         "DRIVER_ROOT_CTR_PATH": str(hardware.driver_root),
         "NVIDIA_DRIVER_ROOT": str(hardware.driver_root),
         "ALT_PROC_DEVICES_PATH": str(hardware.proc_devices),
+        "IMEX_HOST_SOCKET_PATH": str(host_imex_socket(base)),
         "LOGGING_FORMAT": "json",
     }
+
+
+@dataclass
+class HostImex:
+    """The host's ``nvidia-imex.service`` of the simulated node under ``base`` (HostManagedIMEX).
+
+    The same fake the rack runs per node (``imexdra_sim.devices.fakeimex.hostservice``): the driver
+    root's ``nvidia-imex`` with a ``config.cfg`` whose command service listens on
+    ``host_imex_socket(base)``. Each node is an IMEX domain of its own (its node list is itself): a
+    host's IMEX domain forms when the hosts boot, long before any job, so what a job start needs of it
+    is only the ``READY`` answer the plugin asks for; a rack-wide mesh of fake daemons would add peer
+    probes every 0.5 s on every node, work the benchmark would then charge to the driver.
+    """
+
+    base: Path
+    address: str
+    """The node's own address: the daemon binds ``address:server_port`` (any 127.x address works)."""
+    server_port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def driver_root(self) -> Path:
+        return self.base / "driver-root"
+
+    def start(self) -> None:
+        """``systemctl start nvidia-imex`` (``simulated_node(base)`` has written the driver root)."""
+        socket = host_imex_socket(self.base)
+        service = HostImexService(
+            socket.parent,
+            address=self.address,
+            peers=[self.address],
+            server_port=self.server_port,
+            socket=socket,
+        )
+        argv = service_argv(service.write(), self.driver_root)
+        with (self.base / "host-nvidia-imex.log").open("ab") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    async def wait_ready(self, within: float = 60) -> None:
+        """Until the driver root's ``nvidia-imex-ctl -q`` answers ``READY``: the plugin's own check."""
+        check = CtlHostImex(driver_root=self.driver_root, socket=host_imex_socket(self.base))
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                await check.check()
+                return
+            except HostImexNotReadyError as error:
+                if self.process is None or self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"host IMEX of {self.base} not ready: {error}") from error
+            await asyncio.sleep(0.1)
+
+    def stop(self) -> None:
+        """``systemctl stop nvidia-imex`` (no-op when stopped)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def rss_mib(self) -> float:
+        """The daemon's resident set now, in MiB (0 when stopped)."""
+        return rss_mib(self.process.pid)["VmRSS"] if self.process is not None else 0.0
 
 
 def wait_for_socket(socket: Path, process: subprocess.Popen[bytes], within: float = 60) -> None:

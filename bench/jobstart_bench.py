@@ -38,7 +38,12 @@ Three series:
   controller would mark the nodes unreachable and flip every pod on them, daemon pods included, to
   NotReady), and one real ``compute-domain-kubelet-plugin`` process of its own (its own state dir,
   fake NVML, ``/proc/devices`` and driver root, its own DRA socket, upstream's client rate limit
-  5 QPS / burst 10). The simulator then does what a kubelet does for a pod bound to its node: it
+  5 QPS / burst 10); host-managed (both series), also the node's own host ``nvidia-imex`` (the
+  sim's fake, ``benchlib.HostImex``), up and answering ``READY`` on the plugin's
+  ``IMEX_HOST_SOCKET_PATH`` before the plugin starts, since the plugin runs the driver root's
+  ``nvidia-imex-ctl -q`` before each channel prepare (the fake ``nvidia-imex-ctl`` is a Python
+  program: 0.05-0.3 s a run on this machine, where the driver's native tool takes milliseconds;
+  host-managed prepare times include it). The simulator then does what a kubelet does for a pod bound to its node: it
   watches pods and claims, and once a pod is bound and its claim is reserved for it, it calls that
   node's plugin ``NodePrepareResources`` over the plugin's gRPC socket with the kubelet's 45 s
   timeout; a claim left out of the answer (the plugin's own 45 s retry budget ran out) or failed is

@@ -1,8 +1,10 @@
 """The job-start benchmark's nodes: simulated (a Node, its Lease, one real plugin process each) or real.
 
 ``Fleet`` adds nodes as the job size grows, keeps their Leases fresh as kubelets do, runs and stops
-their ``compute-domain-kubelet-plugin`` processes; ``install_api`` puts in what the chart would
-(CRDs, DeviceClasses, the driver namespace). The benchmark's story is in ``jobstart_bench``.
+their ``compute-domain-kubelet-plugin`` processes and, host-managed, each node's own host
+``nvidia-imex`` (``benchlib.HostImex``: the plugin asks it for ``READY`` before preparing a channel);
+``install_api`` puts in what the chart would (CRDs, DeviceClasses, the driver namespace). The
+benchmark's story is in ``jobstart_bench``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from benchlib import (
     DRIVER,
     DRIVER_NAMESPACE,
     PLUGIN_BIN,
+    HostImex,
     cpu_seconds,
     install_crds,
     kubectl_apply,
@@ -40,9 +43,12 @@ from imexdra_sim.apinodes import NODE_LEASE_SECONDS, node_lease
 from imexdra_sim.builders import daemon_device_class
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
+from imexdra_sim.localcluster.processes import free_port
 
 RACK = 18
 PLUGIN_MIB = 64
+#: A host-managed node also runs its host IMEX (the fake nvidia-imex, a Python process).
+HOST_IMEX_MIB = 32
 CHANNEL_SELECTOR = (
     f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'channel' "
     f"&& device.attributes['{DRIVER}'].id == 0"
@@ -55,6 +61,16 @@ LEASE_RENEW_S = 10.0
 def _micro_now() -> str:
     """A Lease's MicroTime, now."""
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def node_mib(*, host_managed: bool) -> int:
+    """Memory one simulated node's processes need: its plugin, and host-managed its host IMEX."""
+    return PLUGIN_MIB + (HOST_IMEX_MIB if host_managed else 0)
+
+
+def node_address(index: int) -> str:
+    """The ``index``-th simulated node's InternalIP (a loopback address, so a process can bind it)."""
+    return f"127.101.{index // 250}.{index % 250 + 1}"
 
 
 def rack_clique(index: int) -> str:
@@ -133,6 +149,9 @@ class Fleet:
     kubelets: bool
     host_managed: bool = True
     nodes: list[PluginNode] = field(default_factory=list)
+    host_imex: list[HostImex] = field(default_factory=list)
+    #: One IMEX server port for every node's host IMEX (each binds its own node address).
+    host_imex_port: int = field(default_factory=free_port)
     heartbeat: asyncio.Task[None] | None = None
     renewed: dict[str, float] = field(default_factory=dict)
     #: The longest time a simulated node's Lease went unrenewed (the node lifecycle's grace is 50 s).
@@ -161,7 +180,12 @@ class Fleet:
                 self.heartbeat = asyncio.create_task(self._renew_leases(api))
         batch = 8  # two cores: start plugins a few at a time
         for first in range(0, len(new), batch):
-            started_now = [self._start_plugin(i) for i in new[first : first + batch]]
+            indexes = new[first : first + batch]
+            if self.host_managed:
+                # A real host-managed node's nvidia-imex.service is up before its kubelet plugin.
+                host_imex = [self._start_host_imex(i) for i in indexes]
+                await asyncio.gather(*(imex.wait_ready() for imex in host_imex))
+            started_now = [self._start_plugin(i) for i in indexes]
             await asyncio.gather(*(self._wait_socket(node) for node in started_now))
         await api.until_slices(count)
         return time.monotonic() - started
@@ -186,7 +210,7 @@ class Fleet:
                 "conditions": [
                     {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated node"}
                 ],
-                "addresses": [{"type": "InternalIP", "address": f"127.101.{index // 250}.{index % 250 + 1}"}],
+                "addresses": [{"type": "InternalIP", "address": node_address(index)}],
             }
         }
         await api.patch(f"/api/v1/nodes/{name}/status", status)
@@ -222,17 +246,28 @@ class Fleet:
                 self.renew_max_gap_s = max(self.renew_max_gap_s, now - self.renewed[name])
             self.renewed[name] = now
 
+    def _base(self, index: int) -> Path:
+        """Where the ``index``-th node's hardware, plugin state and host IMEX files live."""
+        name = f"node-{index}"
+        return self.cluster.node(name).host_dir / "imexdra" if self.kubelets else self.state_dir / name
+
+    def _start_host_imex(self, index: int) -> HostImex:
+        """Write the node's hardware (the host IMEX runs its driver root's nvidia-imex) and start it."""
+        base = self._base(index)
+        simulated_node(base, f"node-{index}", rack_clique(index))
+        imex = HostImex(base, node_address(index), self.host_imex_port)
+        imex.start()
+        self.host_imex.append(imex)
+        return imex
+
     def _start_plugin(self, index: int) -> PluginNode:
         name = f"node-{index}"
+        base = self._base(index)
+        env = simulated_node(base, name, rack_clique(index))
         if self.kubelets:
             kubelet_node = self.cluster.node(name)
-            base = kubelet_node.host_dir / "imexdra"
-            env = simulated_node(base, name, rack_clique(index))
             env["KUBELET_REGISTRAR_DIRECTORY_PATH"] = str(kubelet_node.registry_dir)
             env["KUBELET_PLUGINS_DIRECTORY_PATH"] = str(kubelet_node.plugins_dir)
-        else:
-            base = self.state_dir / name
-            env = simulated_node(base, name, rack_clique(index))
         env |= {"KUBECONFIG": str(self.cluster.kubeconfig)}
         if self.host_managed:
             env |= {"FEATURE_GATES": "HostManagedIMEX=true", "IMEX_MODE": "hostManaged"}
@@ -280,3 +315,5 @@ class Fleet:
                 node.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 node.process.kill()
+        for imex in self.host_imex:
+            imex.stop()

@@ -23,7 +23,7 @@ from benchlib import (
     percentile,
 )
 from jobstart_api import Api, job
-from jobstart_fleet import PLUGIN_MIB, Fleet, install_api
+from jobstart_fleet import Fleet, install_api, node_mib
 from jobstart_watch import (
     JobStart,
     Profiler,
@@ -215,13 +215,13 @@ async def teardown(api: Api, simulator: Simulator | None, namespace: str, name: 
 # -- series ---------------------------------------------------------------------------------------
 
 
-def memory_fits(count: int) -> bool:
+def memory_fits(count: int, *, host_managed: bool) -> bool:
     available_kib = next(
         int(line.split()[1])
         for line in Path("/proc/meminfo").read_text().splitlines()
         if line.startswith("MemAvailable:")
     )
-    return count * PLUGIN_MIB * 1024 < available_kib - 2 * 1024 * 1024
+    return count * node_mib(host_managed=host_managed) * 1024 < available_kib - 2 * 1024 * 1024
 
 
 async def series(
@@ -245,7 +245,7 @@ async def series(
         name = series_name(kubelets=kubelets, host_managed=host_managed)
         try:
             for size in sizes:
-                if not memory_fits(size - len(fleet.nodes)):
+                if not memory_fits(size - len(fleet.nodes), host_managed=host_managed):
                     runs.append(
                         {"nodes": size, "skipped": "the plugins would not fit in the available memory"}
                     )
