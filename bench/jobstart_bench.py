@@ -32,29 +32,29 @@ Three series:
   node, registered with that node's kubelet through its plugin registry, and the kubelet itself calls
   NodePrepareResources; "prepared" is read off each plugin's checkpoint (the claim's state
   ``PrepareCompleted``, polled every 50 ms), and "pods Running" is reported next to it.
-- ``simulated`` (host-managed) and ``simulated_driver_managed``: for every N, a node simulator. Each
-  node is a Node object (GB200 labels, clique label per 18-node rack, status Ready with allocatable
-  capacity) with a Lease renewed every 10 s as a kubelet does (without it the node lifecycle
-  controller would mark the nodes unreachable and flip every pod on them, daemon pods included, to
-  NotReady), and one real ``compute-domain-kubelet-plugin`` process of its own (its own state dir,
-  fake NVML, ``/proc/devices`` and driver root, its own DRA socket, upstream's client rate limit
-  5 QPS / burst 10); host-managed (both series), also the node's own host ``nvidia-imex`` (the
-  sim's fake, ``benchlib.HostImex``), up and answering ``READY`` on the plugin's
-  ``IMEX_HOST_SOCKET_PATH`` before the plugin starts, since the plugin runs the driver root's
-  ``nvidia-imex-ctl -q`` before each channel prepare (the fake ``nvidia-imex-ctl`` is a Python
-  program: 0.05-0.3 s a run on this machine, where the driver's native tool takes milliseconds;
-  host-managed prepare times include it). The simulator then does what a kubelet does for a pod bound to its node: it
-  watches pods and claims, and once a pod is bound and its claim is reserved for it, it calls that
-  node's plugin ``NodePrepareResources`` over the plugin's gRPC socket with the kubelet's 45 s
-  timeout; a claim left out of the answer (the plugin's own 45 s retry budget ran out) or failed is
-  retried after the kubelet's pod-sync backoff, 10–15 s (``daemonsim.kubelet_prepare``). Then it
-  reports the pod Running. Driver-managed, it also plays kubelet, container runtime and daemon of the
-  IMEX daemon pods (``daemonsim.DaemonKubelet``: prepare the daemon claim through the node's plugin,
-  Running with an IP, the clique label set by the real daemon's code, Ready at the first startup-probe
-  tick after the controller listed the node and ``--imex-formation-seconds`` passed). No IMEX runs, so
-  real IMEX formation adds its own time to every driver-managed figure. On teardown it unprepares every
-  claim over the socket and deletes the pods with grace period 0 (what a kubelet confirms). Nodes are
-  added as N grows, so the run for N has exactly N nodes and N plugins.
+- ``simulated`` (host-managed) and ``simulated_driver_managed``: for every N, a node simulator. Each node
+  is a Node object (GB200 labels, clique label per 18-node rack, status Ready with allocatable capacity)
+  with a Lease renewed every 10 s as a kubelet does (without it the node lifecycle controller would mark
+  the nodes unreachable and flip every pod on them, daemon pods included, to NotReady), and one real
+  ``compute-domain-kubelet-plugin`` process of its own (its own state dir, fake NVML, ``/proc/devices``
+  and driver root, its own DRA socket, upstream's client rate limit 5 QPS / burst 10); host-managed (here
+  and in ``kubelets``), also the node's own host ``nvidia-imex`` (the sim's fake, ``benchlib.HostImex``),
+  up and answering ``READY`` on the plugin's ``IMEX_HOST_SOCKET_PATH`` before the plugin starts, since the
+  plugin runs the driver root's ``nvidia-imex-ctl -q`` before each channel prepare (the fake
+  ``nvidia-imex-ctl`` is a Python program: 0.05 s a run idle, 0.3 s at load 20 on this machine, where the
+  driver's native tool takes milliseconds; host-managed prepare times include it). The simulator then does
+  what a kubelet does for a pod bound to its node: it watches pods and claims, and once a pod is bound and
+  its claim is reserved for it, it calls that node's plugin ``NodePrepareResources`` over the plugin's
+  gRPC socket with the kubelet's 45 s timeout; a claim left out of the answer (the plugin's own 45 s retry
+  budget ran out) or failed is retried after the kubelet's pod-sync backoff, 10–15 s
+  (``daemonsim.kubelet_prepare``). Then it reports the pod Running. Driver-managed, it also plays kubelet,
+  container runtime and daemon of the IMEX daemon pods (``daemonsim.DaemonKubelet``: prepare the daemon
+  claim through the node's plugin, Running with an IP, the clique label set by the real daemon's code,
+  Ready at the first startup-probe tick after the controller listed the node and
+  ``--imex-formation-seconds`` passed). No IMEX runs, so real IMEX formation adds its own time to every
+  driver-managed figure. On teardown it unprepares every claim over the socket and deletes the pods with
+  grace period 0 (what a kubelet confirms). Nodes are added as N grows, so the run for N has exactly N
+  nodes and N plugins.
 
 kube-controller-manager and kube-scheduler run with their default client rate limits (20 and 50 QPS),
 as ``LocalCluster`` starts them: for 256 pods the resourceclaim controller alone needs 512 requests
