@@ -2,7 +2,9 @@
 
 :func:`fetch_view` reads what one domain's health depends on; :func:`diagnose` turns that into
 findings (severity, message, hint) without I/O. The checks follow how a domain comes up:
-the domain object itself (missing, being deleted), its global status, the workload claim template,
+the domain object itself (missing, being deleted), its global status, its conditions (channel
+isolation's ``ChannelAllocated``: exhaustion, conflicts, mismatches; docs/channel-isolation.md §7),
+the workload claim template,
 in driver-managed mode the per-domain daemon DaemonSet and its pods, then each workload pod: where it
 is stuck, the node it landed on (clique label, another domain's node label) and the newest scheduler
 and kubelet events quoting the reason (permanent Prepare errors end up there, DEVELOPERS.md rule 4).
@@ -29,6 +31,7 @@ from imexdra.api.constants import (
     GPU_CLIQUE_NODE_LABEL_KEY,
     NODE_LABEL_KEY,
     ComputeDomainStatusValue,
+    ConditionStatus,
     daemon_object_name,
 )
 from imexdra.cli.clusterview import (
@@ -48,6 +51,7 @@ from imexdra.cli.clusterview import (
     pod_state,
     pod_template_names,
 )
+from imexdra.controller import reasons
 
 #: Event reasons whose newest message is quoted for a stuck pod.
 QUOTED_EVENT_REASONS = ("FailedScheduling", "FailedPrepareDynamicResources")
@@ -59,7 +63,33 @@ _EVENT_HINTS = (
     ("NVLink clique", "schedule the pod onto nodes with an NVLink clique (nvidia.com/gpu.clique label)"),
     ("device class", "install the driver's DeviceClasses (the Helm chart creates them)"),
     ("cannot allocate all claims", "no node offers a free IMEX channel: check ResourceSlices and nodes"),
+    (
+        "but ComputeDomain",
+        "the claim holds another ComputeDomain's channel (channel isolation): create workload claims only "
+        "from the domain's own ResourceClaimTemplate",
+    ),
+    (
+        "has no IMEX channel recorded yet",
+        "the controller has not given the domain its channel yet: see the ChannelAllocated condition above",
+    ),
 )
+
+#: What to do about each reason a ``False`` condition of the domain can carry (docs/channel-isolation.md §7).
+_CONDITION_HINTS = {
+    reasons.CHANNELS_EXHAUSTED: "every channel 1..channelCount-1 is held by a live ComputeDomain or a claim "
+    "still allocated: delete domains (and their pods) no longer used, or raise NVreg_ImexChannelCount on "
+    "every node and resources.computeDomains.imex.channelCount with it",
+    reasons.ALLOCATION_MODE_UNSUPPORTED: "channel isolation gives a domain's pods its own channel only: "
+    "recreate the domain with spec.channel.allocationMode: Single",
+    reasons.CHANNEL_CONFLICT: "two live domains record this channel (a restore or a hand edit): delete the "
+    "younger one and create it again",
+    reasons.CHANNEL_OUT_OF_POOL: "the recorded channel is beyond resources.computeDomains.imex.channelCount: "
+    "raise the count back, or recreate the domain",
+    reasons.ISOLATION_MISMATCH: "the domain was made under the other imex.isolation setting: delete and "
+    "recreate it, or set the isolation back",
+    reasons.ISOLATION_SWITCH_PENDING: "new domains wait until no domain of the previous isolation is left: "
+    "delete those (kubectl get computedomains -A shows a Channel column)",
+}
 
 
 class Severity(StrEnum):
@@ -138,6 +168,7 @@ def diagnose(view: DomainView) -> list[Finding]:
     return [
         *deletion_findings(view.domain),
         *status_findings(view.domain, view.imex_mode),
+        *condition_findings(view.domain),
         *template_findings(view),
         *daemon_findings(view),
         *pod_findings(view, workload),
@@ -223,6 +254,20 @@ def status_findings(domain: ComputeDomain, mode: ImexMode) -> list[Finding]:
             )
         )
     return findings
+
+
+def condition_findings(domain: ComputeDomain) -> list[Finding]:
+    """Each condition of the domain that is not True, with its reason, message and what to do."""
+    status = domain.status
+    return [
+        Finding(
+            Severity.ERROR,
+            f"condition {condition.type} is {condition.status}: {condition.reason}: {condition.message}",
+            _CONDITION_HINTS.get(condition.reason, "kubectl describe computedomain shows its events"),
+        )
+        for condition in (status.conditions if status is not None else ())
+        if condition.status != ConditionStatus.TRUE
+    ]
 
 
 def template_findings(view: DomainView) -> list[Finding]:

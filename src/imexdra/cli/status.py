@@ -113,6 +113,8 @@ def domain_row(domain: ComputeDomain, cliques: Iterable[ComputeDomainClique]) ->
         "allocationMode": str(spec.channel.allocation_mode) if spec is not None else None,
         "resourceClaimTemplate": spec.channel.resource_claim_template.name if spec is not None else None,
         "nodeCount": len(status.nodes) if status is not None else 0,
+        #: The domain's own IMEX channel under channel isolation (docs/channel-isolation.md §2), else None.
+        "channel": status.channel if status is not None else None,
         "deleting": metadata.deletionTimestamp is not None,
         "cliques": [clique_row(c) for c in _sorted(own)],
     }
@@ -192,7 +194,7 @@ def render_text(report: Report, *, wide: bool = False) -> str:
     uid = ["UID"] if wide else []
     domain_uid = ["COMPUTE DOMAIN UID"] if wide else []
     domain_table = format_table(
-        ["NAMESPACE/NAME", "STATUS", "NUMNODES", "NODES", "MODE", "CHANNEL TEMPLATE", *uid],
+        ["NAMESPACE/NAME", "STATUS", "NUMNODES", "NODES", "MODE", "CHANNEL", "CHANNEL TEMPLATE", *uid],
         (
             [
                 _key(d),
@@ -200,6 +202,7 @@ def render_text(report: Report, *, wide: bool = False) -> str:
                 d["numNodes"],
                 d["nodeCount"],
                 d["allocationMode"],
+                "-" if d["channel"] is None else d["channel"],
                 d["resourceClaimTemplate"],
                 *([d["uid"]] if wide else []),
             ]

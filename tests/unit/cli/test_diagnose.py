@@ -249,3 +249,41 @@ def test_errors_and_warnings_are_problems(severity: Severity, problem: bool) -> 
     """Exit code 1 follows from errors and warnings, not from information."""
     assert has_problems([Finding(severity, "m")]) is problem
     assert Finding(severity, "m", "h").to_json() == {"severity": str(severity), "message": "m", "hint": "h"}
+
+
+@pytest.mark.parametrize(
+    ("reason", "hint"),
+    [
+        ("ChannelsExhausted", "raise NVreg_ImexChannelCount"),
+        ("AllocationModeUnsupported", "allocationMode: Single"),
+        ("ChannelConflict", "delete the younger one"),
+        ("IsolationMismatch", "set the isolation back"),
+    ],
+)
+def test_a_false_channel_condition_is_explained(reason: str, hint: str) -> None:
+    """Channel isolation's ChannelAllocated=False: the reason and message, and what would work."""
+    condition = {
+        "type": "ChannelAllocated",
+        "status": "False",
+        "lastTransitionTime": "2026-03-01T10:00:00Z",
+        "reason": reason,
+        "message": "all 3 channels are held by team-b/x, team-c/y, team-d/z",
+    }
+    domain = o.domain(status={"status": "NotReady", "nodes": [], "conditions": [condition]})
+    [finding] = [f for f in diagnose(view(domain=domain)) if "ChannelAllocated" in f.message]
+    assert finding.severity is Severity.ERROR
+    assert f"condition ChannelAllocated is False: {reason}: all 3 channels are held by" in finding.message
+    assert hint in finding.hint
+
+
+def test_a_true_channel_condition_is_no_finding() -> None:
+    """ChannelAllocated=True (the domain has its channel) adds nothing."""
+    condition = {
+        "type": "ChannelAllocated",
+        "status": "True",
+        "lastTransitionTime": "2026-03-01T10:00:00Z",
+        "reason": "ChannelAllocated",
+        "message": "channel 7",
+    }
+    domain = o.domain(status={**READY_STATUS, "channel": 7, "conditions": [condition]})
+    assert problems(diagnose(view(domain=domain))) == []

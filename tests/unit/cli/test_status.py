@@ -31,8 +31,23 @@ def test_domain_row_reports_spec_status_and_node_count() -> None:
         "allocationMode": "All",
         "resourceClaimTemplate": "train-channel",
         "nodeCount": 1,
+        "channel": None,
         "deleting": False,
     }
+
+
+def test_domain_row_and_table_show_the_channel_under_channel_isolation() -> None:
+    """A domain's recorded status.channel is in its row and in the CHANNEL column; none shows as '-'."""
+    isolated = o.domain(name="iso", status={"status": "Ready", "nodes": [], "channel": 7})
+    assert domain_row(isolated, [])["channel"] == 7
+    shared = o.domain(name="shared", status={"status": "Ready", "nodes": []})
+    snapshot = Snapshot(
+        driver_namespace=o.DRIVER_NS, imex_mode=ImexMode.HOST_MANAGED, domains=[isolated, shared]
+    )
+    table = render_text(build_report(snapshot)).split("PREPARED CHANNELS")[0]
+    header, *rows = [line for line in table.splitlines() if "team-a/" in line or "CHANNEL TEMPLATE" in line]
+    assert header.split()[5] == "CHANNEL"
+    assert {row.split()[0]: row.split()[5] for row in rows} == {"team-a/iso": "7", "team-a/shared": "-"}
 
 
 def test_domain_row_without_status_and_being_deleted() -> None:
