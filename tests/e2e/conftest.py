@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +54,10 @@ def _step(config: pytest.Config, title: str) -> Iterator[None]:
 
 
 HOST_MANAGED = rack.RackConfig(nodes=3, host_managed=True, no_fabric_nodes=(2,))
-DRIVER_MANAGED = rack.RackConfig(nodes=2)
+#: Every key of upstream's chart values at its default (docs/compatibility.md): the driver-managed rack
+#: installs with it underneath the rack's own values, as an operator moving from upstream would.
+UPSTREAM_VALUES = Path(__file__).parents[1] / "data" / "upstream-default-values.yaml"
+DRIVER_MANAGED = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES,))
 REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd")
 
 
@@ -71,7 +75,7 @@ def real_nodes_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="module")
 def driver_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
-    """Two nodes in one clique under driver-managed IMEX."""
+    """Two nodes in one clique under driver-managed IMEX, installed with upstream's values file underneath."""
     yield from _rack(DRIVER_MANAGED, pytestconfig)
 
 

@@ -8,6 +8,7 @@ spec, as on a real node: the image has none, the test host has none at ``/usr/bi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
 
 BASE_SPEC = "k8s.compute-domain.nvidia.com-device_base.yaml"
+UPSTREAM_VALUES = Path(__file__).parents[1] / "data" / "upstream-default-values.yaml"
 DAEMON_SELECTOR = COMPUTE_DOMAIN_LABEL_KEY  # every domain's daemon pods carry the label
 
 
@@ -54,6 +56,27 @@ def imex_seen_by_daemon(cluster: LocalCluster, pod: dict[str, Any]) -> bool:
         (root / "usr/bin" / name).samefile(node_file.with_name(name))
         for name in ("nvidia-imex", "nvidia-imex-ctl")
     )
+
+
+def test_the_install_took_upstreams_values_file(driver_managed_rack: LocalCluster) -> None:
+    """The rack was installed with upstream's whole default values file under its own values (issue 19):
+    every key of it reached Helm, and the seed flow below runs on that install."""
+    assert driver_managed_rack.binaries is not None
+    supplied = json.loads(
+        driver_managed_rack.run(
+            str(driver_managed_rack.binaries.path("helm")),
+            "get",
+            "values",
+            rack.RELEASE,
+            f"--kubeconfig={driver_managed_rack.kubeconfig}",
+            f"--namespace={rack.DRIVER_NAMESPACE}",
+            "--output=json",
+        ).stdout
+    )
+    upstream = yaml.safe_load(UPSTREAM_VALUES.read_text())
+    assert set(upstream) <= set(supplied)
+    assert supplied["consumableShares"] == upstream["consumableShares"]
+    assert supplied["kubeletPlugin"]["containers"].keys() >= upstream["kubeletPlugin"]["containers"].keys()
 
 
 def test_seed_mpijob_with_imex_daemons(driver_managed_rack: LocalCluster) -> None:

@@ -64,6 +64,9 @@ class RackConfig:
     """Indexes of nodes whose NVML reports no NVLink fabric (empty clique ID)."""
     extra_values: Mapping[str, Any] = field(default_factory=dict)
     """Helm values deep-merged over the rack's own (e.g. ``{"controller": {"replicas": 2}}``)."""
+    values_files: tuple[Path, ...] = ()
+    """Helm values files given before the rack's own values, as an operator passes theirs (e.g. one
+    written for upstream's chart): the rack's values still win where both set a key."""
     runtime: Literal["fakecri", "containerd"] = "fakecri"
     """containerd: real containers from the project's image on a pod network (docs/node-runtime.md);
     fakecri: the driver's pods as host processes from this virtualenv."""
@@ -240,6 +243,7 @@ def install_chart(cluster: LocalCluster, config: RackConfig) -> None:
         f"--kubeconfig={cluster.kubeconfig}",
         f"--namespace={DRIVER_NAMESPACE}",
         "--create-namespace",
+        *(f"--values={path}" for path in config.values_files),
         f"--values={values}",
         "--wait",
         "--timeout=180s",

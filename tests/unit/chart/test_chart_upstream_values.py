@@ -1,6 +1,6 @@
 """An operator's values file from upstream's chart installs imexdra as it asks (docs/compatibility.md).
 
-``data/upstream-default-values.yaml`` has every key of upstream's chart values at upstream's default,
+``tests/data/upstream-default-values.yaml`` has every key of upstream's chart values at upstream's default,
 except the two a ComputeDomain-only operator of imexdra must set whatever else they keep:
 ``resources.gpus.enabled=false`` (no GPU plugin here; true fails with the reason) and the image
 (upstream's Go image cannot run imexdra's programs; pointing at it fails with the reason). Keys for
@@ -18,7 +18,9 @@ import yaml
 
 from tests.unit.chart.helm import merge, nested, render
 
-UPSTREAM_VALUES = yaml.safe_load((Path(__file__).parent / "data/upstream-default-values.yaml").read_text())
+UPSTREAM_VALUES = yaml.safe_load(
+    (Path(__file__).parents[2] / "data/upstream-default-values.yaml").read_text()
+)
 IMAGE = {"image": {"repository": UPSTREAM_VALUES["image"]["repository"]}}
 CONTROLLER = ("Deployment", "imexdra-controller")
 PLUGIN = ("DaemonSet", "imexdra-kubelet-plugin")
