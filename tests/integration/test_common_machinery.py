@@ -30,8 +30,9 @@ from prometheus_client import REGISTRY
 
 from imexdra.common.events import EventAggregator, EventRecorder
 from imexdra.common.informer import EventHandler, Informer, enqueue
-from imexdra.common.kube import http_client, make_client, microtime
+from imexdra.common.kube import http_client, load_config, make_client, microtime
 from imexdra.common.leaderelection import LeaderElectionConfig, LeaderElector, LeadershipLostError
+from imexdra.common.restmetrics import server_host
 from imexdra.common.store import index_by_label
 from imexdra.common.workqueue import WorkQueue, run_workers
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -307,10 +308,13 @@ async def test_event_recorder_creates_and_aggregates(
 
 
 async def test_client_counts_requests_and_enforces_qps(cluster: LocalCluster, namespace: str) -> None:
-    """The factory's client exports per-verb request counts and never exceeds its QPS after the burst."""
+    """The factory's client counts requests with client-go's labels and keeps to its QPS after the burst."""
     throttled = make_client(field_manager="qps-test", kubeconfig=cluster.kubeconfig, qps=4, burst=1)
-    labels = {"verb": "GET", "code": "200"}
+    host = server_host(load_config(cluster.kubeconfig).cluster.server)
+    labels = {"code": "200", "method": "GET", "host": host}
     before = REGISTRY.get_sample_value("rest_client_requests_total", labels) or 0.0
+    waits = {"verb": "GET", "host": host}
+    waited_before = REGISTRY.get_sample_value("rest_client_rate_limiter_duration_seconds_sum", waits) or 0.0
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
@@ -320,6 +324,10 @@ async def test_client_counts_requests_and_enforces_qps(cluster: LocalCluster, na
         await throttled.close()
     assert loop.time() - started >= 0.9  # 1 free, then 4 more at 4 per second
     assert REGISTRY.get_sample_value("rest_client_requests_total", labels) == before + 5
+    waited = (
+        REGISTRY.get_sample_value("rest_client_rate_limiter_duration_seconds_sum", waits) or 0.0
+    ) - waited_before
+    assert waited >= 0.7  # the four throttled requests waited about 0.25 s each in the bucket
 
 
 async def watch_window_excludes(client: AsyncClient, namespace: str, resource_version: str) -> bool:

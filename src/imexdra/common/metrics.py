@@ -1,13 +1,13 @@
 """Prometheus metrics of the shared machinery and the one HTTP server for /metrics, /healthz and /readyz.
 
-Metric names follow client-go where it has an equivalent (``workqueue_*``, ``rest_client_requests_total``,
-``leader_election_master_status``) so existing dashboards work; machinery client-go has no metric for is
-prefixed ``imexdra_``. Everything lives in prometheus-client's default registry, which also carries the
-process and platform collectors.
+Metric names follow client-go where it has an equivalent (``workqueue_*``, ``leader_election_master_status``;
+the API client's ``rest_client_*`` families are in ``common.restmetrics``) so existing dashboards work;
+machinery client-go has no metric for is prefixed ``imexdra_``. Everything lives in prometheus-client's
+default registry, which also carries the process and platform collectors. docs/metrics.md lists them all.
 
 The server is a deliberately tiny HTTP/1.1 responder on ``asyncio.start_server`` (one request per
 connection, GET only): it runs on the component's event loop, so health checks read live state without
-locks, and it needs no web framework.
+locks, and it needs no web framework. With a profiling path it also serves ``common.pprof``'s endpoints.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
+
+from imexdra.common.pprof import Profiler
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0)
 
@@ -45,11 +47,6 @@ REFLECTOR_LISTS = Counter(
 )
 REFLECTOR_WATCH_EVENTS = Counter(
     "imexdra_reflector_watch_events_total", "Watch events received by informers.", ["resource", "type"]
-)
-API_REQUESTS = Counter(
-    "rest_client_requests_total",
-    "Kubernetes API requests by verb (HTTP method, or WATCH) and HTTP status code.",
-    ["verb", "code"],
 )
 LEADER_STATUS = Gauge(
     "leader_election_master_status", "1 while this process holds the named lease, else 0.", ["name"]
@@ -100,6 +97,10 @@ def render_checks(checks: dict[str, Check], *, verbose: bool) -> tuple[HTTPStatu
     return status, "\n".join([*lines, f"healthz check {verdict}", ""])
 
 
+def _path(request_line: list[str]) -> str:
+    return urlsplit(request_line[1]).path
+
+
 @dataclass(frozen=True, slots=True)
 class _Response:
     status: HTTPStatus
@@ -132,11 +133,14 @@ async def start_http_server(
     probes: Probes,
     registry: CollectorRegistry = REGISTRY,
     metrics_path: str = "/metrics",
+    pprof_path: str = "",
 ) -> asyncio.Server:
     """Start serving metrics and probes on ``host:port`` (port 0 picks a free one); close the result to stop.
 
-    An empty ``metrics_path`` disables /metrics, as upstream's ``--metrics-path=""`` does.
+    An empty ``metrics_path`` disables /metrics, as upstream's ``--metrics-path=""`` does; a non-empty
+    ``pprof_path`` serves the profiling endpoints (``common.pprof``) below it, an empty one none (404).
     """
+    profiler = Profiler(pprof_path) if pprof_path else None
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -146,6 +150,10 @@ async def start_http_server(
                     pass
             if len(request_line) != 3:
                 response = _Response(HTTPStatus.BAD_REQUEST, "text/plain", b"bad request\n")
+            elif profiler is not None and request_line[0] == "GET" and profiler.matches(_path(request_line)):
+                url = urlsplit(request_line[1])
+                status, text = await profiler.respond(url.path, url.query)
+                response = _Response(status, "text/plain; charset=utf-8", text.encode())
             else:
                 response = _route(
                     request_line[0],

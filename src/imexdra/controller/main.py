@@ -23,7 +23,7 @@ from imexdra.api.config.common import (
     imex_options,
     kube_client_options,
     logging_options,
-    metrics_options,
+    metrics_pprof_options,
     namespace_options,
 )
 from imexdra.api.config.controller import (
@@ -57,7 +57,7 @@ _log = structlog.get_logger(__name__)
 @logging_options
 @feature_gate_options
 @kube_client_options
-@metrics_options
+@metrics_pprof_options
 @namespace_options
 @controller_options
 @leader_election_options
@@ -131,8 +131,15 @@ async def run(
     server = None
     if metrics.listen_address is not None:
         host, port = metrics.listen_address
-        server = await start_http_server(host, port, probes=probes, metrics_path=metrics.metrics_path)
-        _log.info("Serving metrics", endpoint=metrics.http_endpoint, path=metrics.metrics_path)
+        server = await start_http_server(
+            host, port, probes=probes, metrics_path=metrics.metrics_path, pprof_path=metrics.pprof_path
+        )
+        _log.info(
+            "Serving metrics",
+            endpoint=metrics.http_endpoint,
+            path=metrics.metrics_path,
+            pprofPath=metrics.pprof_path,
+        )
     try:
         if leader_election.enabled:
             elector = LeaderElector(

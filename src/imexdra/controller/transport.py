@@ -11,8 +11,9 @@ connections (a request finding a pooled connection closed by the server is sent 
 one), the kubeconfig's TLS and credentials (client certificates, bearer token, token file re-read every
 minute as projected ServiceAccount tokens rotate, basic auth); exec and auth-provider plugins are
 refused at start. Failures are the common ``ApiStatusError`` types (401 and 403 retryable, see
-``_RETRYABLE_AUTH``); requests are counted in ``rest_client_requests_total`` and paced by a
-``--kube-api-qps``/``--kube-api-burst`` token bucket.
+``_RETRYABLE_AUTH``); requests are paced by a ``--kube-api-qps``/``--kube-api-burst`` token bucket and
+recorded in client-go's ``rest_client_*`` families (``common.restmetrics``), exactly as the common
+client's are.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from lightkube.core import resource as lkr
 from imexdra.common.errors import ConfigError
 from imexdra.common.kube import PermanentApiError, RetryableApiError, is_retryable_status
 from imexdra.common.logging import REQUEST_LOGGER
-from imexdra.common.metrics import API_REQUESTS
 from imexdra.common.ratelimit import TokenBucket
+from imexdra.common.restmetrics import RestClientMetrics, server_host
 
 _requests_log = logging.getLogger(REQUEST_LOGGER)
 
@@ -119,6 +120,7 @@ class Transport:
             self._ssl = verify_cluster(config.cluster, config.user or User(), config.abs_file)
         self._credentials = _Credentials(config.user, config.abs_file)
         self._bucket = TokenBucket(rate=qps, burst=burst) if qps else None
+        self._metrics = RestClientMetrics(server_host(config.cluster.server))
         self._timeout = timeout
         self._idle: list[_Connection] = []
 
@@ -137,10 +139,8 @@ class Transport:
         content_type: str = "application/json",
     ) -> Response:
         """Send one request; raise an ``ApiStatusError`` unless the server answers 2xx."""
-        if self._bucket is not None:
-            delay = self._bucket.reserve()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        started = time.monotonic()
+        await self._metrics.throttle(self._bucket, method)
         payload = b"" if body is None else msgspec.json.encode(body)
         target = f"{self._prefix}{path}" + (f"?{urlencode(query)}" if query else "")
         head = self._head(method, target, len(payload), content_type if body is not None else None)
@@ -149,9 +149,11 @@ class Transport:
             async with asyncio.timeout(self._timeout):
                 status, headers, answer = await self._exchange(head + payload)
         except _TRANSPORT_ERRORS as error:
-            API_REQUESTS.labels(verb=method, code="<error>").inc()
+            self._metrics.result(method, None)
+            self._metrics.completed(method, time.monotonic() - started, sent=len(payload), received=None)
             raise RetryableApiError(f"{action}: {type(error).__name__}: {error}", code=None) from error
-        API_REQUESTS.labels(verb=method, code=str(status)).inc()
+        self._metrics.result(method, status)
+        self._metrics.completed(method, time.monotonic() - started, sent=len(payload), received=len(answer))
         _requests_log.info('HTTP Request: %s %s "%d"', method, target, status)  # shown from verbosity 6
         if 200 <= status < 300:
             return Response(status, answer)

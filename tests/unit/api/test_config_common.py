@@ -23,6 +23,7 @@ from imexdra.api.config.common import (
     kube_client_options,
     logging_options,
     metrics_options,
+    metrics_pprof_options,
     namespace_options,
     node_name_options,
 )
@@ -232,3 +233,29 @@ def test_channel_isolation_with_host_managed_imex() -> None:
     """Host-managed IMEX is what channel isolation needs: the setting is taken as given."""
     imex = ImexSettings(imex_mode=ImexMode.HOST_MANAGED, imex_isolation=ImexIsolation.CHANNEL)
     assert imex.isolation(host_managed=True) is ImexIsolation.CHANNEL
+
+
+def test_pprof_path_is_the_controller_s_option() -> None:
+    """PPROF_PATH reaches the controller's group; the shared group (the plugin's) has no such option."""
+    assert settings_of(metrics_pprof_options).pprof_path == ""
+    assert settings_of(metrics_pprof_options, env={"PPROF_PATH": "/debug/pprof"}).pprof_path == "/debug/pprof"
+    result, _ = invoke([metrics_options], args=["--pprof-path=/debug/pprof"])
+    assert result.exit_code == 2 and "No such option" in result.output
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"PPROF_PATH": "debug/pprof"}, 'must start with "/"'),
+        ({"PPROF_PATH": "/"}, 'must start with "/" and not be "/" alone'),
+        ({"PPROF_PATH": "/metrics"}, "would hide /metrics"),
+        ({"PPROF_PATH": "/m", "METRICS_PATH": "/m/x"}, "would hide /m/x"),
+        ({"PPROF_PATH": "/healthz/"}, "would hide /healthz"),
+    ],
+    ids=["relative", "root", "metrics-path", "metrics-below", "probe"],
+)
+def test_pprof_path_must_hide_nothing(env: dict[str, str], fragment: str) -> None:
+    """A profiling prefix that is relative, "/" or covers the metrics or a probe path is a usage error."""
+    result, seen = invoke([metrics_pprof_options], env=env)
+    assert result.exit_code == 2 and seen == {}
+    assert "'--pprof-path'" in result.output and fragment in result.output

@@ -221,6 +221,7 @@ def test_controller_env_wiring() -> None:
         "CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "a,b",
         "HTTP_ENDPOINT": "$(POD_IP):9090",
         "METRICS_PATH": "/m",
+        "PPROF_PATH": "",
         "LEADER_ELECTION_ENABLED": "true",
         "LEADER_ELECTION_LEASE_LOCK_NAME": "imexdra-controller",
         "LEADER_ELECTION_LEASE_LOCK_NAMESPACE": NAMESPACE,
@@ -240,6 +241,18 @@ def test_controller_env_wiring() -> None:
     assert (
         deployment["spec"]["template"]["spec"]["serviceAccountName"] == "imexdra-service-account-controller"
     )
+
+
+def test_profile_path_reaches_the_controller() -> None:
+    """controller.metrics.profilePath is passed as PPROF_PATH (upstream's variable), not refused."""
+    env = render(nested("controller.metrics.profilePath", "/debug/pprof")).env(*CONTROLLER)
+    assert env["PPROF_PATH"] == "/debug/pprof"
+
+
+@pytest.mark.parametrize("path", ["debug/pprof", "/", "//"])
+def test_profile_path_must_be_an_absolute_prefix(path: str) -> None:
+    """A relative path or "/" alone (which would hide /metrics and the probes) is refused by the schema."""
+    assert "profilePath" in render_error(nested("controller.metrics.profilePath", path))
 
 
 def test_metrics_disabled_drops_endpoint_port_and_probe() -> None:

@@ -149,7 +149,6 @@ GUARDS = {
         nested("image.repository", "nvcr.io/nvidia/k8s-dra-driver-gpu"),
         "Go driver image",
     ),
-    "pprof-path": (nested("controller.metrics.profilePath", "/debug/pprof"), "serves no pprof profiles"),
     "gpu-metrics-endpoint": (
         nested("kubeletPlugin.metrics.gpuHttpEndpoint", ":9090"),
         "this chart ships no GPU kubelet plugin",

@@ -11,6 +11,7 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import Cluster, Context, User
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node
+from prometheus_client import REGISTRY
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.common.errors import ConfigError
@@ -174,6 +175,35 @@ async def test_unreachable_server_is_a_retryable_error() -> None:
     with pytest.raises(RetryableApiError) as raised:
         await Transport(config, timeout=2).request("GET", "/x")
     assert raised.value.code is None
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_requests_are_recorded_like_client_go_s(server: Server) -> None:
+    """code/method/host per response, duration and body sizes; a refused connection is code "<error>"."""
+    server.replies = [reply(201, b'{"a":1}'), reply(409)]
+    sender = transport(server)
+    host = f"127.0.0.1:{server.port}"
+    await sender.request("POST", "/x", body={"b": 2})
+    with pytest.raises(RetryableApiError):
+        await sender.request("POST", "/x", body={})
+    sender.close()
+    assert sample("rest_client_requests_total", code="201", method="POST", host=host) == 1
+    assert sample("rest_client_requests_total", code="409", method="POST", host=host) == 1
+    labels = {"verb": "POST", "host": host}
+    assert sample("rest_client_request_duration_seconds_count", **labels) == 2
+    assert sample("rest_client_request_size_bytes_sum", **labels) == len(b'{"b":2}') + len(b"{}")
+    assert sample("rest_client_response_size_bytes_sum", **labels) == len(b'{"a":1}') + len(b"{}")
+    config = SingleConfig(
+        context_name="t", context=Context(cluster="c"), cluster=Cluster(server="http://127.0.0.1:9")
+    )
+    failed = {"code": "<error>", "method": "PUT", "host": "127.0.0.1:9"}
+    before = sample("rest_client_requests_total", **failed)
+    with pytest.raises(RetryableApiError):
+        await Transport(config, timeout=2).request("PUT", "/x")
+    assert sample("rest_client_requests_total", **failed) == before + 1
 
 
 def test_exec_credentials_are_refused() -> None:

@@ -153,18 +153,37 @@ kube_client_options = OptionGroup(
 )
 
 
+#: Paths the metrics server answers itself; a profiling prefix must not hide them.
+_PROBE_PATHS = ("/healthz", "/livez", "/readyz")
+
+
 @dataclass(frozen=True, slots=True)
 class MetricsSettings:
-    """The HTTP endpoint serving metrics (``""``: no server) and the metrics path on it."""
+    """The HTTP endpoint serving metrics (``""``: no server), the metrics path on it and the profiling path.
+
+    ``pprof_path`` (``""``: none) is the controller's ``--pprof-path``; the kubelet plugin, like
+    upstream's, has no such flag and always leaves it empty.
+    """
 
     http_endpoint: str
     metrics_path: str
+    pprof_path: str = ""
 
     def __post_init__(self) -> None:
-        """Check the endpoint is ``[host]:port`` and the path absolute."""
+        """Check the endpoint and the paths; a profiling prefix must hide neither metrics nor probes."""
         _listen_address(self.http_endpoint)
         if self.metrics_path and not self.metrics_path.startswith("/"):
             raise ConfigError(f'"{self.metrics_path}" must start with "/"', field="metrics_path")
+        if not self.pprof_path:
+            return
+        prefix = self.pprof_path.rstrip("/")
+        if not prefix.startswith("/"):
+            raise ConfigError(
+                f'"{self.pprof_path}" must start with "/" and not be "/" alone', field="pprof_path"
+            )
+        for served in (self.metrics_path, *_PROBE_PATHS):
+            if served and (served == prefix or served.startswith(f"{prefix}/")):
+                raise ConfigError(f'"{self.pprof_path}" would hide {served}', field="pprof_path")
 
     @property
     def listen_address(self) -> tuple[str, int] | None:
@@ -181,16 +200,29 @@ def _listen_address(endpoint: str) -> tuple[str, int] | None:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
-metrics_options = OptionGroup(
+_http_endpoint_option = option(
+    "--http-endpoint",
+    envvar="HTTP_ENDPOINT",
+    default="",
+    help="[host]:port of the metrics server; empty disables it.",
+)
+_metrics_path_option = option(
+    "--metrics-path", envvar="METRICS_PATH", default="/metrics", help="HTTP path of the metrics."
+)
+metrics_options = OptionGroup("metrics", MetricsSettings, _http_endpoint_option, _metrics_path_option)
+#: The controller's: upstream's controller also serves profiles (Go's pprof) on the metrics server.
+metrics_pprof_options = OptionGroup(
     "metrics",
     MetricsSettings,
+    _http_endpoint_option,
+    _metrics_path_option,
     option(
-        "--http-endpoint",
-        envvar="HTTP_ENDPOINT",
+        "--pprof-path",
+        envvar="PPROF_PATH",
         default="",
-        help="[host]:port of the metrics server; empty disables it.",
+        help="HTTP path prefix of the profiling endpoints (task and thread dumps, a sampling profile); "
+        "empty disables them.",
     ),
-    option("--metrics-path", envvar="METRICS_PATH", default="/metrics", help="HTTP path of the metrics."),
 )
 
 
