@@ -53,6 +53,7 @@ OUR_CONTROLLER_COMMAND = (
     f"{CONTROLLER_BIN} --kubeconfig={{kubeconfig}} --pod-name=bench-controller --namespace={{namespace}}"
     " --image-name=imexdra.test/compute-domain-daemon:bench --log-verbosity-cd-daemon=0"
     " --http-endpoint={http_endpoint} --feature-gates={feature_gates} --imex-mode={imex_mode}"
+    " --imex-isolation={imex_isolation}"
     " --kube-api-qps={kube_api_qps} --kube-api-burst={kube_api_burst} --logging-format=json"
 )
 CONTROLLER_COMMAND_HELP = (
@@ -60,8 +61,9 @@ CONTROLLER_COMMAND_HELP = (
     "results then carry ours/other ratios. A shell-like command line; these placeholders are filled in "
     "(and also set as environment variables): {kubeconfig} (KUBECONFIG, admin), {namespace} (NAMESPACE, "
     "the driver namespace), {feature_gates} (FEATURE_GATES), {imex_mode} (IMEX_MODE: driverManaged or "
-    "hostManaged), {http_endpoint} (HTTP_ENDPOINT; when given, its /readyz or /metrics is polled before "
-    "the run), {kube_api_qps} (KUBE_API_QPS), {kube_api_burst} (KUBE_API_BURST). Example: "
+    "hostManaged), {imex_isolation} (IMEX_ISOLATION: domain; controller_bench's channel-isolation burst "
+    "runs ours only), {http_endpoint} (HTTP_ENDPOINT; when given, its /readyz or /metrics is polled "
+    "before the run), {kube_api_qps} (KUBE_API_QPS), {kube_api_burst} (KUBE_API_BURST). Example: "
     "'/opt/upstream/compute-domain-controller --kubeconfig={kubeconfig} --namespace={namespace} "
     "--feature-gates=HostManagedIMEXDaemon=true --imex-mode={imex_mode} --http-endpoint={http_endpoint}'"
 )
@@ -235,6 +237,8 @@ class ControllerProcess:
     kubeconfig: Path
     log: Path
     host_managed: bool
+    #: ``--imex-isolation``: ``domain`` or ``channel`` (host-managed only).
+    isolation: str = "domain"
     qps: float = 5.0
     burst: int = 10
     command: str = OUR_CONTROLLER_COMMAND
@@ -251,6 +255,7 @@ class ControllerProcess:
             "namespace": DRIVER_NAMESPACE,
             "feature_gates": "HostManagedIMEX=true" if self.host_managed else "",
             "imex_mode": "hostManaged" if self.host_managed else "driverManaged",
+            "imex_isolation": self.isolation,
             "http_endpoint": f"127.0.0.1:{self.port}",
             "kube_api_qps": f"{self.qps:g}",
             "kube_api_burst": str(self.burst),

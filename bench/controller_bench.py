@@ -12,6 +12,11 @@ make any burst a measurement of the throttle). Phases:
 2. burst: ``--burst`` host-managed domains created by 50 concurrent clients; time from the first create
    to the last Ready, and the time until all of them are deleted again after a burst delete.
 3. memory: ``--total`` host-managed domains Ready at once; the controller's RSS (and at idle).
+4. burst under channel isolation (``burst_channel_isolation``, ours only, ``controller_channels``):
+   ``--channel-burst`` (default 2000) host-managed domains created at once against the controller run
+   with ``--imex-isolation=channel``; time to all Ready, every ``status.channel`` present and unique
+   (asserted: the run fails after writing its results otherwise), API writes per domain and 409s
+   during the phase. ``--channel-burst 0`` skips it.
 
 A calibration first measures how many creates per second this machine's apiserver sustains, which
 bounds any burst from below (4 writes per host-managed domain: the user's and the controller's 3).
@@ -41,7 +46,6 @@ import operator
 import os
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 from benchlib import (
@@ -51,110 +55,33 @@ from benchlib import (
     OUR_CONTROLLER_COMMAND,
     RESULTS,
     ControllerProcess,
-    Samples,
     apiserver_metrics,
     percentile,
     total,
 )
+from controller_api import (
+    CONTROLLER_RESOURCES,
+    NAMESPACE,
+    Observer,
+    User,
+    apiserver_writes,
+    burst,
+    burst_delete,
+    conflicts_seen,
+    writes,
+)
+from controller_channels import POOL, burst_channel_isolation
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap
 from plotting import write_controller_plot
 
-from imexdra.api.computedomain import (
-    ComputeDomain,
-)
 from imexdra.common.kube import load_config
 from imexdra.controller.transport import Transport, resource_path
-from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
-
-NAMESPACE = "bench"
-CONTROLLER_RESOURCES = (
-    "computedomains",
-    "computedomaincliques",
-    "resourceclaimtemplates",
-    "daemonsets",
-    "nodes",
-)
-WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 
 TARGET_P50_MS = 100.0
 TARGET_BURST_S = 10.0
-
-
-def domain(name: str) -> ComputeDomain:
-    return compute_domain_model(name, NAMESPACE, template=f"{name}-ch")
-
-
-class User:
-    """Creates and deletes domains as a user's tooling would.
-
-    It uses the lean transport so that the bench's own CPU use slows the controller it measures as
-    little as possible.
-    """
-
-    def __init__(self, transport: Transport) -> None:
-        self.transport = transport
-
-    async def create(self, name: str) -> None:
-        path = resource_path(ComputeDomain, namespace=NAMESPACE)
-        await self.transport.request("POST", path, body=domain(name))
-
-    async def delete(self, name: str) -> None:
-        await self.transport.request("DELETE", resource_path(ComputeDomain, name, namespace=NAMESPACE))
-
-
-class Observer:
-    """A watch on the bench namespace recording when each domain was first Ready and when it vanished."""
-
-    def __init__(self, client: AsyncClient) -> None:
-        self.client = client
-        self.ready: dict[str, float] = {}
-        self.gone: dict[str, float] = {}
-        self.changed = asyncio.Event()
-
-    async def run(self) -> None:
-        async for op, obj in self.client.watch(ComputeDomain, namespace=NAMESPACE):
-            now = time.monotonic()
-            name = obj.metadata.name if obj.metadata else None
-            if name is None:
-                continue
-            if op == "DELETED":
-                self.gone.setdefault(name, now)
-            elif obj.status is not None and obj.status.status == "Ready":
-                self.ready.setdefault(name, now)
-            self.changed.set()
-
-    async def until(self, check: Callable[[], bool], within: float) -> None:
-        deadline = time.monotonic() + within
-        while not check():
-            self.changed.clear()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("benchmark phase timed out")
-            try:
-                await asyncio.wait_for(self.changed.wait(), timeout=remaining)
-            except TimeoutError:
-                continue
-
-
-def writes(samples: Samples) -> float:
-    return total(samples, "imexdra_controller_api_writes_total")
-
-
-def apiserver_writes(samples: Samples) -> float:
-    """Writes the apiserver served on the controller's resources (DaemonSet status excluded, see below)."""
-    return sum(
-        total(samples, "apiserver_request_total", resource=r, verb=verb)
-        - (
-            total(samples, "apiserver_request_total", resource=r, subresource="status", verb=verb)
-            if r == "daemonsets"
-            else 0
-        )
-        for r in CONTROLLER_RESOURCES
-        for verb in WRITE_VERBS
-    )
 
 
 async def single_domains(
@@ -200,66 +127,6 @@ async def single_domains(
     }
 
 
-async def burst(
-    user: User, observer: Observer, controller: ControllerProcess, prefix: str, count: int
-) -> dict[str, Any]:
-    names = [f"{prefix}-{i}" for i in range(count)]
-    gate = asyncio.Semaphore(50)
-    sent: dict[str, float] = {}
-
-    async def create(name: str) -> None:
-        async with gate:
-            sent[name] = time.monotonic()
-            await user.create(name)
-
-    cpu_before = controller.cpu_seconds()
-    started = time.monotonic()
-    await asyncio.gather(*(create(n) for n in names))
-    created = time.monotonic() - started
-    await observer.until(lambda: all(n in observer.ready for n in names), within=300)
-    ready = sorted(observer.ready[n] - started for n in names)
-    each = [(observer.ready[n] - sent[n]) * 1000 for n in names]
-    return {
-        "domains": count,
-        "create_requests_s": round(created, 2),
-        "all_ready_s": round(ready[-1], 2),
-        "last_ready_after_last_create_s": round(ready[-1] - created, 2),
-        "per_domain_create_to_ready_ms": {
-            "p50": round(statistics.median(each), 1),
-            "p99": round(percentile(each, 0.99), 1),
-        },
-        "controller_cpu_ms_per_domain": round((controller.cpu_seconds() - cpu_before) * 1000 / count, 2),
-        "ready_curve_s": [round(x, 3) for x in ready],
-    }
-
-
-async def burst_delete(user: User, observer: Observer, names: list[str]) -> float:
-    gate = asyncio.Semaphore(50)
-
-    async def delete(name: str) -> None:
-        async with gate:
-            await user.delete(name)
-
-    started = time.monotonic()
-    await asyncio.gather(*(delete(n) for n in names))
-    await observer.until(lambda: all(n in observer.gone for n in names), within=300)
-    return round(max(observer.gone[n] for n in names) - started, 2)
-
-
-def conflicts_seen(cluster: LocalCluster) -> dict[str, float]:
-    """409s per resource the controller writes (DaemonSet status is the DaemonSet controller's, not ours)."""
-    samples = apiserver_metrics(cluster)
-    return {
-        r: total(samples, "apiserver_request_total", resource=r, code="409")
-        - (
-            total(samples, "apiserver_request_total", resource=r, subresource="status", code="409")
-            if r == "daemonsets"
-            else 0
-        )
-        for r in CONTROLLER_RESOURCES
-    }
-
-
 async def apiserver_write_capacity(cluster: LocalCluster, prefix: str, count: int = 300) -> float:
     """Creates per second the apiserver sustains for 50 concurrent writers on the controller's transport.
 
@@ -293,6 +160,12 @@ async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> 
     results: dict[str, Any] = {
         "controller_command": None if command == OUR_CONTROLLER_COMMAND else command,
         "client_rate_limit": {"qps": args.qps, "burst": args.burst_limit},
+        "sizes": {
+            "single": args.single,
+            "burst": args.burst,
+            "total": args.total,
+            "channel_burst": args.channel_burst,
+        },
         "load_average_at_start": os.getloadavg(),
         "cpus": os.cpu_count(),
         "apiserver_creates_per_s": round(await apiserver_write_capacity(cluster, label), 1),
@@ -337,14 +210,31 @@ async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> 
         watcher.cancel()
         user.transport.close()
         await client.close()
-    results["load_average_at_end"] = os.getloadavg()
     after = conflicts_seen(cluster)
     results["conflicts"] = {
         "apiserver_409_by_resource": {r: after[r] - conflicts_before[r] for r in CONTROLLER_RESOURCES},
         "controller_409": own_conflicts,
     }
+    # After the conflicts above were read, so phases 1-3 keep their meaning; this phase counts its own.
+    if args.channel_burst > 0 and label == "ours":
+        results["burst_channel_isolation"] = await channel_phase(cluster, args, label)
+    results["load_average_at_end"] = os.getloadavg()
     results["verdict"] = verdict(results)
     return results
+
+
+async def channel_phase(cluster: LocalCluster, args: argparse.Namespace, label: str) -> dict[str, Any]:
+    """Phase 4 with a watch and a user of its own (``run`` closes its own at the end of phases 1-3)."""
+    client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="imexdra-bench")
+    user = User(Transport(load_config(cluster.kubeconfig)))
+    observer = Observer(client)
+    watcher = asyncio.create_task(observer.run())
+    try:
+        return await burst_channel_isolation(cluster, args, user, observer, label)
+    finally:
+        watcher.cancel()
+        user.transport.close()
+        await client.close()
 
 
 def ratios(ours: dict[str, Any], other: dict[str, Any]) -> dict[str, float | None]:
@@ -396,6 +286,24 @@ def verdict(results: dict[str, Any]) -> dict[str, Any]:
         "burst_target_met": results["burst_host_managed"]["all_ready_s"] <= TARGET_BURST_S,
         "conflicts": conflicts,
         "conflicts_target_met": conflicts == 0,
+    } | channel_verdict(results)
+
+
+def channel_verdict(results: dict[str, Any]) -> dict[str, Any]:
+    """Phase 4's headline: all Ready with unique channels, and no conflict (empty when it did not run)."""
+    phase = results.get("burst_channel_isolation")
+    if phase is None:
+        return {}
+    conflicts = (
+        sum(phase["conflicts"]["apiserver_409_by_resource"].values()) + phase["conflicts"]["controller_409"]
+    )
+    return {
+        "channel_burst_domains": phase["domains"],
+        "channel_burst_all_ready_s": phase["all_ready_s"],
+        "channel_burst_channels_unique": phase["channels"]["unique"],
+        "channel_burst_apiserver_writes_per_domain": phase["apiserver_writes_per_domain"],
+        "channel_burst_conflicts": conflicts,
+        "channel_burst_conflicts_target_met": conflicts == 0,
     }
 
 
@@ -405,6 +313,8 @@ def printable(results: dict[str, Any]) -> dict[str, Any]:
     for key in ("single_driver_managed", "single_host_managed"):
         short[key].pop("samples_ms")
     short["burst_host_managed"].pop("ready_curve_s")
+    if "burst_channel_isolation" in short:
+        short["burst_channel_isolation"].pop("ready_curve_s")
     return short
 
 
@@ -422,10 +332,18 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=30, help="domains per mode in the single-domain phase")
     parser.add_argument("--burst", type=int, default=500, help="host-managed domains created at once")
     parser.add_argument("--total", type=int, default=1000, help="domains held for the memory reading")
+    parser.add_argument(
+        "--channel-burst",
+        type=int,
+        default=2000,
+        help=f"host-managed domains created at once under --imex-isolation=channel (0: skip; at most {POOL})",
+    )
     parser.add_argument("--qps", type=float, default=500.0, help="controller --kube-api-qps")
     parser.add_argument("--burst-limit", type=int, default=1000, help="controller --kube-api-burst")
     parser.add_argument("--controller-command", default=None, help=CONTROLLER_COMMAND_HELP)
     args = parser.parse_args()
+    if args.channel_burst > POOL:
+        parser.error(f"--channel-burst: the default pool of 2048 channels holds {POOL} domains")
     with LocalCluster(nodes_specs=[], keep_run_dir=False) as cluster:
         cluster.kubectl("apply", "-f", str(CRDS))
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
@@ -444,6 +362,9 @@ def main() -> None:
     if "other_controller" in results:
         short["other_controller"] = printable(results["other_controller"])
     print(json.dumps(short, indent=2))
+    channels = results.get("burst_channel_isolation", {}).get("channels")
+    if channels is not None and not channels["unique"]:
+        raise SystemExit(f"channel isolation: not every domain got a channel of its own: {channels}")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,12 @@ def _cdf(axes: Axes, samples: list[float], of: str, **style: Any) -> None:
     axes.set_ylabel(f"cumulative fraction of {of}")
 
 
+def percentile_of(samples: list[float], fraction: float = 0.5) -> float:
+    """The ``fraction`` percentile of ``samples`` (nearest rank, as the benchmarks report), rounded."""
+    ordered = sorted(samples)
+    return round(ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))], 1)
+
+
 def write_prepare_plot(results: dict[str, Any], path: Path) -> None:
     """Prepare latency per claim and its distribution, against the p50 and p99 targets."""
     samples = results["prepare_samples_ms"]
@@ -95,7 +101,26 @@ def write_prepare_plot(results: dict[str, Any], path: Path) -> None:
     floor = results.get("api_floor_samples_ms")
     if floor:
         _cdf(distribution, floor, "claims", color="tab:gray", label="API floor: GET claim + label node")
-        distribution.legend(loc="center right")
+    # The host-managed isolation comparison (prepare_isolation), when it ran.
+    isolation = results.get("host_managed_isolation") or {}
+    curves = (
+        ("domain", "prepare_samples_ms", "host-managed, domain isolation", "tab:orange"),
+        ("channel", "prepare_samples_ms", "host-managed, channel isolation", "tab:purple"),
+        ("channel", "prepare_samples_ms_with_held", "channel isolation, claims held", "tab:pink"),
+    )
+    for key, field, label, colour in curves:
+        extra = isolation.get(key, {}).get(field)
+        if extra:
+            _cdf(
+                distribution,
+                extra,
+                "claims",
+                color=colour,
+                label=f"{label} (p50 {percentile_of(extra):g} ms)",
+            )
+            low, high = min(low, min(extra) / 1.5), max(high, max(extra) * 2)
+    if floor or isolation:
+        distribution.legend(loc="lower right", fontsize="small")
     distribution.set_xscale("log")
     distribution.set_xlim(low, high)
     distribution.set_title("Latency distribution (CDF)")
@@ -132,21 +157,42 @@ def write_controller_plot(
     # Below the axes: inside, a legend can hide a curve or the target's label.
     single.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=2, frameon=False)
 
-    burst.step(curve, range(1, len(curve) + 1), where="post", linewidth=1.8, color="tab:orange")
-    burst.set_xlim(0, max(all_ready, target_burst_s) * 1.1)
-    burst.set_ylim(0, len(curve) * 1.05)
-    burst.set_title(f"Burst of {len(curve)} host-managed domains")
+    label = f"domain isolation: {len(curve)} domains"
+    burst.step(curve, range(1, len(curve) + 1), where="post", linewidth=1.8, color="tab:orange", label=label)
+    _vertical(burst, all_ready, f"all Ready {all_ready:g} s", "tab:orange", target=False)
+    latest, most = all_ready, len(curve)
+    # Phase 4 (when it ran): the burst under channel isolation, each domain given its own channel.
+    channel = results.get("burst_channel_isolation")
+    if channel is not None:
+        channel_curve, channel_ready = channel["ready_curve_s"], channel["all_ready_s"]
+        unique = "unique" if channel["channels"]["unique"] else "NOT unique"
+        label = f"channel isolation: {len(channel_curve)} domains, channels {unique}"
+        burst.step(
+            channel_curve,
+            range(1, len(channel_curve) + 1),
+            where="post",
+            linewidth=1.8,
+            color="tab:purple",
+            label=label,
+        )
+        _vertical(burst, channel_ready, f"all Ready {channel_ready:g} s", "tab:purple", target=False)
+        latest, most = max(latest, channel_ready), max(most, len(channel_curve))
+    burst.set_xlim(0, max(latest, target_burst_s) * 1.1)
+    burst.set_ylim(0, most * 1.05)
+    burst.set_title("Bursts of host-managed domains")
     burst.set_xlabel("time since the first create (s)")
     burst.set_ylabel("domains Ready")
-    _vertical(burst, all_ready, f"all Ready {all_ready:g} s", "tab:orange", target=False)
     _vertical(burst, target_burst_s, f"target all Ready ≤ {target_burst_s:g} s", P99_COLOUR, target=True)
+    burst.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=1, frameon=False)
 
-    bars = writes.bar(
-        [mode.replace("_", "-") for mode in modes],
-        [single_results["api_writes_per_lifecycle"] for single_results in modes.values()],
-        color=[MODE_COLOURS[mode] for mode in modes],
-        width=0.5,
-    )
+    names = [mode.replace("_", "-") for mode in modes]
+    counts = [single_results["api_writes_per_lifecycle"] for single_results in modes.values()]
+    colours = [MODE_COLOURS[mode] for mode in modes]
+    if channel is not None:  # the burst's create → Ready plus its delete → gone, per domain
+        names.append("host-managed,\nchannel isolation (burst)")
+        counts.append(channel["api_writes_per_domain"] + channel["api_writes_per_domain_delete"])
+        colours.append("tab:purple")
+    bars = writes.bar(names, counts, color=colours, width=0.5)
     writes.bar_label(bars, fmt="%g")
     writes.margins(y=0.15)
     writes.set_title("Controller API writes per domain lifecycle")

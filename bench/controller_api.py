@@ -1,0 +1,171 @@
+"""The controller benchmark's side of the API: the user creating domains, a watch on them, API counters.
+
+``User`` creates and deletes ComputeDomains as a user's tooling would; ``Observer`` watches them and
+records when each was first Ready (and with which ``status.channel``) and when it vanished; ``burst``
+and ``burst_delete`` create or delete many at once; ``apiserver_writes`` and ``conflicts_seen`` read
+the apiserver's own counters on the resources the controller writes, which works for any controller
+implementation. The phases are in ``controller_bench`` and ``controller_channels``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchlib import ControllerProcess, Samples, apiserver_metrics, percentile, total
+from lightkube import AsyncClient
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.controller.transport import Transport, resource_path
+from imexdra_sim.builders import compute_domain_model
+from imexdra_sim.localcluster.cluster import LocalCluster
+
+NAMESPACE = "bench"
+CONTROLLER_RESOURCES = (
+    "computedomains",
+    "computedomaincliques",
+    "resourceclaimtemplates",
+    "daemonsets",
+    "nodes",
+)
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def domain(name: str) -> ComputeDomain:
+    return compute_domain_model(name, NAMESPACE, template=f"{name}-ch")
+
+
+class User:
+    """Creates and deletes domains as a user's tooling would.
+
+    It uses the lean transport so that the bench's own CPU use slows the controller it measures as
+    little as possible.
+    """
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    async def create(self, name: str) -> None:
+        path = resource_path(ComputeDomain, namespace=NAMESPACE)
+        await self.transport.request("POST", path, body=domain(name))
+
+    async def delete(self, name: str) -> None:
+        await self.transport.request("DELETE", resource_path(ComputeDomain, name, namespace=NAMESPACE))
+
+
+class Observer:
+    """A watch on the bench namespace recording when each domain was first Ready and when it vanished."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.ready: dict[str, float] = {}
+        #: ``status.channel`` as the domain became Ready (None under domain isolation).
+        self.channels: dict[str, int | None] = {}
+        self.gone: dict[str, float] = {}
+        self.changed = asyncio.Event()
+
+    async def run(self) -> None:
+        async for op, obj in self.client.watch(ComputeDomain, namespace=NAMESPACE):
+            now = time.monotonic()
+            name = obj.metadata.name if obj.metadata else None
+            if name is None:
+                continue
+            if op == "DELETED":
+                self.gone.setdefault(name, now)
+            elif obj.status is not None and obj.status.status == "Ready" and name not in self.ready:
+                self.ready[name] = now
+                self.channels[name] = obj.status.channel
+            self.changed.set()
+
+    async def until(self, check: Callable[[], bool], within: float) -> None:
+        deadline = time.monotonic() + within
+        while not check():
+            self.changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("benchmark phase timed out")
+            try:
+                await asyncio.wait_for(self.changed.wait(), timeout=remaining)
+            except TimeoutError:
+                continue
+
+
+def writes(samples: Samples) -> float:
+    return total(samples, "imexdra_controller_api_writes_total")
+
+
+def apiserver_writes(samples: Samples) -> float:
+    """Writes the apiserver served on the controller's resources (DaemonSet status excluded, see below)."""
+    return sum(
+        total(samples, "apiserver_request_total", resource=r, verb=verb)
+        - (
+            total(samples, "apiserver_request_total", resource=r, subresource="status", verb=verb)
+            if r == "daemonsets"
+            else 0
+        )
+        for r in CONTROLLER_RESOURCES
+        for verb in WRITE_VERBS
+    )
+
+
+async def burst(
+    user: User, observer: Observer, controller: ControllerProcess, prefix: str, count: int
+) -> dict[str, Any]:
+    names = [f"{prefix}-{i}" for i in range(count)]
+    gate = asyncio.Semaphore(50)
+    sent: dict[str, float] = {}
+
+    async def create(name: str) -> None:
+        async with gate:
+            sent[name] = time.monotonic()
+            await user.create(name)
+
+    cpu_before = controller.cpu_seconds()
+    started = time.monotonic()
+    await asyncio.gather(*(create(n) for n in names))
+    created = time.monotonic() - started
+    await observer.until(lambda: all(n in observer.ready for n in names), within=300)
+    ready = sorted(observer.ready[n] - started for n in names)
+    each = [(observer.ready[n] - sent[n]) * 1000 for n in names]
+    return {
+        "domains": count,
+        "create_requests_s": round(created, 2),
+        "all_ready_s": round(ready[-1], 2),
+        "last_ready_after_last_create_s": round(ready[-1] - created, 2),
+        "per_domain_create_to_ready_ms": {
+            "p50": round(statistics.median(each), 1),
+            "p99": round(percentile(each, 0.99), 1),
+        },
+        "controller_cpu_ms_per_domain": round((controller.cpu_seconds() - cpu_before) * 1000 / count, 2),
+        "ready_curve_s": [round(x, 3) for x in ready],
+    }
+
+
+async def burst_delete(user: User, observer: Observer, names: list[str]) -> float:
+    gate = asyncio.Semaphore(50)
+
+    async def delete(name: str) -> None:
+        async with gate:
+            await user.delete(name)
+
+    started = time.monotonic()
+    await asyncio.gather(*(delete(n) for n in names))
+    await observer.until(lambda: all(n in observer.gone for n in names), within=300)
+    return round(max(observer.gone[n] for n in names) - started, 2)
+
+
+def conflicts_seen(cluster: LocalCluster) -> dict[str, float]:
+    """409s per resource the controller writes (DaemonSet status is the DaemonSet controller's, not ours)."""
+    samples = apiserver_metrics(cluster)
+    return {
+        r: total(samples, "apiserver_request_total", resource=r, code="409")
+        - (
+            total(samples, "apiserver_request_total", resource=r, subresource="status", code="409")
+            if r == "daemonsets"
+            else 0
+        )
+        for r in CONTROLLER_RESOURCES
+    }
