@@ -34,38 +34,35 @@ from imexdra.common.ratelimit import TokenBucket
 #: component-base's buckets for request and rate-limiter latency (seconds).
 LATENCY_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 #: component-base's buckets for request and response sizes: 64 bytes to 16 MiB.
-SIZE_BUCKETS = (64, 256, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
+SIZE_BUCKETS: tuple[float, ...] = (64, 256, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
 #: The ``code`` of a request that got no HTTP response at all (client-go's spelling).
 TRANSPORT_ERROR = "<error>"
 
+
+def _by_verb_and_host(name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
+    return Histogram(name, documentation, ["verb", "host"], buckets=buckets)
+
+
 REQUESTS = Counter(
     "rest_client_requests_total",
-    "Number of HTTP requests, partitioned by status code, method, and host.",
+    "Kubernetes API requests by HTTP status (or <error>: no response), method and API server host.",
     ["code", "method", "host"],
 )
-REQUEST_DURATION = Histogram(
+REQUEST_DURATION = _by_verb_and_host(
     "rest_client_request_duration_seconds",
-    "Request latency in seconds. Broken down by verb, and host.",
-    ["verb", "host"],
-    buckets=LATENCY_BUCKETS,
+    "Kubernetes API request time, rate-limiter wait and body included, by verb and host.",
+    LATENCY_BUCKETS,
 )
-RATE_LIMITER_DURATION = Histogram(
+RATE_LIMITER_DURATION = _by_verb_and_host(
     "rest_client_rate_limiter_duration_seconds",
-    "Client side rate limiter latency in seconds. Broken down by verb, and host.",
-    ["verb", "host"],
-    buckets=LATENCY_BUCKETS,
+    "Time spent waiting in the client-side QPS limiter, by verb and host.",
+    LATENCY_BUCKETS,
 )
-REQUEST_SIZE = Histogram(
-    "rest_client_request_size_bytes",
-    "Request size in bytes. Broken down by verb and host.",
-    ["verb", "host"],
-    buckets=SIZE_BUCKETS,
+REQUEST_SIZE = _by_verb_and_host(
+    "rest_client_request_size_bytes", "Kubernetes API request body bytes, by verb and host.", SIZE_BUCKETS
 )
-RESPONSE_SIZE = Histogram(
-    "rest_client_response_size_bytes",
-    "Response size in bytes. Broken down by verb and host.",
-    ["verb", "host"],
-    buckets=SIZE_BUCKETS,
+RESPONSE_SIZE = _by_verb_and_host(
+    "rest_client_response_size_bytes", "Kubernetes API response body bytes, by verb and host.", SIZE_BUCKETS
 )
 
 
