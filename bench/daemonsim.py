@@ -41,8 +41,8 @@ from lightkube import AsyncClient
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY
 from imexdra.controller.render import DAEMON_POD_CLAIM_NAME
 from imexdra.daemon.podlabel import label_own_pod
-from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
-from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
+from imexdra.dra._pb import dra_v1_pb2 as dra
+from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra_sim.apinodes import FakeKubelet
 
 #: The kubelet's NodePrepareResources timeout (pkg/kubelet/cm/dra/plugin: defaultClientCallTimeout).

@@ -38,7 +38,7 @@ from jobstart_api import Api
 
 from imexdra.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL
 from imexdra.controller.render import DAEMON_SERVICE_ACCOUNT
-from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
+from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra_sim.apinodes import NODE_LEASE_SECONDS, node_lease
 from imexdra_sim.builders import daemon_device_class
 from imexdra_sim.localcluster.cluster import LocalCluster

@@ -61,8 +61,8 @@ from plotting import write_prepare_plot
 
 from imexdra.api.constants import NODE_LABEL_KEY
 from imexdra.common.kube import http_client
-from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
-from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
+from imexdra.dra._pb import dra_v1_pb2 as dra
+from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra_sim.builders import channel_claim, channel_config, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 

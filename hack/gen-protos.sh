@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Regenerates the Python gRPC stubs in src/imexdra/kubeletplugin/_pb from protos/*.proto with grpcio-tools.
-# The protos are placed under imexdra/kubeletplugin/_pb/ in a scratch include tree so the generated
+# Regenerates the Python gRPC stubs in src/imexdra/dra/_pb from protos/*.proto with grpcio-tools.
+# The protos are placed under imexdra/dra/_pb/ in a scratch include tree so the generated
 # modules import each other by their real package path.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-$top/.venv/bin/python}
 scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
-pkg=imexdra/kubeletplugin/_pb
+pkg=imexdra/dra/_pb
 mkdir -p "$scratch/$pkg"
 cp "$top"/protos/*.proto "$scratch/$pkg/"
 out="$top/src/$pkg"
 rm -rf "$out"; mkdir -p "$out"
 (cd "$scratch" && "$python" -m grpc_tools.protoc -I. --python_out="$top/src" --pyi_out="$top/src" \
   --grpc_python_out="$top/src" $pkg/*.proto)
-printf '"""Generated gRPC stubs for the kubelet plugin protocols (make protos); do not edit."""\n' > "$out/__init__.py"
+printf '"""Generated gRPC stubs for the kubelet DRA and plugin-registration protocols (make protos); do not edit."""\n' > "$out/__init__.py"
 echo "[protos] generated $(ls "$out" | wc -l) files in src/$pkg"

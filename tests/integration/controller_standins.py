@@ -21,10 +21,10 @@ from typing import Any
 import grpc
 
 from imexdra.api.constants import DRIVER_NAME
-from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
-from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
-from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2 as reg
-from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+from imexdra.dra._pb import dra_v1_pb2 as dra
+from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
+from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
+from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
 
 
 def daemon_slice(node: str, node_uid: str | None = None) -> dict[str, Any]:

@@ -69,7 +69,7 @@ async def test_health_and_metrics_endpoints(plugin: PluginProcess) -> None:
     """The gRPC health check answers SERVING; /metrics has upstream's plugin metrics."""
     import grpc
 
-    from imexdra.kubeletplugin.health import SERVING, decode_check_request, encode_check_response
+    from imexdra.dra.health import SERVING, decode_check_request, encode_check_response
 
     await plugin.wait_registered()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{plugin.health_port}") as channel:

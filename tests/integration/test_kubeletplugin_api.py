@@ -18,10 +18,11 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node as NodeResource
 from lightkube.resources.resource_v1 import ResourceSlice
 
+from imexdra.api.constants import DRIVER_NAME
+from imexdra.dra.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.applyconfig import DomainInfo
 from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache
 from imexdra.kubeletplugin.nodelabels import LabelConflictError, NodeLabeler
-from imexdra.kubeletplugin.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.slices import slice_devices
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -170,7 +171,12 @@ async def test_slice_publisher_converges(kube: AsyncClient) -> None:
         return str(owner_uid)
 
     publisher = SlicePublisher(
-        kube, node_name=pool, devices=slice_devices(host_managed=False), node_uid=node_uid, settle_delay=0.1
+        kube,
+        driver_name=DRIVER_NAME,
+        node_name=pool,
+        devices=slice_devices(host_managed=False),
+        node_uid=node_uid,
+        settle_delay=0.1,
     )
     task = asyncio.create_task(publisher.run())
 

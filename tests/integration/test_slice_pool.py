@@ -18,7 +18,8 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node as NodeResource
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from imexdra.kubeletplugin.slicepublisher import SlicePublisher
+from imexdra.api.constants import DRIVER_NAME
+from imexdra.dra.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.slices import slice_devices
 from tests.support.waiting import eventually
 
@@ -74,7 +75,9 @@ async def test_channel_isolation_pool_is_sixteen_slices_rewritten_as_one(
         return str(node.metadata.uid)  # type: ignore[union-attr]
 
     devices = slice_devices(host_managed=True, channel_isolation=True)
-    publisher = SlicePublisher(kube, node_name=pool, devices=devices, node_uid=node_uid, settle_delay=0.1)
+    publisher = SlicePublisher(
+        kube, driver_name=DRIVER_NAME, node_name=pool, devices=devices, node_uid=node_uid, settle_delay=0.1
+    )
     task = asyncio.create_task(publisher.run())
 
     async def at(generation: int) -> list[ResourceSlice] | None:

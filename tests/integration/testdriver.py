@@ -13,10 +13,10 @@ from pathlib import Path
 
 import grpc
 
-from imexdra.kubeletplugin._pb import dra_v1_pb2 as dra
-from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as dra_grpc
-from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2 as reg
-from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+from imexdra.dra._pb import dra_v1_pb2 as dra
+from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
+from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
+from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
 
 DRIVER = "test.imexdra.dev"
 

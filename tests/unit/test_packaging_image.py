@@ -72,7 +72,7 @@ def test_copied_sources_exist_in_the_build_context() -> None:
         pytest.param("pyproject.toml", True, id="pyproject"),
         pytest.param("README.md", True, id="readme-for-metadata"),
         pytest.param("src/imexdra/controller/main.py", True, id="sources"),
-        pytest.param("src/imexdra/kubeletplugin/_pb/dra_v1_pb2.pyi", True, id="stubs"),
+        pytest.param("src/imexdra/dra/_pb/dra_v1_pb2.pyi", True, id="stubs"),
         pytest.param("src/imexdra/py.typed", True, id="typed-marker"),
         pytest.param("src/imexdra/__pycache__/x.cpython-311.pyc", False, id="bytecode"),
         pytest.param(".venv/bin/python", False, id="venv"),

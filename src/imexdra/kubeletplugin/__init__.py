@@ -5,18 +5,16 @@ docs/compatibility.md is the contract with upstream):
 
 - ``main``: the ``compute-domain-kubelet-plugin`` command; ``plugin``: startup, services, shutdown;
   ``hardware``: NVML / procfs / dev-root backends (real or simulated) and the clique ID.
-- ``server``: the two gRPC servers on unix sockets; ``registration`` and ``draservice`` implement
-  the kubelet's registration and DRA v1/v1beta1 services over the ``driverapi.Driver`` seam;
-  ``health``: the gRPC health endpoint; ``metrics``: upstream's ``nvidia_dra_*`` metrics.
-- ``driver``: the ``Driver`` — ``pu.lock`` per attempt, error classes — with ``retries`` (45 s
-  budget, upstream backoff); ``devicestate``: prepare/unprepare of one claim; ``configs``: opaque
-  config decoding and precedence; ``applyconfig``: channel and daemon claims, both IMEX modes.
+- The kubelet-facing machinery is the DRA layer's (``imexdra.dra``: gRPC servers, registration,
+  v1/v1beta1 services, health, the typed claim, ResourceSlice publishing); this package is the driver
+  on top of it. ``metrics``: upstream's ``nvidia_dra_*`` metrics.
+- ``driver``: the ``ImexDriver`` (``imexdra.dra.driver.Driver``) — ``pu.lock`` per attempt, error
+  classes — with ``retries`` (45 s budget, upstream backoff); ``devicestate``: prepare/unprepare of
+  one claim; ``configs``: opaque config decoding and precedence; ``applyconfig``: channel and daemon
+  claims, both IMEX modes.
 - ``domains``: ComputeDomain cache, daemon readiness from cliques/status; ``nodelabels``: node labels;
-  ``daemonowners``: who may hold a daemon claim; ``claims``: ResourceClaim GETs, decoded once into
-  the typed claim of ``resourceclaim`` that every later module takes; ``slicepublisher``
-  and ``slices``: the node's ResourceSlice; ``cleanup``: stale claims, tombstones and domain
-  directories.
-- ``checkpoint`` / ``checkpointstore``: the Go-compatible prepared-claims checkpoint and its file;
-  ``gojson`` and ``claimstatus`` make our bytes match Go's.
+  ``daemonowners``: who may hold a daemon claim; ``slices``: the devices of the node's ResourceSlice;
+  ``cleanup``: stale claims, tombstones and domain directories.
+- ``checkpoint`` / ``checkpointstore``: the Go-compatible prepared-claims checkpoint and its file.
 - ``cdi`` / ``cdifiles``: CDI base and per-claim specs, and their files; ``paths``: the on-disk layout.
 """

@@ -48,11 +48,11 @@ from imexdra.api.opaque import ComputeDomainChannelConfig, ComputeDomainDaemonCo
 from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError
 from imexdra.devices.hostimex import HostImexNotReadyError, HostImexReadiness
 from imexdra.devices.procfs import ImexDevices
+from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, recorded_status
 from imexdra.kubeletplugin.cdi import ContainerEdits, channel_edits, daemon_edits
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState, ConfigState
 from imexdra.kubeletplugin.configs import ConfigGroup, allocation_results, opaque_device_configs
 from imexdra.kubeletplugin.paths import PluginPaths
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim, recorded_status
 
 _log = structlog.get_logger(__name__)
 

@@ -109,7 +109,7 @@ class ContainerEdits:
 
 @dataclass(frozen=True, slots=True)
 class CdiDevice:
-    """A named CDI device (a spec entry; the kubelet-facing prepared device is ``driverapi.Device``)."""
+    """A named CDI device (a spec entry; the kubelet-facing prepared device is ``dra.driver.Device``)."""
 
     name: str
     container_edits: ContainerEdits

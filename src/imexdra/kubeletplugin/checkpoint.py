@@ -22,9 +22,9 @@ from typing import Any
 
 from imexdra.api.constants import DeviceType
 from imexdra.common.errors import PermanentError
-from imexdra.kubeletplugin import gojson
-from imexdra.kubeletplugin.claimstatus import canonical_claim_status
-from imexdra.kubeletplugin.gojson import JsonValue
+from imexdra.dra import gojson
+from imexdra.dra.claimstatus import canonical_claim_status
+from imexdra.dra.gojson import JsonValue
 
 
 class ClaimState(enum.StrEnum):
@@ -79,7 +79,7 @@ class PreparedDeviceGroup:
 
 @dataclass(frozen=True, slots=True)
 class PreparedClaim:
-    """One claim's entry; ``status`` is the canonical ResourceClaimStatus (see ``claimstatus``)."""
+    """One claim's entry; ``status`` is the canonical ResourceClaimStatus (see ``dra.claimstatus``)."""
 
     state: str
     status: dict[str, JsonValue] = field(default_factory=dict)

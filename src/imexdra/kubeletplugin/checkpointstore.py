@@ -37,7 +37,8 @@ import structlog
 
 from imexdra.common.atomicfile import write_atomic
 from imexdra.common.errors import RetryableError
-from imexdra.kubeletplugin import gojson
+from imexdra.dra import gojson
+from imexdra.dra.gojson import JsonValue
 from imexdra.kubeletplugin.checkpoint import (
     Checkpoint,
     ClaimState,
@@ -47,7 +48,6 @@ from imexdra.kubeletplugin.checkpoint import (
     marshal,
     unmarshal,
 )
-from imexdra.kubeletplugin.gojson import JsonValue
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_MODE = 0o600
@@ -267,7 +267,7 @@ def delete_expired_aborted(
 
 
 def same_status(claim: PreparedClaim, status: dict[str, JsonValue]) -> bool:
-    """Whether ``status`` (canonical, ``claimstatus``) equals the stored one semantically.
+    """Whether ``status`` (canonical, ``dra.claimstatus``) equals the stored one semantically.
 
     Both sides go through JSON once so that a number read from the file (kept in its source
     spelling, e.g. ``1.50``) compares equal to the same number from the API (``1.5``).

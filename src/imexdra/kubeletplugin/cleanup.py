@@ -21,11 +21,11 @@ import structlog
 
 from imexdra.common import flock
 from imexdra.common.kube import is_not_found
+from imexdra.dra.driver import ClaimGetter
+from imexdra.dra.resourceclaim import ClaimRef
 from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from imexdra.kubeletplugin.devicestate import DeviceState
-from imexdra.kubeletplugin.driverapi import ClaimGetter
-from imexdra.kubeletplugin.resourceclaim import ClaimRef
 
 _log = structlog.get_logger(__name__)
 

@@ -32,7 +32,7 @@ from imexdra.api.opaque import (
     decode_opaque_config,
 )
 from imexdra.common.errors import ConfigError, RetryableError
-from imexdra.kubeletplugin.resourceclaim import DeviceRequestAllocationResult, ResourceClaimStatus
+from imexdra.dra.resourceclaim import DeviceRequestAllocationResult, ResourceClaimStatus
 from imexdra.kubeletplugin.slices import AllocatableDevice
 
 #: Lowest-precedence configs: every result gets one, and their empty domainID fails validation.

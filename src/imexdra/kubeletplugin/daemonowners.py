@@ -28,7 +28,7 @@ from lightkube.resources.core_v1 import Pod
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, DEVICE_CLASS_DAEMON
 from imexdra.common.errors import DriverError, PermanentError, RetryableError
 from imexdra.common.kube import is_not_found, kube_errors
-from imexdra.kubeletplugin.resourceclaim import ResourceClaim, ResourceClaimConsumerReference
+from imexdra.dra.resourceclaim import ResourceClaim, ResourceClaimConsumerReference
 
 _Object = TypeVar("_Object", Pod, DaemonSet)
 

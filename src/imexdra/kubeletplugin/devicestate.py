@@ -30,6 +30,8 @@ import structlog
 from imexdra.api.constants import DeviceType
 from imexdra.api.opaque import ComputeDomainChannelConfig
 from imexdra.common.errors import DriverError, PermanentError, RetryableError
+from imexdra.dra.driver import ClaimGetter, Device
+from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, ResourceClaimStatus, recorded_status
 from imexdra.kubeletplugin import checkpointstore as lifecycle
 from imexdra.kubeletplugin.applyconfig import AppliedConfig, ConfigApplier
 from imexdra.kubeletplugin.cdi import ContainerEdits, DriverRoots, base_device_id, claim_device_id, claim_spec
@@ -43,8 +45,6 @@ from imexdra.kubeletplugin.checkpoint import (
 )
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from imexdra.kubeletplugin.configs import ConfigGroup, config_groups, non_admin_devices, opaque_device_configs
-from imexdra.kubeletplugin.driverapi import ClaimGetter, Device
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim, ResourceClaimStatus, recorded_status
 from imexdra.kubeletplugin.slices import AllocatableDevice
 
 _log = structlog.get_logger(__name__)
@@ -79,7 +79,7 @@ class DeviceState:
         self._clock = clock
 
     async def prepare(self, claim: ResourceClaim) -> tuple[Device, ...]:
-        """Prepare ``claim`` (allocated, as ``draservice`` checks; idempotent).
+        """Prepare ``claim`` (allocated, as ``dra.nodeservice`` checks; idempotent).
 
         Raises:
             DriverError: saying whether retrying can help.
@@ -89,7 +89,7 @@ class DeviceState:
         checkpoint = await self._store.read()
         entry = checkpoint.claims.get(ref.uid)
         if entry is not None and entry.state == ClaimState.PREPARE_COMPLETED:
-            return tuple(Device.from_record(device.device) for device in entry.all_devices())
+            return tuple(_reported(device.device) for device in entry.all_devices())
         if (
             entry is not None
             and entry.state == ClaimState.PREPARE_ABORTED
@@ -121,7 +121,7 @@ class DeviceState:
                 prepared_devices=prepared,
             )
         )
-        return tuple(Device.from_record(device.device) for group in prepared for device in group.devices)
+        return tuple(_reported(device.device) for group in prepared for device in group.devices)
 
     async def unprepare(self, ref: ClaimRef) -> None:
         """Undo ``ref``'s preparation (unknown claims succeed); raise a ``DriverError`` on failure."""
@@ -258,3 +258,14 @@ def domains_in_use(checkpoint: Checkpoint, *, exclude: str) -> set[str]:
                 c.config.domain_id for c in configs if isinstance(c.config, ComputeDomainChannelConfig)
             )
     return used
+
+
+def _reported(record: CheckpointedDevice) -> Device:
+    """The kubelet-facing view of a checkpointed device record."""
+    return Device(
+        requests=record.requests or (),
+        pool_name=record.pool_name,
+        device_name=record.device_name,
+        cdi_device_ids=record.cdi_device_ids or (),
+        share_id=record.share_id,
+    )

@@ -1,6 +1,6 @@
 """The IMEX driver behind the gRPC servers: per-claim locking, retries, error classes, metrics.
 
-Implements ``driverapi.Driver`` (docs/errors.md §3). Each claim attempt takes the
+Implements ``imexdra.dra.driver.Driver`` (docs/errors.md §3). Each claim attempt takes the
 node-global ``pu.lock`` (10 s timeout), runs ``DeviceState`` and releases the lock, so a channel claim
 waiting for its IMEX daemon never blocks the daemon's own claim. An error decides the claim's fate by
 its class: the first ``DriverError`` in its cause chain that is a ``PermanentError`` ends the claim
@@ -24,10 +24,10 @@ from imexdra.common import flock
 from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError
 from imexdra.common.logging import log_context
 from imexdra.common.pulse import Pulse
+from imexdra.dra.driver import PrepareResult, UnprepareResult
+from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin import metrics
 from imexdra.kubeletplugin.devicestate import DeviceState
-from imexdra.kubeletplugin.driverapi import PrepareResult, UnprepareResult
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.retries import DEFAULT_POLICY, Attempt, Done, Retry, RetryPolicy, run_until_done
 
 _log = structlog.get_logger(__name__)

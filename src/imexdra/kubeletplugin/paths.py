@@ -6,7 +6,7 @@ One place for the on-disk layout so the gRPC servers, checkpoint, lock and daemo
   ``pu.lock``, ``domains/<ComputeDomain UID>/``;
 - ``<registrar dir>/compute-domain.nvidia.com-reg.sock`` — the kubelet's plugin watcher finds us here.
 
-Both directories must have the same paths inside and outside the plugin container. A domain
+The two sockets are the DRA layer's (``imexdra.dra.paths``); the files are this driver's. A domain
 directory is named by a ComputeDomain UID taken from a claim's opaque config (user input), so
 ``domain_dir`` accepts only a single plain path component: never a path outside ``domains/``.
 """
@@ -18,35 +18,17 @@ from pathlib import Path
 
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.common.errors import ConfigError
+from imexdra.dra.paths import SocketPaths
 
-DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
-DEFAULT_REGISTRAR_DIR = Path("/var/lib/kubelet/plugins_registry")
 #: NAME_MAX of Linux file systems, in bytes.
 MAX_FILE_NAME_BYTES = 255
 
 
-@dataclass(frozen=True, slots=True)
-class PluginPaths:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PluginPaths(SocketPaths):
     """The plugin's directories and the files and sockets inside them."""
 
-    plugins_dir: Path = DEFAULT_PLUGINS_DIR
-    registrar_dir: Path = DEFAULT_REGISTRAR_DIR
     driver_name: str = DRIVER_NAME
-
-    @property
-    def plugin_data_dir(self) -> Path:
-        """``<plugins dir>/<driver>``."""
-        return self.plugins_dir / self.driver_name
-
-    @property
-    def dra_socket(self) -> Path:
-        """The DRA gRPC socket the kubelet calls for prepare/unprepare."""
-        return self.plugin_data_dir / "dra.sock"
-
-    @property
-    def registration_socket(self) -> Path:
-        """The registration socket the kubelet's plugin watcher discovers."""
-        return self.registrar_dir / f"{self.driver_name}-reg.sock"
 
     @property
     def prepare_lock(self) -> Path:

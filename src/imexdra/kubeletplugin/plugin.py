@@ -32,6 +32,7 @@ from lightkube import AsyncClient
 
 from imexdra.api.config.common import KubeClientSettings, MetricsSettings
 from imexdra.api.config.kubelet_plugin import KubeletPluginSettings
+from imexdra.api.constants import DRIVER_NAME
 from imexdra.api.featuregates import FeatureGates, Gate
 from imexdra.common.kube import make_client
 from imexdra.common.metrics import Probes, start_http_server
@@ -39,22 +40,22 @@ from imexdra.common.tasks import supervise
 from imexdra.devices.hostimex import CtlHostImex
 from imexdra.devices.nvml import Nvml
 from imexdra.devices.procfs import HostImexDevices
+from imexdra.dra.claims import api_claim_getter
+from imexdra.dra.driver import ClaimGetter
+from imexdra.dra.health import HealthServer
+from imexdra.dra.server import PLUGIN_DATA_DIR_MODE, KubeletPluginServer
+from imexdra.dra.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin import cdifiles, hardware, metrics, slices
 from imexdra.kubeletplugin.applyconfig import ConfigApplier
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore, read_boot_id
-from imexdra.kubeletplugin.claims import api_claim_getter
 from imexdra.kubeletplugin.cleanup import StaleClaimCleanup, clean_domain_dirs_periodically
 from imexdra.kubeletplugin.daemonowners import DaemonPodOwners
 from imexdra.kubeletplugin.devicestate import DeviceState
 from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache
 from imexdra.kubeletplugin.driver import ImexDriver
-from imexdra.kubeletplugin.driverapi import ClaimGetter
 from imexdra.kubeletplugin.hardware import CliqueTracker, HardwareSettings
-from imexdra.kubeletplugin.health import HealthServer
 from imexdra.kubeletplugin.nodelabels import NodeLabeler
 from imexdra.kubeletplugin.paths import PluginPaths
-from imexdra.kubeletplugin.server import PLUGIN_DATA_DIR_MODE, KubeletPluginServer
-from imexdra.kubeletplugin.slicepublisher import SlicePublisher
 
 _log = structlog.get_logger(__name__)
 
@@ -177,7 +178,11 @@ async def _assemble(
         channel_count=devices.channel_count,
     )
     publisher = SlicePublisher(
-        client, node_name=config.node_name, devices=published, node_uid=labeler.node_uid
+        client,
+        driver_name=DRIVER_NAME,
+        node_name=config.node_name,
+        devices=published,
+        node_uid=labeler.node_uid,
     )
     return _Parts(domains, labeler, cliques, store, state, publisher, get_claim)
 

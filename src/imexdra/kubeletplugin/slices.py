@@ -8,8 +8,8 @@ keeps two domains off one channel of a node (docs/channel-isolation.md §5). Eac
 exactly two attributes in the driver's own domain, written unqualified as upstream does: ``type``
 (string ``channel``/``daemon``) and ``id`` (int), i.e. ``compute-domain.nvidia.com/type`` and ``.../id``.
 
-Pure data: ``slicepublisher`` splits the list into slices and talks to the API. Unlike upstream (Go
-map order), the device order is stable, so a restart never rewrites an unchanged slice.
+Pure data: ``imexdra.dra.slicepublisher`` splits the list into slices and talks to the API. Unlike
+upstream (Go map order), the device order is stable, so a restart never rewrites an unchanged slice.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from imexdra.kubeletplugin import gojson
+from imexdra.dra import gojson
 from imexdra.kubeletplugin.checkpoint import Checkpoint, CorruptCheckpointError, marshal, unmarshal
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from tests.unit.api.opaque_inputs import json_values

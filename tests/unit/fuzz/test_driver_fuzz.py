@@ -23,19 +23,19 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from imexdra.common.errors import PermanentError, RetryableError
-from imexdra.kubeletplugin._pb import dra_v1_pb2 as v1
-from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as v1_grpc
-from imexdra.kubeletplugin._pb import dra_v1beta1_pb2 as v1beta1
-from imexdra.kubeletplugin._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
-from imexdra.kubeletplugin.draservice import DraService, RequestError
+from imexdra.dra._pb import dra_v1_pb2 as v1
+from imexdra.dra._pb import dra_v1_pb2_grpc as v1_grpc
+from imexdra.dra._pb import dra_v1beta1_pb2 as v1beta1
+from imexdra.dra._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from imexdra.dra.driver import Device
+from imexdra.dra.nodeservice import DraService, RequestError
+from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim
+from imexdra.dra.server import KubeletPluginServer
 from imexdra.kubeletplugin.driver import ImexDriver
-from imexdra.kubeletplugin.driverapi import Device
 from imexdra.kubeletplugin.paths import PluginPaths
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin.retries import RetryPolicy
-from imexdra.kubeletplugin.server import KubeletPluginServer
+from tests.unit.dra.server_fakes import ALLOCATED, ApiClaims
 from tests.unit.fuzz.profiles import fuzz
-from tests.unit.kubeletplugin.server_fakes import ALLOCATED, ApiClaims
 
 #: No waiting between attempts, and a budget no scripted claim can exhaust.
 NO_WAIT = RetryPolicy(budget=60.0, retry_base=0.0, retry_cap=0.0, bucket_rate=1e9, bucket_burst=10**9)

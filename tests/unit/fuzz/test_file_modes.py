@@ -19,13 +19,13 @@ import pytest
 
 from imexdra.common import flock
 from imexdra.devices.procfs import CharDevice
+from imexdra.dra.server import KubeletPluginServer
 from imexdra.kubeletplugin import cdifiles
 from imexdra.kubeletplugin.cdi import DriverRoots, channel_edits, claim_spec
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from imexdra.kubeletplugin.paths import PluginPaths
-from imexdra.kubeletplugin.server import KubeletPluginServer
+from tests.unit.dra.server_fakes import ApiClaims, ScriptedDriver
 from tests.unit.kubeletplugin.checkpoint_samples import BOOT_ID
-from tests.unit.kubeletplugin.server_fakes import ApiClaims, ScriptedDriver
 from tests.unit.kubeletplugin.support import Node, daemon_claim
 
 

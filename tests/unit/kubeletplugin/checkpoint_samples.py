@@ -7,6 +7,7 @@ from them.
 import json
 
 from imexdra.api.constants import DeviceType
+from imexdra.dra.claimstatus import canonical_claim_status
 from imexdra.kubeletplugin.checkpoint import (
     CheckpointedDevice,
     ClaimState,
@@ -15,7 +16,6 @@ from imexdra.kubeletplugin.checkpoint import (
     PreparedDevice,
     PreparedDeviceGroup,
 )
-from imexdra.kubeletplugin.claimstatus import canonical_claim_status
 
 BOOT_ID = "3f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
 UID = "0b9e7c1a-1111-2222-3333-444455556666"

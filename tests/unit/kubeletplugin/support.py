@@ -18,18 +18,18 @@ from typing import Any
 from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.devices.hostimex import HostImexNotReadyError
 from imexdra.devices.procfs import HostImexDevices
-from imexdra.kubeletplugin.applyconfig import ConfigApplier, DomainInfo
-from imexdra.kubeletplugin.cdi import DriverRoots
-from imexdra.kubeletplugin.checkpointstore import CheckpointStore
-from imexdra.kubeletplugin.devicestate import DeviceState
-from imexdra.kubeletplugin.paths import PluginPaths
-from imexdra.kubeletplugin.resourceclaim import (
+from imexdra.dra.resourceclaim import (
     ClaimRef,
     ResourceClaim,
     ResourceClaimStatus,
     parse_claim,
     resource_claim,
 )
+from imexdra.kubeletplugin.applyconfig import ConfigApplier, DomainInfo
+from imexdra.kubeletplugin.cdi import DriverRoots
+from imexdra.kubeletplugin.checkpointstore import CheckpointStore
+from imexdra.kubeletplugin.devicestate import DeviceState
+from imexdra.kubeletplugin.paths import PluginPaths
 from imexdra.kubeletplugin.slices import allocatable_devices
 from imexdra_sim.devices.procfs_fake import write_fabric_mgmt_capability, write_proc_devices
 

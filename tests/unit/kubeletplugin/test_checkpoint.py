@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from imexdra.api.constants import DeviceType
-from imexdra.kubeletplugin import gojson
+from imexdra.dra import gojson
+from imexdra.dra.claimstatus import canonical_claim_status
 from imexdra.kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointedDevice,
@@ -22,7 +23,6 @@ from imexdra.kubeletplugin.checkpoint import (
     marshal,
     unmarshal,
 )
-from imexdra.kubeletplugin.claimstatus import canonical_claim_status
 from tests.unit.kubeletplugin.checkpoint_samples import (
     BOOT_ID,
     CD_UID,

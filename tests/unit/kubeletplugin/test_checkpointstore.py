@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from imexdra.api.constants import DeviceType
+from imexdra.dra.claimstatus import canonical_claim_status
 from imexdra.kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointedDevice,
@@ -32,7 +33,6 @@ from imexdra.kubeletplugin.checkpointstore import (
     read_boot_id,
     same_status,
 )
-from imexdra.kubeletplugin.claimstatus import canonical_claim_status
 
 BOOT = "3f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
 NOW = datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=datetime.UTC)

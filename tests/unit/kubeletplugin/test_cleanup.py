@@ -10,9 +10,9 @@ from structlog.testing import capture_logs
 
 from imexdra.common.errors import RetryableError
 from imexdra.common.kube import PermanentApiError, RetryableApiError
+from imexdra.dra.resourceclaim import ResourceClaim, parse_claim
 from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.kubeletplugin.cleanup import StaleClaimCleanup, remove_orphaned_domain_dirs
-from imexdra.kubeletplugin.resourceclaim import ResourceClaim, parse_claim
 from tests.unit.kubeletplugin.support import DOMAIN_UID, NAMESPACE, Node, channel_claim
 
 

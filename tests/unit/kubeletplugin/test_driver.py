@@ -8,9 +8,9 @@ from prometheus_client import REGISTRY
 
 from imexdra.common import flock
 from imexdra.common.errors import ConfigError, PermanentError, RetryableError, RetryLaterError
+from imexdra.dra.driver import Device
+from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, resource_claim
 from imexdra.kubeletplugin.driver import ImexDriver, first_driver_error_is_permanent
-from imexdra.kubeletplugin.driverapi import Device
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim, resource_claim
 from imexdra.kubeletplugin.retries import RetryPolicy
 from tests.unit.kubeletplugin.support import Node, channel_claim
 

@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError
+from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, resource_claim
 from imexdra.kubeletplugin.applyconfig import HOST_IMEX_NOT_READY_MESSAGE, NO_CLIQUE_MESSAGE, DomainInfo
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from imexdra.kubeletplugin.driver import first_driver_error_is_permanent
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim, resource_claim
 from imexdra.kubeletplugin.slices import slice_devices
 from tests.unit.kubeletplugin.support import (
     DOMAIN_UID,

@@ -1,4 +1,7 @@
-"""ResourceSlice devices (docs/data-path.md §4, §10), allocatable devices, device-name parsing, paths."""
+"""ResourceSlice devices (docs/data-path.md §4, §10), allocatable devices, device-name parsing, paths.
+
+Cutting the list into slices is the DRA layer's (tests/unit/dra/test_slicepublisher.py).
+"""
 
 from pathlib import Path
 
@@ -6,7 +9,6 @@ import pytest
 
 from imexdra.api.constants import DeviceType
 from imexdra.kubeletplugin.paths import PluginPaths
-from imexdra.kubeletplugin.slicepublisher import MAX_DEVICES_PER_SLICE, slice_name_prefix, split_devices
 from imexdra.kubeletplugin.slices import (
     AllocatableDevice,
     allocatable_devices,
@@ -90,21 +92,6 @@ def test_channel_isolation_follows_the_channel_count() -> None:
     """A smaller pool (--imex-channel-count 4) publishes channel-1..channel-3."""
     names = [d["name"] for d in slice_devices(host_managed=True, channel_isolation=True, channel_count=4)]
     assert names == ["channel-1", "channel-2", "channel-3"]
-
-
-def test_split_devices_into_slices_the_api_accepts() -> None:
-    """2047 devices make 16 slices of at most 128 in order; a short list one slice; none one empty slice."""
-    devices = slice_devices(host_managed=True, channel_isolation=True)
-    slices = split_devices(devices)
-    assert [len(s) for s in slices] == [MAX_DEVICES_PER_SLICE] * 15 + [127]
-    assert [d for s in slices for d in s] == devices
-    assert split_devices([CHANNEL_0, DAEMON_0]) == [[CHANNEL_0, DAEMON_0]]
-    assert split_devices([]) == [[]]
-
-
-def test_slice_name_prefix() -> None:
-    """Slice i's name starts with i as five lowercase hex digits (upstream's %05x)."""
-    assert [slice_name_prefix(i) for i in (0, 15, 16)] == ["00000-", "0000f-", "00010-"]
 
 
 def test_plugin_paths_defaults() -> None:

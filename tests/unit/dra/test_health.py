@@ -5,17 +5,17 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 import grpc
 import pytest
 
-from imexdra.kubeletplugin.driverapi import PrepareResult, UnprepareResult
-from imexdra.kubeletplugin.health import (
+from imexdra.dra.driver import PrepareResult, UnprepareResult
+from imexdra.dra.health import (
     NOT_SERVING,
     SERVING,
     HealthServer,
     decode_check_request,
     encode_check_response,
 )
-from imexdra.kubeletplugin.paths import PluginPaths
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
-from imexdra.kubeletplugin.server import KubeletPluginServer
+from imexdra.dra.paths import SocketPaths
+from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim
+from imexdra.dra.server import KubeletPluginServer
 
 
 class IdleDriver:
@@ -55,7 +55,7 @@ def test_encode_check_response() -> None:
 
 
 @pytest.fixture
-async def served(paths: PluginPaths) -> AsyncIterator[tuple[KubeletPluginServer, HealthServer]]:
+async def served(paths: SocketPaths) -> AsyncIterator[tuple[KubeletPluginServer, HealthServer]]:
     server = KubeletPluginServer(driver=IdleDriver(), get_claim=no_claims, paths=paths)
     await server.start()
     health = HealthServer(paths, 0)
@@ -103,7 +103,7 @@ async def test_unknown_service_is_not_found(served: tuple[KubeletPluginServer, H
     assert caught.value.details() == "unknown service"
 
 
-async def test_binds_the_pod_ip_so_host_network_pods_share_a_port(paths: PluginPaths) -> None:
+async def test_binds_the_pod_ip_so_host_network_pods_share_a_port(paths: SocketPaths) -> None:
     """Two plugins on one host network, each on its own pod IP, both serve the same port."""
     first = HealthServer(paths, 0, "127.0.0.2")
     await first.start()

@@ -1,18 +1,18 @@
 """What stands behind the kubelet-facing servers in their tests: a scripted driver and the API's claims.
 
-The server tests and the driver fuzz tests both drive the servers with them.
+The server and health tests and the driver fuzz tests drive the servers with them.
 """
 
 import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from imexdra.kubeletplugin.driverapi import Device, PrepareResult, UnprepareResult
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim, parse_claim
+from imexdra.dra.driver import Device, PrepareResult, UnprepareResult
+from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, parse_claim
 
-ALLOCATED = {
-    "allocation": {"devices": {"results": [{"request": "channel", "driver": "compute-domain.nvidia.com"}]}}
-}
+#: The driver the servers serve in these tests (the DRA layer takes any name).
+DRIVER_NAME = "compute-domain.nvidia.com"
+ALLOCATED = {"allocation": {"devices": {"results": [{"request": "channel", "driver": DRIVER_NAME}]}}}
 
 
 class ScriptedDriver:

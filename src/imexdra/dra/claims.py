@@ -1,8 +1,8 @@
-"""Reading ResourceClaims from the API server (the ``driverapi.ClaimGetter`` the plugin uses).
+"""Reading ResourceClaims from the API server (the ``driver.ClaimGetter`` the plugin uses).
 
-The claim is decoded by ``resourceclaim.parse_claim`` rather than lightkube's models: the checkpoint
-records the whole status in Go's canonical form (opaque parameters verbatim), and decoding only what
-the plugin reads keeps the per-prepare GET cheap. Only
+The claim is decoded by ``resourceclaim.parse_claim`` rather than lightkube's models: a driver's
+checkpoint (the IMEX driver's) records the whole status in Go's canonical form (opaque parameters
+verbatim), and decoding only what the plugin reads keeps the per-prepare GET cheap. Only
 ``resource.k8s.io/v1`` is asked; upstream's library falls back to v1beta2/v1beta1 on 404 for older
 clusters, which this driver (Kubernetes >= 1.34 with DRA GA) does not target.
 """
@@ -14,8 +14,8 @@ from lightkube import AsyncClient
 from lightkube.resources import resource_v1
 
 from imexdra.common.kube import collection_path, http_client, kube_errors, raise_for_status
-from imexdra.kubeletplugin.driverapi import ClaimGetter
-from imexdra.kubeletplugin.resourceclaim import ResourceClaim, parse_claim
+from imexdra.dra.driver import ClaimGetter
+from imexdra.dra.resourceclaim import ResourceClaim, parse_claim
 
 
 def api_claim_getter(client: AsyncClient) -> ClaimGetter:

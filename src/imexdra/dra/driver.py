@@ -1,9 +1,10 @@
-"""The seam between the gRPC layer and the driver: what the kubelet asks and what the driver answers.
+"""The seam between the gRPC layer and a driver: what the kubelet asks and what the driver answers.
 
-The gRPC servers (``draservice``, ``server``) translate kubelet calls into these plain types and call
-a ``Driver``; they know nothing about IMEX. The driver answers per claim: a result for a claim that
-is done (devices, or an error that stops the kubelet's retry for this call), and no entry at all for
-a claim it gave up on within the call's budget (docs/errors.md §3.3).
+The gRPC servers (``nodeservice``, ``server``) translate kubelet calls into these plain types and call
+a ``Driver``; they know nothing about what it prepares (the IMEX driver is
+``imexdra.kubeletplugin.driver``). The driver answers per claim: a result for a claim that is done
+(devices, or an error that stops the kubelet's retry for this call), and no entry at all for a claim
+it gave up on within the call's budget (docs/errors.md §3.3).
 
 Claims arrive decoded (``resourceclaim``). ``ClaimGetter`` is the one Kubernetes API dependency of
 the gRPC layer (the library's step (1), GET each ResourceClaim before preparing); it is injected so
@@ -16,8 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from imexdra.kubeletplugin.checkpoint import CheckpointedDevice
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, ResourceClaim
+from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,17 +29,6 @@ class Device:
     device_name: str
     cdi_device_ids: tuple[str, ...]
     share_id: str | None = None
-
-    @classmethod
-    def from_record(cls, record: CheckpointedDevice) -> Device:
-        """The kubelet-facing view of a checkpointed device record."""
-        return cls(
-            requests=record.requests or (),
-            pool_name=record.pool_name,
-            device_name=record.device_name,
-            cdi_device_ids=record.cdi_device_ids or (),
-            share_id=record.share_id,
-        )
 
 
 @dataclass(frozen=True, slots=True)

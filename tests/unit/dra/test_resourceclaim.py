@@ -5,8 +5,8 @@ from typing import Any
 import pytest
 
 from imexdra.common.errors import is_permanent
-from imexdra.kubeletplugin.claimstatus import canonical_claim_status
-from imexdra.kubeletplugin.resourceclaim import (
+from imexdra.dra.claimstatus import canonical_claim_status
+from imexdra.dra.resourceclaim import (
     AllocationResult,
     ClaimRef,
     DeviceAllocationConfiguration,

@@ -24,8 +24,8 @@ from typing import Any
 import msgspec
 
 from imexdra.common.errors import PermanentError
-from imexdra.kubeletplugin.claimstatus import canonical_claim_status
-from imexdra.kubeletplugin.gojson import JsonValue
+from imexdra.dra.claimstatus import canonical_claim_status
+from imexdra.dra.gojson import JsonValue
 
 
 class MalformedClaimError(PermanentError):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imexdra.kubeletplugin import gojson
+from imexdra.dra import gojson
 
 
 @pytest.mark.parametrize(

@@ -23,10 +23,10 @@ import grpc
 import structlog
 
 from imexdra.common.errors import ConfigError
-from imexdra.kubeletplugin.draservice import DraService, add_dra_services
-from imexdra.kubeletplugin.driverapi import ClaimGetter, Driver
-from imexdra.kubeletplugin.paths import PluginPaths
-from imexdra.kubeletplugin.registration import RegistrationServicer, add_registration_service
+from imexdra.dra.driver import ClaimGetter, Driver
+from imexdra.dra.nodeservice import DraService, add_dra_services
+from imexdra.dra.paths import SocketPaths
+from imexdra.dra.registration import RegistrationServicer, add_registration_service
 
 _log = structlog.get_logger(__name__)
 
@@ -44,10 +44,10 @@ class KubeletPluginServer:
         *,
         driver: Driver,
         get_claim: ClaimGetter,
-        paths: PluginPaths | None = None,
+        paths: SocketPaths,
         stop_grace: float | None = None,
     ) -> None:
-        self.paths = paths or PluginPaths()
+        self.paths = paths
         self._service = DraService(driver, get_claim)
         self._stop_grace = stop_grace
         self._dra_server: grpc.aio.Server | None = None

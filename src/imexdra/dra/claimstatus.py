@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from imexdra.kubeletplugin.gojson import JsonValue
+from imexdra.dra.gojson import JsonValue
 
 Kind = Literal["str", "int", "bool", "ptr", "slice", "map", "struct", "raw"]
 

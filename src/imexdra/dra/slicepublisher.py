@@ -1,9 +1,9 @@
 """Keeps this node's pool of ResourceSlices as published, after restarts and after the kubelet wipes them.
 
-One pool named after the node (docs/compatibility.md §2.4), split into slices of at most
-``MAX_DEVICES_PER_SLICE`` devices, the API's limit: one slice unless channel isolation publishes every
-channel (2047 devices: 16 slices, docs/channel-isolation.md §5). Slice ``i`` is created with
-generateName ``<i as 5 hex digits>-compute-domain.nvidia.com-<node>-``, owned by the Node
+One pool of the driver named after the node (docs/compatibility.md §2.4), split into slices of at
+most ``MAX_DEVICES_PER_SLICE`` devices, the API's limit: one slice unless the driver publishes more
+(the IMEX driver under channel isolation: 2047 devices, 16 slices, docs/channel-isolation.md §5).
+Slice ``i`` is created with generateName ``<i as 5 hex digits>-<driver>-<node>-``, owned by the Node
 (``controller: true``, so it goes with the Node); every slice says ``resourceSliceCount`` and the
 pool's generation, 1 at first.
 
@@ -32,7 +32,6 @@ from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.models.resource_v1 import ResourceSliceSpec
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from imexdra.api.constants import DRIVER_NAME
 from imexdra.common.errors import DriverError
 from imexdra.common.informer import EventHandler, Informer
 from imexdra.common.kube import is_not_found, kube_errors
@@ -73,12 +72,14 @@ class SlicePublisher:
         self,
         client: AsyncClient,
         *,
+        driver_name: str,
         node_name: str,
         devices: list[dict[str, Any]],
         node_uid: Callable[[], Awaitable[str]],
         settle_delay: float = SETTLE_DELAY,
     ) -> None:
         self._client = client
+        self._driver_name = driver_name
         self._node_name = node_name
         self._slices = split_devices(devices)
         self._node_uid = node_uid
@@ -87,7 +88,7 @@ class SlicePublisher:
         self.informer: Informer[ResourceSlice] = Informer(
             client,
             ResourceSlice,
-            field_selector=f"spec.driver={DRIVER_NAME},spec.nodeName={node_name}",
+            field_selector=f"spec.driver={driver_name},spec.nodeName={node_name}",
             resync_period=600.0,
         )
         self.informer.add_handler(
@@ -165,7 +166,7 @@ class SlicePublisher:
 
     def _desired_spec(self, index: int, generation: int) -> dict[str, Any]:
         return {
-            "driver": DRIVER_NAME,
+            "driver": self._driver_name,
             "pool": {
                 "name": self._node_name,
                 "generation": generation,
@@ -189,7 +190,7 @@ class SlicePublisher:
         )
         body = ResourceSlice(
             metadata=ObjectMeta(
-                generateName=f"{slice_name_prefix(index)}{DRIVER_NAME}-{self._node_name}-",
+                generateName=f"{slice_name_prefix(index)}{self._driver_name}-{self._node_name}-",
                 ownerReferences=[owner],
             ),
             spec=self._spec_model(index, generation),

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from imexdra.kubeletplugin.claimstatus import canonical_claim_status
+from imexdra.dra.claimstatus import canonical_claim_status
 
 # The illustrative claim's status in Go order, as the Go plugin would write it.
 GO_STATUS = (

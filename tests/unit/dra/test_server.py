@@ -17,19 +17,19 @@ import grpc
 import pytest
 
 from imexdra.common.errors import ConfigError, PermanentError
-from imexdra.kubeletplugin import server as server_module
-from imexdra.kubeletplugin._pb import dra_v1_pb2 as v1
-from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as v1_grpc
-from imexdra.kubeletplugin._pb import dra_v1beta1_pb2 as v1beta1
-from imexdra.kubeletplugin._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
-from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2 as reg
-from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2_grpc as reg_grpc
-from imexdra.kubeletplugin.claimstatus import canonical_claim_status
-from imexdra.kubeletplugin.driverapi import Device
-from imexdra.kubeletplugin.paths import PluginPaths
-from imexdra.kubeletplugin.resourceclaim import ClaimRef
-from imexdra.kubeletplugin.server import KubeletPluginServer
-from tests.unit.kubeletplugin.server_fakes import ALLOCATED, ApiClaims, ScriptedDriver
+from imexdra.dra import server as server_module
+from imexdra.dra._pb import dra_v1_pb2 as v1
+from imexdra.dra._pb import dra_v1_pb2_grpc as v1_grpc
+from imexdra.dra._pb import dra_v1beta1_pb2 as v1beta1
+from imexdra.dra._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
+from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+from imexdra.dra.claimstatus import canonical_claim_status
+from imexdra.dra.driver import Device
+from imexdra.dra.paths import SocketPaths
+from imexdra.dra.resourceclaim import ClaimRef
+from imexdra.dra.server import KubeletPluginServer
+from tests.unit.dra.server_fakes import ALLOCATED, DRIVER_NAME, ApiClaims, ScriptedDriver
 
 CHANNEL_DEVICE = Device(
     ("channel/sub",), "node-a", "channel-0", ("k8s.compute-domain.nvidia.com/claim=u1-channel-0",)
@@ -55,7 +55,7 @@ def claims() -> ApiClaims:
 
 @pytest.fixture
 async def plugin(
-    paths: PluginPaths, driver: ScriptedDriver, claims: ApiClaims
+    paths: SocketPaths, driver: ScriptedDriver, claims: ApiClaims
 ) -> AsyncIterator[KubeletPluginServer]:
     async with KubeletPluginServer(driver=driver, get_claim=claims, paths=paths) as running:
         yield running
@@ -277,7 +277,7 @@ async def test_calls_are_not_serialised(
 
 
 async def test_socket_lifecycle(
-    paths: PluginPaths, driver: ScriptedDriver, claims: ApiClaims, monkeypatch: pytest.MonkeyPatch
+    paths: SocketPaths, driver: ScriptedDriver, claims: ApiClaims, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Stale sockets are replaced, DRA binds before registration, and both sockets are removed on stop."""
     paths.plugin_data_dir.mkdir(parents=True)
@@ -304,7 +304,7 @@ async def test_socket_lifecycle(
 
 
 async def test_sockets_admit_only_their_owner_whatever_the_umask(
-    paths: PluginPaths, driver: ScriptedDriver, claims: ApiClaims
+    paths: SocketPaths, driver: ScriptedDriver, claims: ApiClaims
 ) -> None:
     """Connecting to a unix socket needs write permission: neither socket grants it to group or others."""
     old_umask = os.umask(0)
@@ -320,7 +320,7 @@ async def test_sockets_admit_only_their_owner_whatever_the_umask(
     assert data_dir_mode == 0o750
 
 
-async def test_failed_start_cleans_up(paths: PluginPaths, driver: ScriptedDriver, claims: ApiClaims) -> None:
+async def test_failed_start_cleans_up(paths: SocketPaths, driver: ScriptedDriver, claims: ApiClaims) -> None:
     """If the registration socket cannot be bound, start fails and the DRA socket is gone again."""
     paths.registration_socket.mkdir()
     plugin = KubeletPluginServer(driver=driver, get_claim=claims, paths=paths)
@@ -335,11 +335,15 @@ async def test_start_config_errors(
 ) -> None:
     """A missing registrar directory or an over-long socket path is a clear ConfigError."""
     if problem == "no-registrar-dir":
-        paths = PluginPaths(plugins_dir=short_dir / "p", registrar_dir=short_dir / "missing")
+        paths = SocketPaths(
+            driver_name=DRIVER_NAME, plugins_dir=short_dir / "p", registrar_dir=short_dir / "missing"
+        )
         message = "registrar directory"
     else:
         (short_dir / "r").mkdir()
-        paths = PluginPaths(plugins_dir=short_dir / ("x" * 100), registrar_dir=short_dir / "r")
+        paths = SocketPaths(
+            driver_name=DRIVER_NAME, plugins_dir=short_dir / ("x" * 100), registrar_dir=short_dir / "r"
+        )
         message = "longer than 107 bytes"
     with pytest.raises(ConfigError, match=message):
         await KubeletPluginServer(driver=driver, get_claim=claims, paths=paths).start()

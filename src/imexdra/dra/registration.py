@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import grpc
 import structlog
 
-from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2 as reg
-from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
+from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
 
 _log = structlog.get_logger(__name__)
 

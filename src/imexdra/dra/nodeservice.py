@@ -13,7 +13,7 @@ Mirrors the Go kubeletplugin library (docs/data-path.md §5, docs/compatibility.
 - v1beta1 is served by converting to v1 and back; v1beta1 has no ``share_id``.
 
 No library-level serialisation: concurrent calls reach the driver concurrently (upstream sets
-``Serialize(false)``; the driver serialises per claim with ``pu.lock``).
+``Serialize(false)``; a driver serialises per claim itself, the IMEX driver with ``pu.lock``).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
-from imexdra.kubeletplugin._pb import dra_v1_pb2 as v1
-from imexdra.kubeletplugin._pb import dra_v1_pb2_grpc as v1_grpc
-from imexdra.kubeletplugin._pb import dra_v1beta1_pb2 as v1beta1
-from imexdra.kubeletplugin._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
-from imexdra.kubeletplugin.driverapi import ClaimGetter, Driver, PrepareResult
-from imexdra.kubeletplugin.resourceclaim import ClaimRef, MalformedClaimError, ResourceClaim
+from imexdra.dra._pb import dra_v1_pb2 as v1
+from imexdra.dra._pb import dra_v1_pb2_grpc as v1_grpc
+from imexdra.dra._pb import dra_v1beta1_pb2 as v1beta1
+from imexdra.dra._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from imexdra.dra.driver import ClaimGetter, Driver, PrepareResult
+from imexdra.dra.resourceclaim import ClaimRef, MalformedClaimError, ResourceClaim
 
 _log = structlog.get_logger(__name__)
 

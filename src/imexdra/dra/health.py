@@ -16,11 +16,11 @@ from pathlib import Path
 import grpc
 import structlog
 
-from imexdra.kubeletplugin._pb import dra_v1beta1_pb2 as v1beta1
-from imexdra.kubeletplugin._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
-from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2 as reg
-from imexdra.kubeletplugin._pb import pluginregistration_v1_pb2_grpc as reg_grpc
-from imexdra.kubeletplugin.paths import PluginPaths
+from imexdra.dra._pb import dra_v1beta1_pb2 as v1beta1
+from imexdra.dra._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
+from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+from imexdra.dra.paths import SocketPaths
 
 _log = structlog.get_logger(__name__)
 
@@ -72,7 +72,7 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
         shift += 7
 
 
-async def plugin_answers(paths: PluginPaths, *, rpc_timeout: float = CHECK_TIMEOUT) -> bool:
+async def plugin_answers(paths: SocketPaths, *, rpc_timeout: float = CHECK_TIMEOUT) -> bool:
     """Whether the registration and DRA sockets answer as the kubelet needs them to."""
     try:
         async with grpc.aio.insecure_channel(f"unix://{paths.registration_socket}") as channel:
@@ -93,7 +93,7 @@ class HealthServer:
     would otherwise fight over one port), else every interface.
     """
 
-    def __init__(self, paths: PluginPaths, port: int, host: str | None = None) -> None:
+    def __init__(self, paths: SocketPaths, port: int, host: str | None = None) -> None:
         self._paths = paths
         self.port = port
         self._host = (f"[{host}]" if ":" in host else host) if host else "[::]"

@@ -1,1 +1,0 @@
-"""Generated gRPC stubs for the kubelet plugin protocols (make protos); do not edit."""
