@@ -20,6 +20,12 @@ Update that removes it) — with the same client library and pacing, for up to 3
 next to the prepare p50 says how much of a prepare is the API server's round trips and how much is
 the plugin's own work (checkpoint, CDI spec, gRPC, locking), reported as ``plugin_own_p50_ms``.
 
+Channel isolation (``prepare_isolation``): the same cycles with the plugin host-managed (and its host
+IMEX), under domain and under channel isolation, ``--isolation-claims`` claims each, and under channel
+isolation again with ``--held-claims`` claims of other domains held prepared on the node; plus the
+channel check's parts timed in-process (checkpoint scans, domain lookup). ``--isolation-claims 0``
+skips it.
+
 Run: ``.venv/bin/python bench/prepare_bench.py [--claims 1000] [--state-dir /dev/shm]`` after
 ``make bench`` (or ``make k8s`` and ``.venv/bin/pip install -e '.[bench]'``); ``--state-dir`` moves
 the node's plugin directory and CDI root off the disk, which shows how much of the latency is the
@@ -58,6 +64,7 @@ from benchlib import (
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from plotting import write_prepare_plot
+from prepare_isolation import isolation_phase
 
 from imexdra.api.constants import NODE_LABEL_KEY
 from imexdra.common.kube import http_client
@@ -71,6 +78,7 @@ NAMESPACE = "bench"
 TARGET_P50_MS = 5.0
 TARGET_P99_MS = 50.0
 API_CALLS_PER_CYCLE = 3
+HOST_API_CALLS_PER_CYCLE = 1
 API_FLOOR_CLAIMS = 300
 
 
@@ -248,6 +256,13 @@ def summary(
     }
 
 
+def without_samples(value: Any) -> Any:
+    """``value`` without its per-claim sample lists (they stay in the JSON file), for stdout."""
+    if isinstance(value, dict):
+        return {k: without_samples(v) for k, v in value.items() if not k.startswith("prepare_samples")}
+    return value
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with (
         LocalCluster(nodes_specs=[]) as cluster,
@@ -272,9 +287,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=30)
         floor_ms = asyncio.run(api_floor(cluster, claims, domain_uid, args.interval))
+        isolation = (
+            asyncio.run(isolation_phase(cluster, base, NODE, NAMESPACE, args))
+            if args.isolation_claims
+            else None
+        )
     result = summary(prepare_ms, unprepare_ms, floor_ms, rss, args)
     RESULTS.mkdir(parents=True, exist_ok=True)
     samples = {**result, "prepare_samples_ms": prepare_ms, "api_floor_samples_ms": floor_ms}
+    if isolation is not None:
+        samples["host_managed_isolation"] = isolation
+        result["host_managed_isolation"] = without_samples(isolation)
     (RESULTS / "prepare_bench.json").write_text(json.dumps(samples, indent=1))
     write_prepare_plot(samples, RESULTS / "prepare_bench.png")
     return result
@@ -291,9 +314,23 @@ def main() -> None:
         default="/tmp",
         help="where the node's kubelet dirs and CDI root live (default /tmp: disk, like /var/lib/kubelet)",
     )
+    parser.add_argument(
+        "--isolation-claims",
+        type=int,
+        default=200,
+        help="claims per isolation in the host-managed channel/domain isolation comparison (0: skip it)",
+    )
+    parser.add_argument(
+        "--held-claims",
+        type=int,
+        default=100,
+        help="claims of other domains (each its own channel) held prepared on the node, channel isolation",
+    )
     args = parser.parse_args()
     # Pace cycles so the plugin's API requests stay within its client rate limit (see the docstring).
     args.interval = API_CALLS_PER_CYCLE / args.kube_api_qps * 1.1
+    # Host-managed, a cycle makes one request (GET the claim): no node label to add or remove.
+    args.host_interval = HOST_API_CALLS_PER_CYCLE / args.kube_api_qps * 1.1
     print(json.dumps(run(args), indent=1))
 
 
