@@ -32,7 +32,7 @@ from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.kubeconfig import write_kubeconfig
 from imexdra_sim.localcluster.nodes import Node
 from imexdra_sim.localcluster.processes import free_port
-from tests.support.kubectl import apply, uid_of
+from tests.support.kubectl import apply, patch_status, uid_of
 from tests.support.waiting import eventually
 
 DRIVER = "compute-domain.nvidia.com"
@@ -331,17 +331,8 @@ def create_domain(
     apply(cluster, compute_domain("train", namespace, mode=mode))
     uid = uid_of(cluster, "computedomain", "train", namespace)
     if channel is not None:
-        status = json.dumps({"status": {"status": "Ready", "channel": channel}})
-        cluster.kubectl(
-            "patch",
-            "computedomain",
-            "train",
-            "-n",
-            namespace,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            status,
+        patch_status(
+            cluster, "computedomain", "train", namespace, {"status": {"status": "Ready", "channel": channel}}
         )
     apply(cluster, channel_template(namespace, "train-channel", uid, mode, channel=channel))
     return uid

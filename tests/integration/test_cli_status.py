@@ -23,7 +23,7 @@ import pytest
 
 from imexdra_sim.builders import channel_claim, channel_config, channel_template, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.support.kubectl import apply, uid_of
+from tests.support.kubectl import apply, patch_status, uid_of
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -48,7 +48,8 @@ def scene(cluster: LocalCluster, compute_domain_crds: None) -> Iterator[dict[str
         yield build_scene(cluster, ns, driver_ns, gpu_node)
     finally:
         cluster.kubectl("delete", "node", gpu_node, "--wait=false", check=False)
-        cluster.kubectl("delete", "namespace", ns, driver_ns, "--wait=false", check=False)
+        # Wait: the scene's claim holds node-0's channel-0, which the next module may need at once.
+        cluster.kubectl("delete", "namespace", ns, driver_ns, "--timeout=120s", check=False, timeout=150)
 
 
 def build_scene(cluster: LocalCluster, ns: str, driver_ns: str, gpu_node: str) -> dict[str, str]:
@@ -104,12 +105,6 @@ def build_scene(cluster: LocalCluster, ns: str, driver_ns: str, gpu_node: str) -
     apply(cluster, channel_claim(ns, "prepared-imex", uid))
     patch_status(cluster, "resourceclaim", "prepared-imex", ns, {"status": allocation(uid, pod_uid)})
     return {"ns": ns, "driver_ns": driver_ns, "gpu_node": gpu_node, "uid": uid, "other_uid": other_uid}
-
-
-def patch_status(cluster: LocalCluster, kind: str, name: str, ns: str, patch: dict[str, Any]) -> None:
-    cluster.kubectl(
-        "patch", kind, name, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
-    )
 
 
 def workload_pod(ns: str, name: str, node: str | None) -> dict[str, Any]:

@@ -8,7 +8,6 @@ the slices of a Node object without a kubelet, so nothing here disturbs other te
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -28,7 +27,7 @@ from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import apiserver_requests, request_delta
 from tests.integration.pluginharness import CLIQUE, DRIVER_NAMESPACE, install_api, node_labels
-from tests.support.kubectl import apply, uid_of
+from tests.support.kubectl import apply, patch_status, uid_of
 from tests.support.waiting import eventually
 
 LABEL = "resource.nvidia.com/computeDomain"
@@ -144,17 +143,7 @@ async def test_domain_cache_and_readiness(cluster: LocalCluster, kube: AsyncClie
             "status": {"status": "Ready", "nodes": [{**clique["daemons"][0], "name": NODE, "cliqueID": ""}]}
         }
         del status["status"]["nodes"][0]["nodeName"]
-        cluster.kubectl(
-            "patch",
-            "computedomain",
-            "train",
-            "-n",
-            namespace,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            json.dumps(status),
-        )
+        patch_status(cluster, "computedomain", "train", namespace, status)
         await eventually("status in cache", lambda: readiness.node_ready(domain, ""), within=10)
         assert cache.uids() is not None and uid in cache.uids()  # type: ignore[operator]
     finally:

@@ -7,7 +7,6 @@ the controller by creating the workload ResourceClaimTemplate.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 
@@ -35,7 +34,7 @@ from tests.integration.pluginharness import (
     pod_gone,
 )
 from tests.support.builders import channel_pod
-from tests.support.kubectl import apply, uid_of
+from tests.support.kubectl import apply, patch_status, uid_of
 from tests.support.waiting import eventually
 
 
@@ -240,17 +239,12 @@ async def test_second_channel_claim_on_the_node_is_refused(
             "uid": pod_field(cluster, namespace, "second", "{.metadata.uid}"),
         }
     ]
-    patch = json.dumps({"status": {"allocation": allocation, "reservedFor": reserved}})
-    cluster.kubectl(
-        "patch",
+    patch_status(
+        cluster,
         "resourceclaim",
         "second",
-        "-n",
         namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        patch,
+        {"status": {"allocation": allocation, "reservedFor": reserved}},
     )
 
     await eventually(

@@ -23,3 +23,10 @@ def get_json(cluster: LocalCluster, *args: str) -> Any:
 def uid_of(cluster: LocalCluster, kind: str, name: str, namespace: str) -> str:
     """The UID of a namespaced object (``kind`` as kubectl spells it, e.g. ``computedomain``)."""
     return cluster.kubectl("get", kind, name, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
+
+
+def patch_status(cluster: LocalCluster, kind: str, name: str, namespace: str, patch: dict[str, Any]) -> None:
+    """Merge ``patch`` into an object's ``status`` subresource, as the object's controller would."""
+    cluster.kubectl(
+        "patch", kind, name, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
+    )
