@@ -10,6 +10,8 @@ from lightkube.resources.resource_v1 import ResourceClaim
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique
+from imexdra.cli.clusterview import ImexMode
+from imexdra.cli.status import Snapshot
 
 DRIVER_NS = "imexdra"
 UID = "5b1c8a4e-0000-4000-8000-000000000001"
@@ -250,4 +252,18 @@ def daemonset(uid: str = UID) -> DaemonSet:
                 "template": {"spec": {"containers": [{"name": "daemon", "image": "imexdra"}]}},
             },
         }
+    )
+
+
+def snapshot() -> Snapshot:
+    """What ``status`` fetches from a small healthy cluster: one Ready domain, its clique, two nodes
+    (one GPU node labelled for the domain) and one reserved claim."""
+    cd = domain(status={"status": "Ready", "nodes": [status_node("node-a", 0), status_node("node-b", 1)]})
+    return Snapshot(
+        driver_namespace=DRIVER_NS,
+        imex_mode=ImexMode.DRIVER_MANAGED,
+        domains=[cd],
+        cliques=[clique()],
+        nodes=[gpu_node("node-a", domain_uid=UID), node("infra")],
+        claims=[claim("worker-0-imex", reserved_for=(("worker-0", "uid-worker-0"),))],
     )

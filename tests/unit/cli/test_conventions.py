@@ -35,7 +35,7 @@ from imexdra.cli.status import build_report, render_text
 from imexdra.controller.main import main as controller_main
 from imexdra.daemon.main import main as daemon_main
 from imexdra.kubeletplugin.main import main as plugin_main
-from tests.unit.cli.test_status import snapshot
+from tests.unit.cli import objects as o
 
 SCRIPTS = {
     "imexdra": cli_main.main,
@@ -190,14 +190,14 @@ def test_status_outputs(output: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """-o json and -o yaml give the same document; wide adds the UID columns to the tables."""
 
     def run_with_client(_kubeconfig: Path | None, _work: Callable[..., Any], *, context: str | None) -> Any:
-        return snapshot()
+        return o.snapshot()
 
     monkeypatch.setattr(clusterview, "run_with_client", run_with_client)
     result = CliRunner().invoke(cli_main.main, ["status", "-o", output])
     assert result.exit_code == 0, result.output
-    report = json.loads(json.dumps(build_report(snapshot())))
+    report = json.loads(json.dumps(build_report(o.snapshot())))
     if output in ("json", "yaml"):
         assert (json.loads if output == "json" else yaml.safe_load)(result.output) == report
     else:
-        assert result.output.rstrip("\n") == render_text(build_report(snapshot()), wide=output == "wide")
+        assert result.output.rstrip("\n") == render_text(build_report(o.snapshot()), wide=output == "wide")
         assert ("UID" in result.output) is (output == "wide")

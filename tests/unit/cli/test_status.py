@@ -133,23 +133,9 @@ def test_imex_mode_from_device_classes(classes: list[str], mode: ImexMode) -> No
     assert imex_mode_from_classes(classes) is mode
 
 
-def snapshot() -> Snapshot:
-    cd = o.domain(
-        status={"status": "Ready", "nodes": [o.status_node("node-a", 0), o.status_node("node-b", 1)]}
-    )
-    return Snapshot(
-        driver_namespace=o.DRIVER_NS,
-        imex_mode=ImexMode.DRIVER_MANAGED,
-        domains=[cd],
-        cliques=[o.clique()],
-        nodes=[o.gpu_node("node-a", domain_uid=o.UID), o.node("infra")],
-        claims=[o.claim("worker-0-imex", reserved_for=(("worker-0", "uid-worker-0"),))],
-    )
-
-
 def test_report_is_one_stable_json_document() -> None:
     """The report has fixed top-level keys and serialises to JSON as is."""
-    report = build_report(snapshot())
+    report = build_report(o.snapshot())
     assert list(report) == ["driverNamespace", "imexMode", "computeDomains", "nodes", "channels"]
     decoded = json.loads(json.dumps(report, sort_keys=True))
     assert decoded["imexMode"] == "driver-managed"
@@ -161,7 +147,7 @@ def test_report_is_one_stable_json_document() -> None:
 
 def test_text_output_has_one_aligned_table_per_section() -> None:
     """Text output names each section and lines the columns up."""
-    text = render_text(build_report(snapshot()))
+    text = render_text(build_report(o.snapshot()))
     for heading in ("COMPUTE DOMAINS", "CLIQUES", "GPU NODES", "PREPARED CHANNELS"):
         assert heading in text
     lines = text.splitlines()

@@ -7,6 +7,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from imexdra.common.metrics import Probes, render_checks, start_http_server
+from tests.support.http import http_get
 
 
 def boom() -> bool:
@@ -29,19 +30,6 @@ def test_render_checks(checks, verbose: bool, status: int, body: str) -> None:
     """Checks render like kube-apiserver's health endpoints; a crashing check counts as failed."""
     got_status, got_body = render_checks(checks, verbose=verbose)
     assert (got_status, got_body) == (status, body)
-
-
-async def http_get(port: int, target: str, method: str = "GET") -> tuple[int, dict[str, str], str]:
-    """A minimal HTTP/1.1 client: status, headers and body of one request."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"{method} {target} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
-    await writer.drain()
-    raw = await asyncio.wait_for(reader.read(), 5)
-    writer.close()
-    head, _, body = raw.decode().partition("\r\n\r\n")
-    status_line, *header_lines = head.split("\r\n")
-    headers = dict(line.split(": ", 1) for line in header_lines)
-    return int(status_line.split()[1]), headers, body
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from imexdra.common.metrics import Probes, start_http_server
 from imexdra.common.pprof import MAX_PROFILE_SECONDS
-from tests.unit.common.test_metrics import http_get
+from tests.support.http import http_get
 
 PPROF = "/debug/pprof"
 
