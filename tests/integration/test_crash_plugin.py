@@ -138,8 +138,11 @@ def domains(cluster: LocalCluster, mode: Mode) -> Iterator[list[Domain]]:
             mark_daemon_ready(cluster, domain_uid, mode.node)
         created.append(Domain(namespace, domain_uid, channel))
     yield created
-    for domain in created:
-        cluster.kubectl("delete", "namespace", domain.namespace, "--wait=false")
+    # Wait until they are gone (the plugin still runs to unprepare their pods): a domain recording a
+    # channel left in the API makes a later module's domain-isolation controller hold new domains
+    # back (IsolationSwitchPending, docs/channel-isolation.md §7).
+    namespaces = [domain.namespace for domain in created]
+    cluster.kubectl("delete", "namespace", *namespaces, "--timeout=150s", check=False, timeout=180)
 
 
 def invariant_violations(cluster: LocalCluster, sim: SimulatedNode, domains: list[Domain]) -> list[str]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import os
 import random
 import secrets
@@ -47,6 +46,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
+from imexdra.common.logformat import parse_line
 from imexdra.daemon.hostsfile import managed_mappings
 from imexdra.devices.imex import parse_config
 from imexdra_sim.builders import compute_domain_model
@@ -354,16 +354,14 @@ async def wait_converged(kube: AsyncClient, nodes: tuple[str, ...], what: str) -
 
 
 def daemon_log(domain: Domain, node: str, pod: str) -> list[dict[str, Any]]:
-    """The daemon's JSON log lines, read from the node's CRI container logs (all restarts)."""
+    """The daemon's log lines (klog text or JSON), read from the node's CRI container logs (all restarts)."""
     pod_logs = domain.cluster.node(node).directory / "pod-logs"
     events = []
     for path in sorted(pod_logs.glob(f"{DRIVER_NS}_{pod}_*/compute-domain-daemon/*.log")):
         for line in path.read_text(errors="replace").splitlines():
-            payload = line.split(" ", 3)[-1]  # "<time> <stream> <tag> <text>"
-            try:
-                events.append(json.loads(payload))
-            except ValueError:
-                continue  # IMEX's own lines and non-JSON output
+            entry = parse_line(line.split(" ", 3)[-1])  # "<time> <stream> <tag> <text>"
+            if entry is not None:  # IMEX's own lines and other output are not log lines
+                events.append(entry)
     return events
 
 
