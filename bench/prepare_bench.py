@@ -64,13 +64,13 @@ from benchlib import (
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from plotting import write_prepare_plot
-from prepare_isolation import isolation_phase
+from prepare_isolation import allocate_claims, isolation_phase
 
 from imexdra.api.constants import NODE_LABEL_KEY
 from imexdra.common.kube import http_client
 from imexdra.dra._pb import dra_v1_pb2 as dra
 from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
-from imexdra_sim.builders import channel_claim, channel_config, compute_domain
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 NODE = "bench-node"
@@ -122,41 +122,6 @@ def setup_domain(cluster: LocalCluster) -> str:
         json.dumps(status),
     )
     return uid
-
-
-async def create_claims(cluster: LocalCluster, domain_uid: str, count: int) -> list[tuple[str, str]]:
-    """``count`` ResourceClaims allocated to channel-0 of the node; returns (name, uid) pairs."""
-    client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="prepare-bench")
-    http = http_client(client)  # raw requests: the typed models add nothing here
-    base = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
-    limit = asyncio.Semaphore(16)
-    allocation = {
-        "devices": {
-            "results": [{"request": "channel", "driver": DRIVER, "pool": NODE, "device": "channel-0"}],
-            "config": [{"source": "FromClaim", **channel_config(domain_uid)}],
-        },
-        "nodeSelector": {
-            "nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
-            ]
-        },
-    }
-
-    async def one(index: int) -> tuple[str, str]:
-        name = f"claim-{index:05d}"
-        body = channel_claim(None, name, domain_uid)  # namespaced by the URL
-        async with limit:
-            created = (await http.post(base, json=body)).raise_for_status().json()
-            patch = {"status": {"allocation": allocation}}
-            headers = {"Content-Type": "application/merge-patch+json"}
-            response = await http.patch(f"{base}/{name}/status", content=json.dumps(patch), headers=headers)
-            response.raise_for_status()
-        return name, str(created["metadata"]["uid"])
-
-    try:
-        return list(await asyncio.gather(*(one(i) for i in range(count))))
-    finally:
-        await client.close()
 
 
 async def cycle_claims(
@@ -269,7 +234,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         tempfile.TemporaryDirectory(prefix="kp-bench-", dir=args.state_dir) as tmp,
     ):
         domain_uid = setup_domain(cluster)
-        claims = asyncio.run(create_claims(cluster, domain_uid, args.claims))
+        specs = [(domain_uid, 0)] * args.claims  # every claim allocated channel-0 of the node
+        claims = asyncio.run(allocate_claims(cluster, NAMESPACE, NODE, specs, prefix="claim"))
         base = Path(tmp)
         env = {**os.environ, **simulated_node(base, NODE), "KUBECONFIG": str(cluster.kubeconfig)}
         env["KUBE_API_QPS"] = str(args.kube_api_qps)
