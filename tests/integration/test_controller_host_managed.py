@@ -66,7 +66,7 @@ def test_resolved_gate_overrides_are_logged(controller: ControllerProcess) -> No
     events = controller.log_events()
     forced = {e["gate"]: e["value"] for e in events if e.get("msg") == "feature gate forced"}
     assert forced == {"IMEXDaemonsWithDNSNames": False, "ComputeDomainCliques": False}
-    gates = next(e for e in events if e.get("msg") == "feature gates")
+    gates = next(e for e in events if e.get("msg") == "feature gates")["featureGates"]
     assert gates["HostManagedIMEX"] is True
     assert gates["ComputeDomainCliques"] is False
 

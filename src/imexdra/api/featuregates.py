@@ -188,7 +188,10 @@ def log_feature_gates(gates: FeatureGates) -> None:
         log.info(
             "feature gate forced", gate=override.gate.value, value=override.value, reason=override.reason
         )
-    log.info("feature gates", **{gate.value: value for gate, value in sorted(gates.values.items())})
+    # One map value, as upstream prints its gate map at startup: operators and upstream's tests grep
+    # for the JSON-style ``"MPSSupport":false`` (docs/logging.md).
+    effective = {gate.value: value for gate, value in sorted(gates.values.items())}
+    log.info("feature gates", featureGates=effective)
 
 
 def _parse(spec: str) -> tuple[dict[Gate, bool], tuple[str, ...]]:

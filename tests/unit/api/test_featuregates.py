@@ -306,8 +306,8 @@ def test_log_feature_gates_reports_alias_overrides_and_values() -> None:
     forced = [entry["gate"] for entry in logs if entry["event"] == "feature gate forced"]
     assert forced == ["IMEXDaemonsWithDNSNames", "ComputeDomainCliques"]
     summary = next(entry for entry in logs if entry["event"] == "feature gates")
-    assert summary["HostManagedIMEX"] is True
-    assert summary["ComputeDomainCliques"] is False
+    assert summary["featureGates"]["HostManagedIMEX"] is True
+    assert summary["featureGates"]["ComputeDomainCliques"] is False
 
 
 def test_feature_gates_is_immutable() -> None:

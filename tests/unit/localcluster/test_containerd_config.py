@@ -32,11 +32,13 @@ def test_pause_image_is_the_one_the_image_build_makes() -> None:
 
 
 def test_config_keeps_everything_under_the_node_and_enables_cdi(tmp_path: Path) -> None:
-    """Root, state and socket in the node's dir; runc from the cache with cgroupfs; CDI in its dirs."""
+    """Root, state, socket and NRI socket in the node's dir; runc from the cache, cgroupfs; CDI on."""
     config = tomllib.loads(containerd.config_toml(tmp_path, Binaries(Path("/cache/bin"))))
     assert config["version"] == 3
     assert (config["root"], config["state"]) == (str(tmp_path / "root"), str(tmp_path / "state"))
     assert config["grpc"]["address"] == str(tmp_path / "containerd.sock")
+    # Not the host-wide default: nodes starting together raced for it and one containerd exited.
+    assert config["plugins"]["io.containerd.nri.v1.nri"]["socket_path"] == str(tmp_path / "nri.sock")
     runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
     assert runtime["enable_cdi"] is True
     assert runtime["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]

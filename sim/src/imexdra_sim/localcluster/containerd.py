@@ -74,6 +74,11 @@ state = "{directory / "state"}"
     bin_dirs = ["{binaries.bin_dir}"]
     conf_dir = "{directory / "net.d"}"
 
+# NRI's socket defaults to the host-wide /var/run/nri/nri.sock; nodes starting together on one machine
+# each unlink and bind it, and the loser exits ("bind: address already in use"). One per node.
+[plugins.'io.containerd.nri.v1.nri']
+  socket_path = "{directory / "nri.sock"}"
+
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
