@@ -376,9 +376,17 @@ def _stuck_pod_finding(pod: Pod, events: Iterable[Event]) -> Finding:
     quoted = newest_events(pod, events)
     lines = [f"pod {name_of(pod)} is stuck: {pod_state(pod)}"]
     lines += [f'  {event.reason}: "{(event.message or "").strip()}"' for event in quoted]
-    hints = [hint for fragment, hint in _EVENT_HINTS if any(fragment in (e.message or "") for e in quoted)]
-    hint = "; ".join(hints) or "kubectl describe pod shows the full event history"
+    hint = (
+        "; ".join(event_hints(e.message or "" for e in quoted))
+        or "kubectl describe pod shows the full event history"
+    )
     return Finding(Severity.ERROR, "\n".join(lines), hint)
+
+
+def event_hints(messages: Iterable[str]) -> list[str]:
+    """What to do about known permanent Prepare and scheduling errors quoted in ``messages``."""
+    quoted = list(messages)
+    return [hint for fragment, hint in _EVENT_HINTS if any(fragment in message for message in quoted)]
 
 
 def newest_events(pod: Pod, events: Iterable[Event]) -> list[Event]:
@@ -404,12 +412,12 @@ def has_problems(findings: Iterable[Finding]) -> bool:
     return any(f.is_problem for f in findings)
 
 
-def render_text(domain: str, findings: Sequence[Finding]) -> str:
-    """One block per finding: ``[SEVERITY] message`` and an indented hint."""
+def render_text(subject: str, findings: Sequence[Finding], *, kind: str = "ComputeDomain") -> str:
+    """A head line naming ``kind subject``, then one block per finding: ``[SEVERITY] message``, a hint."""
     if not has_problems(findings):
-        head = f"ComputeDomain {domain}: no problem found"
+        head = f"{kind} {subject}: no problem found"
     else:
-        head = f"ComputeDomain {domain}: {sum(f.is_problem for f in findings)} problem(s) found"
+        head = f"{kind} {subject}: {sum(f.is_problem for f in findings)} problem(s) found"
     blocks = [head]
     for finding in findings:
         block = f"[{finding.severity.upper()}] {finding.message}"

@@ -14,6 +14,8 @@ if TYPE_CHECKING:  # the commands import their modules when run, keeping --help 
     from lightkube import AsyncClient
 
     from imexdra.cli.status import Snapshot
+    from imexdra.cli.targets import Target
+    from imexdra.cli.workloads import WorkloadView
 
 COMMAND_GROUP = "imexdra.commands"
 """Entry-point group through which another installed distribution adds commands (``imexdra demo`` comes
@@ -119,55 +121,90 @@ def status(
 
 
 @main.command("diagnose")
-@click.argument("domain", metavar="[NAMESPACE/]DOMAIN")
+@click.argument("target", metavar="[TARGET]", required=False)
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), help=_KUBECONFIG_HELP)
 @click.option("--context", help=_CONTEXT_HELP)
-@click.option("-n", "--namespace", help="namespace of DOMAIN  [default: the context's namespace]")
-@click.option("--driver-namespace", help=_DRIVER_NAMESPACE_HELP)
+@click.option("-n", "--namespace", help="namespace of TARGET  [default: the context's namespace]")
+@click.option("--all", "all_pods", is_flag=True, help="every pod of the namespace that uses a claim")
+@click.option("--driver-namespace", help=_DRIVER_NAMESPACE_HELP + " (ComputeDomains only)")
 @click.option(
     "--imex-mode",
     type=click.Choice(["auto", "driver-managed", "host-managed"]),
     default="auto",
     show_default=True,
-    help="auto reads it from the installed DeviceClasses",
+    help="auto reads it from the installed DeviceClasses (ComputeDomains only)",
 )
 @click.option(
     "-o", "--output", type=click.Choice(_OUTPUTS), default="text", show_default=True, help=_OUTPUT_HELP
 )
 def diagnose(
-    domain: str,
+    target: str | None,
     kubeconfig: Path | None,
     context: str | None,
     namespace: str | None,
+    all_pods: bool,
     driver_namespace: str | None,
     imex_mode: str,
     output: str,
 ) -> None:
-    """Explain why a ComputeDomain or its pods are not ready.
+    """Explain why a ComputeDomain, or a workload's IMEX channel claim, is not ready.
 
-    Exit code 0: no problem found; 1: problems found; 3: the cluster could not be read; 4: the domain
+    \b
+    TARGET is kubectl's TYPE/NAME, or a ComputeDomain:
+      NAME, NAMESPACE/NAME       a ComputeDomain (also computedomain/NAME)
+      pod/NAME                   a pod's resourceClaims
+      job/NAME, mpijob/NAME,     the workload's pods (its pod templates while
+      deployment/NAME            it has none)
+      namespace/NS, or --all     every pod of the namespace with an IMEX claim
+
+    Exit code 0: no problem found; 1: problems found; 3: the cluster could not be read; 4: the target
     does not exist (2 stays click's usage error).
-    """
+    """  # noqa: D301 -- \b is click's marker for a paragraph it must not rewrap
+    from imexdra.cli.clusterview import context_namespace
+    from imexdra.cli.targets import TargetKind, parse_target
+
+    chosen = parse_target(
+        target,
+        namespace=namespace,
+        all_pods=all_pods,
+        default_namespace=lambda: context_namespace(kubeconfig, context),
+    )
+    if chosen.kind is TargetKind.COMPUTE_DOMAIN:
+        code = _diagnose_domain(
+            chosen,
+            kubeconfig=kubeconfig,
+            context=context,
+            driver_namespace=driver_namespace,
+            imex_mode=imex_mode,
+            output=output,
+        )
+    else:
+        code = _diagnose_workload(chosen, kubeconfig=kubeconfig, context=context, output=output)
+    sys.exit(code)
+
+
+def _diagnose_domain(
+    target: Target,
+    *,
+    kubeconfig: Path | None,
+    context: str | None,
+    driver_namespace: str | None,
+    imex_mode: str,
+    output: str,
+) -> int:
+    """``diagnose`` of one ComputeDomain: print the report, return the exit code."""
     from imexdra.api.computedomain import ComputeDomain
     from imexdra.cli import diagnose as checks
     from imexdra.cli.clusterview import (
         EXIT_NOT_FOUND,
         EXIT_PROBLEMS,
         ImexMode,
-        context_namespace,
         find_driver_namespace,
         get_or_none,
         run_with_client,
     )
 
-    if "/" in domain:
-        given_namespace, _, name = domain.partition("/")
-        if namespace is not None and namespace != given_namespace:
-            raise click.UsageError(f"{domain} contradicts -n {namespace}")
-        namespace = given_namespace
-    else:
-        name = domain
-    namespace = namespace or context_namespace(kubeconfig, context)
+    namespace, name = target.namespace, target.name
     mode = None if imex_mode == "auto" else ImexMode(imex_mode)
 
     async def fetch(client: AsyncClient) -> checks.DomainView | None:
@@ -193,4 +230,38 @@ def diagnose(
         click.echo(_dump(document, output))
     else:
         click.echo(checks.render_text(key, findings))
-    sys.exit(EXIT_NOT_FOUND if view is None else EXIT_PROBLEMS if checks.has_problems(findings) else 0)
+    return EXIT_NOT_FOUND if view is None else EXIT_PROBLEMS if checks.has_problems(findings) else 0
+
+
+def _diagnose_workload(target: Target, *, kubeconfig: Path | None, context: str | None, output: str) -> int:
+    """``diagnose`` of a pod, workload or namespace: print the report, return the exit code."""
+    from imexdra.cli.claimchecks import diagnose_workload, missing_target_finding
+    from imexdra.cli.clusterview import EXIT_NOT_FOUND, EXIT_PROBLEMS, run_with_client
+    from imexdra.cli.diagnose import has_problems, render_text
+    from imexdra.cli.workloads import fetch_workload_view
+
+    async def fetch(client: AsyncClient) -> WorkloadView | None:
+        return await fetch_workload_view(client, target)
+
+    view = run_with_client(kubeconfig, fetch, context=context)
+    report = diagnose_workload(view) if view is not None else None
+    findings = report.findings if report is not None else [missing_target_finding(target)]
+    suggestions = report.suggestions if report is not None else []
+    if output in ("json", "yaml"):
+        document = {
+            "target": target.ref,
+            "kind": str(target.kind),
+            "namespace": target.namespace,
+            "name": target.name,
+            "found": view is not None,
+            "checked": report.checked if report is not None else [],
+            "problems": has_problems(findings),
+            "findings": [f.to_json() for f in findings],
+            "suggestions": [s.to_json() for s in suggestions],
+        }
+        click.echo(_dump(document, output))
+    else:
+        blocks = [render_text(target.key, findings, kind=str(target.kind))]
+        blocks += [f"# YAML that would work (template {s.template}):\n{s.to_yaml()}" for s in suggestions]
+        click.echo("\n\n".join(block.rstrip("\n") for block in blocks))
+    return EXIT_NOT_FOUND if view is None else EXIT_PROBLEMS if has_problems(findings) else 0

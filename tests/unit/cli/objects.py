@@ -6,7 +6,7 @@ from typing import Any
 
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Node, Pod
-from lightkube.resources.resource_v1 import ResourceClaim
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique
@@ -180,7 +180,10 @@ def pod(
     waiting: str | None = None,
     ready: bool = False,
     labels: dict[str, str] | None = None,
+    claim_status: str | None = None,
 ) -> Pod:
+    """A workload pod with claim ``imex`` from ``template`` (or naming ``claim_name``); ``claim_status``
+    is the name of the claim the resourceclaim controller generated for it."""
     claims = []
     if template:
         claims.append({"name": "imex", "resourceClaimTemplateName": template})
@@ -190,6 +193,8 @@ def pod(
         "phase": phase,
         "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
     }
+    if claim_status:
+        status["resourceClaimStatuses"] = [{"name": "imex", "resourceClaimName": claim_status}]
     if waiting:
         status["containerStatuses"] = [
             {
@@ -267,3 +272,48 @@ def snapshot() -> Snapshot:
         nodes=[gpu_node("node-a", domain_uid=UID), node("infra")],
         claims=[claim("worker-0-imex", reserved_for=(("worker-0", "uid-worker-0"),))],
     )
+
+
+def claim_template(
+    name: str = "train-channel",
+    namespace: str = "team-a",
+    *,
+    device_class: str = "compute-domain-default-channel.nvidia.com",
+    parameters: dict[str, Any] | None = None,
+    uid: str | None = UID,
+) -> ResourceClaimTemplate:
+    """A workload claim template as the controller renders it for ``uid`` (no config when both are None);
+    ``parameters`` replaces the opaque config's parameters."""
+    devices: dict[str, Any] = {
+        "requests": [{"name": "channel", "exactly": {"deviceClassName": device_class}}]
+    }
+    if parameters is not None or uid is not None:
+        opaque = channel_config(uid or "")["opaque"]
+        if parameters is not None:
+            opaque = {**opaque, "parameters": parameters}
+        devices["config"] = [{"requests": ["channel"], "opaque": opaque}]
+    return ResourceClaimTemplate.from_dict(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"spec": {"devices": devices}},
+        }
+    )
+
+
+def device_class(name: str, expression: str | None = None) -> DeviceClass:
+    """A DeviceClass; the chart's select on ``device.driver`` in CEL."""
+    cel = expression or "device.driver == 'compute-domain.nvidia.com'"
+    return DeviceClass.from_dict(
+        {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": cel}}]}}
+    )
+
+
+def chart_device_classes() -> list[DeviceClass]:
+    """The DeviceClasses a driver-managed install has, plus an unrelated GPU class."""
+    return [
+        device_class("compute-domain-default-channel.nvidia.com"),
+        device_class("compute-domain-daemon.nvidia.com"),
+        device_class("gpu.nvidia.com", "device.driver == 'gpu.nvidia.com'"),
+    ]
