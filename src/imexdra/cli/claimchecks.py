@@ -172,9 +172,10 @@ def check_devices(
     present = {name_of(dc) for dc in view.device_classes}
     ours = our_device_classes(view.device_classes)
     requested = requested_classes(devices)
-    for request, device_class in requested:
-        if device_class not in present:
-            verdict.findings.append(_missing_class(device_class, request, where, ours))
+    missing = [(request, device_class) for request, device_class in requested if device_class not in present]
+    verdict.findings.extend(
+        _missing_class(device_class, request, where, ours) for request, device_class in missing
+    )
     domain_ids: list[str] = []
     rejected = False
     configs = [c.opaque for c in (devices.config if devices is not None else None) or [] if c.opaque]
@@ -189,9 +190,8 @@ def check_devices(
             domain_ids.append(decoded.domain_id)
         else:
             verdict.findings.append(_daemon_config(where))
-    missing_class = any(f.message.startswith("DeviceClass ") for f in verdict.findings)
     verdict.imex = (
-        missing_class  # a misspelt class cannot tell; the pods are stuck either way
+        bool(missing)  # a misspelt class cannot tell; the pods are stuck either way
         or any(o.driver == DRIVER_NAME for o in configs)
         or any(c in ours for _, c in requested)
     )
