@@ -127,7 +127,9 @@ async def fetch_consumers(client: AsyncClient, target: Target) -> tuple[list[Con
     if found is None:
         return None
     workload: Workload = decode(found)
-    pods = await list_all(client, Pod, namespace=namespace, labels=dict(workload.selector))
+    # An empty selector (a Deployment selecting by matchExpressions only) would list every pod here.
+    selector = dict(workload.selector)
+    pods = await list_all(client, Pod, namespace=namespace, labels=selector) if selector else []
     if pods:
         return [pod_consumer(p) for p in sorted(pods, key=name_of)], False
     return [template_consumer(target, role, spec) for role, spec in workload.templates], True

@@ -148,3 +148,13 @@ async def test_namespace_keeps_pods_with_claims() -> None:
 async def test_absent_target_is_none(kind: TargetKind) -> None:
     """A 404 for the target itself is None (the command exits 4)."""
     assert await fetch_consumers(_Client({}), Target(kind, "team-a", "gone")) is None  # type: ignore[arg-type]
+
+
+async def test_workload_with_an_empty_selector_gives_its_templates() -> None:
+    """A Deployment selecting by matchExpressions only never claims every pod of the namespace."""
+    raw = deployment().to_dict()
+    raw["spec"]["selector"] = {"matchExpressions": [{"key": "app", "operator": "Exists"}]}
+    client = _Client({Deployment: [Deployment.from_dict(raw)], Pod: [o.pod("stray")]})
+    found = await fetch_consumers(client, Target(TargetKind.DEPLOYMENT, "team-a", "serve"))  # type: ignore[arg-type]
+    assert found is not None
+    assert (labels(found[0]), found[1]) == (["pod template of deployment/serve"], True)
