@@ -249,6 +249,7 @@ async def controller_running(
     name: str,
     *,
     gates: str = "",
+    extra_args: tuple[str, ...] = (),
     namespaces: bool = True,
     clean_up: bool = True,
 ) -> AsyncIterator[ControllerProcess]:
@@ -263,7 +264,9 @@ async def controller_running(
         install_driver_namespace(cluster, driver_ns)
         cluster.create_namespace(user_ns)
     kubeconfig = install_controller_identity(cluster, driver_ns)
-    process = ControllerProcess(cluster, kubeconfig, driver_ns, name=name, gates=gates).start()
+    process = ControllerProcess(
+        cluster, kubeconfig, driver_ns, name=name, gates=gates, extra_args=extra_args
+    ).start()
     try:
         await process.wait_ready()
         yield process

@@ -43,7 +43,7 @@ VALUES = {
     },
     "kubeletPlugin": {"containers": {"computeDomains": {"gpuCliqueLabelEnabled": True}}},
 }
-CONDITIONS = frozenset({"driverManaged", "cliques", "leaderElection", "gpuCliqueLabel"})
+CONDITIONS = frozenset({"driverManaged", "cliques", "leaderElection", "gpuCliqueLabel", "claims"})
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ def channel_pod(
     namespace: str,
     template: str,
     *,
+    existing_claim: bool = False,
     node: str | None = None,
     image: str = PAUSE_IMAGE,
     claim: str = "channel",
@@ -23,12 +24,19 @@ def channel_pod(
 ) -> dict[str, Any]:
     """A pod whose one container takes an IMEX channel from the claim template ``template``.
 
+    ``existing_claim``: ``template`` names a ResourceClaim the pod uses as it is (``resourceClaimName``).
+
     ``node`` pins it through the scheduler (a hostname nodeSelector); ``grace_seconds`` (1 by default,
     so deleting one is quick) is left to the cluster's default when None.
     """
     spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
-        "resourceClaims": [{"name": claim, "resourceClaimTemplateName": template}],
+        "resourceClaims": [
+            {
+                "name": claim,
+                ("resourceClaimName" if existing_claim else "resourceClaimTemplateName"): template,
+            }
+        ],
         "containers": [{"name": "main", "image": image, "resources": {"claims": [{"name": claim}]}}],
     }
     if node:

@@ -26,7 +26,10 @@ def uid_of(cluster: LocalCluster, kind: str, name: str, namespace: str) -> str:
 
 
 def patch_status(cluster: LocalCluster, kind: str, name: str, namespace: str, patch: dict[str, Any]) -> None:
-    """Merge ``patch`` into an object's ``status`` subresource, as the object's controller would."""
+    """Merge ``patch`` into an object through its ``status`` subresource, as the object's controller would.
+
+    The patch is of the whole object: its fields go under ``{"status": ...}``; anything else is ignored.
+    """
     cluster.kubectl(
         "patch", kind, name, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
     )

@@ -9,7 +9,10 @@ What is watched (upstream's set, minus what HostManagedIMEX never needs, docs/da
 | DaemonSet, Pod | each managed namespace | CD label | yes | no |
 | ComputeDomainClique | driver namespace | — | gate ComputeDomainCliques | no |
 | Node | cluster | CD label | yes | no |
-| ResourceClaim (``ChannelClaim``: UID and held channels only) | all namespaces | — | no | channel isolation |
+| ResourceClaim (``ChannelClaim``) | all namespaces | — | protection¹ | protection¹ or channel isolation |
+
+¹ in-use protection (docs/in-use-protection.md), on unless ``--compute-domain-in-use-protection=false``.
+``ChannelClaim`` keeps a claim's UID, the channels it holds and the pods using them, nothing else.
 
 Every store is indexed by the owning domain's UID (``overlay.DOMAIN_INDEX``; for ComputeDomains their
 own UID), so a reconcile finds a domain's objects without scanning.
@@ -26,11 +29,10 @@ from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique
-from imexdra.api.config.common import ImexIsolation
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY, ClaimTemplateTarget
 from imexdra.common.informer import EventHandler, Informer
 from imexdra.common.store import KubeObject, T, index_by_label, index_by_uid
-from imexdra.controller.claimholds import ChannelClaim
+from imexdra.controller.claimholds import ChannelClaim, index_by_used_domain
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod, daemon_pod
 from imexdra.controller.overlay import DOMAIN_INDEX, Overlay
@@ -85,11 +87,12 @@ class Caches:
             self.nodes = watch(Node, by_label, label_selector=COMPUTE_DOMAIN_LABEL_KEY)
             if config.cliques_enabled:
                 self.cliques = watch(ComputeDomainClique, by_label, namespace=config.driver_namespace)
-        #: Every claim's held channel numbers (docs/channel-isolation.md §4); no index, no overlay: the
-        #: controller never writes claims, it only feeds what they hold to the channel book.
+        #: Every claim's held channel numbers (docs/channel-isolation.md §4) and the pods using each
+        #: domain's channel (docs/in-use-protection.md §3), indexed by that domain; no overlay: the
+        #: controller never writes claims.
         self.claims: Informer[ChannelClaim] | None = None
-        if config.imex_isolation is ImexIsolation.CHANNEL:
-            self.claims = watch(ChannelClaim, None)
+        if config.reads_claims:
+            self.claims = watch(ChannelClaim, {DOMAIN_INDEX: index_by_used_domain})
         self.daemon_set_view = Overlay([i.store for i in self.daemon_sets], domain_label)
         self.clique_view = Overlay([self.cliques.store] if self.cliques else [], domain_label)
         self.node_view = Overlay([self.nodes.store] if self.nodes else [], domain_label)
@@ -126,6 +129,13 @@ class Caches:
             daemon_pod(pod) for informer in self.pods for pod in informer.store.by_index(DOMAIN_INDEX, uid)
         )
         return [pod for pod in pods if pod is not None and pod.domain_uid == uid]
+
+    def channel_users(self, uid: str) -> list[str]:
+        """``namespace/name`` of every pod a claim on the domain's channel is reserved for, sorted."""
+        if self.claims is None:
+            return []
+        claims = self.claims.store.by_index(DOMAIN_INDEX, uid)
+        return sorted({pod for claim in claims if claim.use is not None for pod in claim.use.pods})
 
     def templates_of(self, uid: str, target: ClaimTemplateTarget) -> list[ResourceClaimTemplate]:
         """The domain's claim templates with the given target label."""

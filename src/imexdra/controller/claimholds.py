@@ -7,12 +7,18 @@ ComputeDomainChannelConfig names. ``ChannelClaim`` is a slim stand-in for Resour
 informer decodes straight from the wire: it turns the allocation into a ``ClaimHold`` at once and
 keeps nothing else but the name, namespace, UID and resourceVersion the informer needs to diff a
 relist. A claim holding no such number keeps no hold at all.
+
+In-use protection (docs/in-use-protection.md §3) asks one more fact of the same claims: which pods
+use a domain's channel. ``ClaimUse`` says it for any channel of our driver, channel 0 included: the
+domain its channel config names and the pods ``status.reservedFor`` lists. Daemon claims carry a
+ComputeDomainDaemonConfig, not a channel config, so they never count.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import msgspec
 from lightkube.core import resource as res
@@ -24,6 +30,18 @@ from imexdra.controller.channels import ClaimHold
 
 #: The device names of channels the plugin publishes (``channel-<id>``, kubeletplugin/slices.py).
 _CHANNEL_DEVICE = re.compile(r"channel-([1-9][0-9]*)")
+#: The same, channel 0 (domain isolation's shared channel) included.
+_ANY_CHANNEL_DEVICE = re.compile(r"channel-(0|[1-9][0-9]*)")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimUse:
+    """A claim allocated one of a domain's channels, and the pods it is reserved for (maybe none)."""
+
+    #: The ``domainID`` of the claim's ComputeDomainChannelConfig.
+    domain: str
+    #: ``namespace/name`` of every pod in ``status.reservedFor``.
+    pods: tuple[str, ...]
 
 
 class _Result(msgspec.Struct, kw_only=True):
@@ -50,8 +68,14 @@ class _Allocation(msgspec.Struct, kw_only=True):
     devices: _Devices | None = None
 
 
+class _Consumer(msgspec.Struct, kw_only=True):
+    resource: str = ""
+    name: str = ""
+
+
 class _Status(msgspec.Struct, kw_only=True):
     allocation: _Allocation | None = None
+    reserved_for: list[_Consumer] = msgspec.field(name="reservedFor", default_factory=list)
 
 
 class _ChannelParameters(msgspec.Struct, kw_only=True):
@@ -95,6 +119,20 @@ def hold_of(status: _Status) -> ClaimHold | None:
     return ClaimHold(domain=_domain_of(devices.config), channels=numbers)
 
 
+def use_of(status: _Status, namespace: str) -> ClaimUse | None:
+    """Which domain's channel a decoded claim status holds and for which pods; None if no channel."""
+    devices = status.allocation.devices if status.allocation is not None else None
+    if devices is None:
+        return None
+    if not any(r.driver == DRIVER_NAME and _ANY_CHANNEL_DEVICE.fullmatch(r.device) for r in devices.results):
+        return None
+    domain = _domain_of(devices.config)
+    if domain is None:
+        return None
+    pods = tuple(f"{namespace}/{c.name}" for c in status.reserved_for if c.resource == "pods" and c.name)
+    return ClaimUse(domain=domain, pods=pods)
+
+
 class ChannelClaim(res.NamespacedResourceG, DictMixin, kw_only=True):
     """A ResourceClaim as the controller keeps it: identity and the channels it holds, nothing more."""
 
@@ -109,13 +147,16 @@ class ChannelClaim(res.NamespacedResourceG, DictMixin, kw_only=True):
     status: _Status | None = None
     #: Filled in here, never on the wire (no Kubernetes object has a key of this name).
     hold: ClaimHold | None = msgspec.field(default=None, name="-imexdra-hold")
+    #: Filled in here too: the domain whose channel it holds and the pods using it.
+    use: ClaimUse | None = msgspec.field(default=None, name="-imexdra-use")
 
     def __post_init__(self) -> None:
-        """Keep only what the channel book and the informer need."""
+        """Keep only what the channel book, in-use protection and the informer need."""
+        meta = self.metadata
         if self.status is not None:
             self.hold = hold_of(self.status)
+            self.use = use_of(self.status, (meta.namespace if meta else None) or "")
             self.status = None
-        meta = self.metadata
         if meta is not None:
             self.metadata = ObjectMeta(
                 name=meta.name, namespace=meta.namespace, uid=meta.uid, resourceVersion=meta.resourceVersion
@@ -125,3 +166,8 @@ class ChannelClaim(res.NamespacedResourceG, DictMixin, kw_only=True):
 def claim_uid(claim: ChannelClaim) -> str | None:
     """The claim's UID (the channel book's key for it)."""
     return claim.metadata.uid if claim.metadata else None
+
+
+def index_by_used_domain(claim: ChannelClaim) -> list[str]:
+    """Index function: the UID of the domain whose channel the claim holds (``ClaimUse.domain``)."""
+    return [claim.use.domain] if claim.use is not None else []

@@ -49,6 +49,8 @@ class ControllerConfig:
     imex_isolation: ImexIsolation = ImexIsolation.DOMAIN
     #: Channels ``0 .. count - 1`` on every node (docs/channel-isolation.md §3); channel isolation only.
     imex_channel_count: int = DEFAULT_IMEX_CHANNEL_COUNT
+    #: A deleted domain waits for the pods using its channel (docs/in-use-protection.md).
+    in_use_protection: bool = True
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
     min_publish_interval: float = DEFAULT_MIN_PUBLISH_INTERVAL_SECONDS
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
@@ -84,4 +86,10 @@ class ControllerConfig:
             host_managed=host_managed,
             imex_isolation=imex.isolation(host_managed=host_managed),
             imex_channel_count=imex.imex_channel_count,
+            in_use_protection=controller.compute_domain_in_use_protection,
         )
+
+    @property
+    def reads_claims(self) -> bool:
+        """Whether the controller watches ResourceClaims (the channels they hold, the pods using them)."""
+        return self.imex_isolation is ImexIsolation.CHANNEL or self.in_use_protection

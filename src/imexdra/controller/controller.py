@@ -8,6 +8,8 @@ workers at once, and adding a queued key again is free):
   the batching window ``config.debounce_seconds``, so a burst of daemon events costs one reconcile
   (at once while the domain is terminating: each teardown step waits for the previous one's event);
 - anything labelled for an unknown domain, or a domain vanishing → a sweep (``cleanup``) a second later;
+- with in-use protection, a ResourceClaim whose pods or allocation change → the domain whose channel
+  it holds, at once, if that domain is terminating (its deletion may wait for those pods no longer);
 - under channel isolation, ResourceClaims and ComputeDomains also feed the channel book, which
   requeues domains waiting for a number, oldest first, when one may have come free; under domain
   isolation ComputeDomains and claim templates feed ``switching``, which requeues held domains when
@@ -36,6 +38,7 @@ from imexdra.common.informer import EventHandler
 from imexdra.common.store import KubeObject, object_key
 from imexdra.common.workqueue import WorkQueue, run_workers
 from imexdra.controller.caches import Caches, domain_label, own_uid
+from imexdra.controller.claimholds import ChannelClaim
 from imexdra.controller.cleanup import SWEEP_KEY, StaleObjectSweeper
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.isolation import ChannelAssigner
@@ -133,6 +136,14 @@ class Controller:
         )
         if self.assigner is not None:
             self._wire_channels(self.assigner)
+        if caches.claims is not None and self.config.in_use_protection:
+            caches.claims.add_handler(
+                EventHandler(
+                    on_add=self._claim_changed,
+                    on_update=lambda old, new: self._claim_changed(old, new),
+                    on_delete=self._claim_changed,
+                )
+            )
         if self.channel_kind is not None:
             kinds = self.channel_kind
             caches.domains.add_handler(
@@ -189,7 +200,15 @@ class Controller:
         uid = own_uid(cd)
         if uid:
             self.metrics.forget(uid)
+            self.reconciler.forget(uid)
         self.queue.add_after(SWEEP_KEY, SWEEP_DELAY_SECONDS)
+
+    def _claim_changed(self, *claims: ChannelClaim) -> None:
+        """Requeue each terminating domain whose channel the claim held (before or after the change)."""
+        for uid in {claim.use.domain for claim in claims if claim.use is not None}:
+            key = self.caches.domain_key(uid)
+            if key is not None and self.caches.terminating(key):
+                self.queue.add(key)
 
     def _owned_handler(self, changed: Callable[[Any, Any], bool] | None = None) -> EventHandler[Any]:
         def touch(obj: KubeObject) -> None:

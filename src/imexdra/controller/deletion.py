@@ -4,6 +4,8 @@ Given what the caches show about a terminating domain's objects, ``plan_deletion
 done now; the reconciler executes that and runs again when the caches change. The order is upstream's
 (docs/data-path.md §13; for a host-managed domain the daemon side is simply empty):
 
+0. while pods use the domain's channel (in-use protection, docs/in-use-protection.md): nothing, but
+   say who holds it;
 1. delete the workload ResourceClaimTemplate, the daemon ResourceClaimTemplate and the DaemonSet;
 2. remove the domain's label from every node carrying it;
 3. once no node is labelled: remove our finalizer from the workload template, but only once it is
@@ -55,6 +57,8 @@ class DeletionView:
 
     objects: tuple[Owned, ...] = ()
     labelled_nodes: tuple[str, ...] = ()
+    #: ``namespace/name`` of the pods using the domain's channel (empty when protection is off).
+    users: tuple[str, ...] = ()
 
     def of(self, *kinds: Kind) -> list[Owned]:
         """The objects of the given kinds."""
@@ -87,7 +91,14 @@ class FinalizeDomain:
     """Remove the domain's own finalizer and forget its metrics: the last step."""
 
 
-Action = Delete | RemoveFinalizer | RemoveNodeLabel | FinalizeDomain
+@dataclass(frozen=True, slots=True)
+class HoldForUsers:
+    """Keep everything: these pods still use the domain's channel."""
+
+    pods: tuple[str, ...]
+
+
+Action = Delete | RemoveFinalizer | RemoveNodeLabel | FinalizeDomain | HoldForUsers
 
 
 def _deletes(objects: Iterable[Owned]) -> list[Action]:
@@ -100,6 +111,8 @@ def _finalizer_removals(objects: Iterable[Owned]) -> list[Action]:
 
 def plan_deletion(view: DeletionView) -> list[Action]:
     """What may be done now; an empty plan means "wait for the caches to change"."""
+    if view.users:
+        return [HoldForUsers(view.users)]
     if not view.objects and not view.labelled_nodes:
         return [FinalizeDomain()]
     workload = view.of(Kind.WORKLOAD_TEMPLATE)

@@ -5,7 +5,8 @@ controller never sends whole objects, see ``writes``), pods are read only in the
 instead of cluster-wide, cliques get ``create``/``patch``/``delete`` because the controller is their
 only writer, and Events are written through ``events.k8s.io``. Nothing is read with ``get``: the
 informers ``list`` and ``watch``; only leader election reads its Lease. ResourceClaims are read only
-under channel isolation (the numbers claims hold, docs/channel-isolation.md §4), and never written.
+under channel isolation (the numbers claims hold, docs/channel-isolation.md §4) or in-use protection
+(the pods using a domain, docs/in-use-protection.md §3), and never written.
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ NAMESPACE_RULES: tuple[Rule, ...] = (
     Rule(("resource.nvidia.com",), ("computedomaincliques",), (*_READ, "create", "patch", "delete")),
 )
 
-#: Also bound cluster-wide under channel isolation: the claim projection (``claimholds``) reads every claim.
-CHANNEL_ISOLATION_RULES: tuple[Rule, ...] = (Rule(("resource.k8s.io",), ("resourceclaims",), _READ),)
+#: Also bound cluster-wide when the claim projection (``claimholds``) runs: it reads every claim.
+CLAIM_RULES: tuple[Rule, ...] = (Rule(("resource.k8s.io",), ("resourceclaims",), _READ),)
 
 
-def cluster_rules(isolation: ImexIsolation) -> tuple[Rule, ...]:
-    """The cluster-wide rules of an install running with ``isolation``."""
-    if isolation is ImexIsolation.CHANNEL:
-        return (*CLUSTER_RULES, *CHANNEL_ISOLATION_RULES)
+def cluster_rules(isolation: ImexIsolation, *, in_use_protection: bool = True) -> tuple[Rule, ...]:
+    """The cluster-wide rules of an install running with ``isolation`` and in-use protection on or off."""
+    if isolation is ImexIsolation.CHANNEL or in_use_protection:
+        return (*CLUSTER_RULES, *CLAIM_RULES)
     return CLUSTER_RULES

@@ -5,7 +5,10 @@ HostManagedIMEX Ready only means "admitted"), ``Finalized`` when cleanup is comp
 Warning: ``ReconcileFailed`` (a step failed and will be retried; the note says which and why),
 ``ClaimTemplateConflict`` (a ResourceClaimTemplate not made for this domain already has the requested
 name), ``CliqueFull`` (a daemon got no index below maxNodesPerIMEXDomain), ``DaemonFailing`` (a node's
-IMEX daemon container keeps exiting; the note is its termination message).
+IMEX daemon container keeps exiting; the note is its termination message), ``InUse`` (a deleted domain
+is kept while pods use its channel; the note names them, docs/in-use-protection.md).
+Warning ``NodeNotReady``: a node's daemon is not ready because the node is not (lost, or its kubelet
+silent; the note gives the node's Ready condition, docs/node-loss.md).
 Channel isolation (docs/channel-isolation.md §7), also the reasons of the ``ChannelAllocated``
 condition: ``ChannelAllocated`` (Normal, condition True) and, as Warnings with the condition False,
 ``ChannelsExhausted``, ``AllocationModeUnsupported``, ``ChannelConflict``, ``ChannelOutOfPool``,
@@ -20,7 +23,9 @@ RECONCILE_FAILED: Final = "ReconcileFailed"
 CLAIM_TEMPLATE_CONFLICT: Final = "ClaimTemplateConflict"
 CLIQUE_FULL: Final = "CliqueFull"
 DAEMON_FAILING: Final = "DaemonFailing"
+NODE_NOT_READY: Final = "NodeNotReady"
 FINALIZED: Final = "Finalized"
+IN_USE: Final = "InUse"
 CHANNEL_ALLOCATED: Final = "ChannelAllocated"
 CHANNELS_EXHAUSTED: Final = "ChannelsExhausted"
 ALLOCATION_MODE_UNSUPPORTED: Final = "AllocationModeUnsupported"

@@ -19,8 +19,10 @@ held back (``IsolationSwitchPending``, see ``switching``). Under channel isolati
 the channel class for the domain's number only (``render``).
 
 An owned object someone else deleted is let go (our finalizer removed) and created again. Terminating
-domain: execute ``deletion.plan_deletion`` until it says ``FinalizeDomain``. Every step reads the
-caches only, so a reconcile with nothing to do costs no API call.
+domain: execute ``deletion.plan_deletion`` until it says ``FinalizeDomain``; while pods use its channel
+(in-use protection) the plan holds everything and an ``InUse`` event names them, once per change of
+that set (claim events requeue the domain). Every step reads the caches only, so a reconcile with
+nothing to do costs no API call.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from imexdra.controller.deletion import (
     Delete,
     DeletionView,
     FinalizeDomain,
+    HoldForUsers,
     Kind,
     Owned,
     RemoveFinalizer,
@@ -66,6 +69,8 @@ _log = structlog.get_logger(__name__)
 WAIT_SECONDS = 5.0
 #: Re-check of a claim-template name clash (the clashing object is not watched).
 CONFLICT_RETRY_SECONDS = 10.0
+#: Pods an ``InUse`` event names before it gives only the count of the rest.
+IN_USE_PODS_NAMED = 10
 
 
 def _sooner_retry(a: float | None, b: float | None) -> float | None:
@@ -98,6 +103,8 @@ class Reconciler:
         self._events = events
         self._metrics = metrics
         self._sync = MembershipSync(config, caches, writer, events, metrics)
+        #: The users last reported in an ``InUse`` event, per held domain (one event per change).
+        self._reported_users: dict[str, tuple[str, ...]] = {}
 
     async def reconcile(self, key: str) -> float | None:
         """Reconcile the domain cached under ``key``; a vanished domain needs nothing."""
@@ -330,7 +337,12 @@ class Reconciler:
             for n in self._caches.node_view.by_domain(uid)
             if n.metadata and n.metadata.name
         }
-        plan = plan_deletion(DeletionView(tuple(owned), tuple(nodes)))
+        users = tuple(self._caches.channel_users(uid)) if self._config.in_use_protection else ()
+        plan = plan_deletion(DeletionView(tuple(owned), tuple(nodes), users))
+        if plan and isinstance(plan[0], HoldForUsers):
+            self._report_in_use(cd, uid, plan[0].pods)
+            return None
+        self._reported_users.pop(uid, None)
         steps: list[Awaitable[None]] = []
         for action in plan:
             if isinstance(action, Delete):
@@ -353,9 +365,31 @@ class Reconciler:
         if has_finalizer(cd):
             await self._writer.remove_finalizer(cd, self._caches.domain_view)
         self._metrics.forget(uid)
-        self._sync.forget(uid)
+        self.forget(uid)
         self._events.record(
             cd, type="Normal", reason=reasons.FINALIZED, action="Finalize", note="all owned objects removed"
         )
         _log.info("ComputeDomain finalized", domain=uid)
         return None
+
+    def forget(self, uid: str) -> None:
+        """Drop what is remembered about a domain gone from the API."""
+        self._reported_users.pop(uid, None)
+        self._sync.forget(uid)
+
+    def _report_in_use(self, cd: ComputeDomain, uid: str, pods: tuple[str, ...]) -> None:
+        """One Warning event (and log line) per change of the set of pods holding the domain."""
+        if self._reported_users.get(uid) == pods:
+            return
+        self._reported_users[uid] = pods
+        named = ", ".join(pods[:IN_USE_PODS_NAMED])
+        rest = len(pods) - IN_USE_PODS_NAMED
+        more = f" and {rest} more" if rest > 0 else ""
+        note = (
+            f"deletion waits: {len(pods)} pod(s) still use this ComputeDomain's IMEX channel "
+            f"({named}{more}); "
+            "its claim template, IMEX daemons, node labels and channel are kept until they are gone. "
+            "Delete those pods or their workload to finish"
+        )
+        self._events.record(cd, type="Warning", reason=reasons.IN_USE, action="Finalize", note=note)
+        _log.info("ComputeDomain in use, deletion waits", domain=uid, pods=len(pods), first=pods[0])

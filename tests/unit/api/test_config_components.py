@@ -253,6 +253,33 @@ def test_controller_settings_from_env() -> None:
     assert settings.additional_namespaces == ("old-ns", "other")
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        ((), {}, True),
+        (("--compute-domain-in-use-protection",), {}, True),
+        (("--compute-domain-in-use-protection=false",), {}, False),
+        (("--compute-domain-in-use-protection", "false"), {}, False),
+        ((), {"COMPUTE_DOMAIN_IN_USE_PROTECTION": "false"}, False),
+        ((), {"COMPUTE_DOMAIN_IN_USE_PROTECTION": "true"}, True),
+    ],
+    ids=["default-on", "bare-flag", "flag-equals-false", "flag-then-false", "env-false", "env-true"],
+)
+def test_in_use_protection_is_a_go_style_boolean(
+    args: tuple[str, ...], env: dict[str, str], expected: bool
+) -> None:
+    """On by default; ``=false``, a following ``false`` or the variable turn it off (upstream's teardown)."""
+    settings = settings_of(controller_options, args, env={**CONTROLLER_ENV, **env})
+    assert settings.compute_domain_in_use_protection is expected
+
+
+def test_in_use_protection_rejects_a_non_boolean() -> None:
+    """A value that is no boolean is a usage error naming the flag."""
+    result, _ = invoke([controller_options], ["--compute-domain-in-use-protection=maybe"], env=CONTROLLER_ENV)
+    assert result.exit_code == 2
+    assert "--compute-domain-in-use-protection" in result.output
+
+
 def test_kubelet_plugin_derived_paths() -> None:
     """Socket and data paths derive from the kubelet directories as the kubelet expects."""
     settings = settings_of(

@@ -23,12 +23,16 @@ CONTROLLER = ("Deployment", "compute-domain")
 PLUGIN = ("DaemonSet", "compute-domains")
 
 INSTALLS: dict[str, tuple[dict[str, Any], frozenset[str]]] = {
-    "channel": (CHANNEL, frozenset({"channelIsolation"})),
+    "channel": (CHANNEL, frozenset({"claims"})),
+    "channel-protection-off": (
+        merge(CHANNEL, nested("resources.computeDomains.inUseProtection", False)),
+        frozenset({"claims"}),
+    ),
     "channel-leader-election": (
         merge(CHANNEL, {"controller": {"replicas": 2, "leaderElection": {"enabled": True}}}),
-        frozenset({"channelIsolation", "leaderElection"}),
+        frozenset({"claims", "leaderElection"}),
     ),
-    "domain-host-managed": (HOST_MANAGED, frozenset()),
+    "domain-host-managed": (HOST_MANAGED, frozenset({"claims"})),
 }
 
 
@@ -49,15 +53,18 @@ def test_granted_equals_used(component: str, values: dict[str, Any], conditions:
     assert sorted(map(str, expected - granted)) == [], "used but not granted"
 
 
-def test_only_channel_isolation_reads_claims() -> None:
-    """The controller may list and watch ResourceClaims under channel isolation, and not otherwise."""
+def test_claims_are_read_under_channel_isolation_or_in_use_protection_only() -> None:
+    """list/watch on ResourceClaims with channel isolation or in-use protection (default); neither: none."""
     account = "imexdra-service-account-controller"
-    claims = {
-        p.verb for p in rbac.granted(render(CHANNEL), NAMESPACE, account) if p.resource == "resourceclaims"
-    }
-    assert claims == {"list", "watch"}
-    domain = rbac.granted(render(HOST_MANAGED), NAMESPACE, account)
-    assert not [p for p in domain if p.resource == "resourceclaims"]
+    off = nested("resources.computeDomains.inUseProtection", False)
+
+    def claim_verbs(values: dict[str, Any]) -> set[str]:
+        granted = rbac.granted(render(values), NAMESPACE, account)
+        return {p.verb for p in granted if p.resource == "resourceclaims"}
+
+    assert claim_verbs(merge(CHANNEL, off)) == {"list", "watch"}
+    assert claim_verbs(HOST_MANAGED) == {"list", "watch"}
+    assert claim_verbs(merge(HOST_MANAGED, off)) == set()
 
 
 @pytest.mark.parametrize("count", [2, 2048, 1048576], ids=["smallest", "default", "largest"])

@@ -19,23 +19,32 @@ from tests.unit.chart.helm import NAMESPACE, merge, nested, render
 
 BASE = "imexdra-service-account"
 LEASE = "imexdra-controller"
-DRIVER = frozenset({"driverManaged", "cliques"})
+DRIVER = frozenset({"driverManaged", "cliques", "claims"})
+#: In-use protection is on by default: the controller reads ResourceClaims (docs/in-use-protection.md).
+CLAIMS = frozenset({"claims"})
+PROTECTION_OFF = nested("resources.computeDomains.inUseProtection", False)
 ADDITIONAL = nested(
     "controller.containers.computeDomain.env", [{"name": "ADDITIONAL_NAMESPACES", "value": "old-a"}]
 )
 
 INSTALLS: dict[str, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {
     "defaults": ({}, DRIVER, ()),
-    "host-managed": ({"featureGates": {"HostManagedIMEX": True}}, frozenset(), ()),
-    "host-managed-alias": ({"featureGates": {"HostManagedIMEXDaemon": True}}, frozenset(), ()),
+    "in-use-protection-off": (PROTECTION_OFF, DRIVER - CLAIMS, ()),
+    "host-managed": ({"featureGates": {"HostManagedIMEX": True}}, CLAIMS, ()),
+    "host-managed-protection-off": (
+        merge({"featureGates": {"HostManagedIMEX": True}}, PROTECTION_OFF),
+        frozenset(),
+        (),
+    ),
+    "host-managed-alias": ({"featureGates": {"HostManagedIMEXDaemon": True}}, CLAIMS, ()),
     "cliques-off": (
         {"featureGates": {"ComputeDomainCliques": False}},
-        frozenset({"driverManaged", "noCliques"}),
+        frozenset({"driverManaged", "noCliques"}) | CLAIMS,
         (),
     ),
     "all-beta-off": (
         {"featureGates": {"AllBeta": False}},
-        frozenset({"driverManaged", "noCliques"}),
+        frozenset({"driverManaged", "noCliques"}) | CLAIMS,
         (),
     ),
     "leader-election": (
@@ -53,13 +62,13 @@ INSTALLS: dict[str, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {
             {"featureGates": {"HostManagedIMEX": True}},
             nested("kubeletPlugin.containers.computeDomains.gpuCliqueLabelEnabled", True),
         ),
-        frozenset({"gpuCliqueLabel"}),
+        frozenset({"gpuCliqueLabel"}) | CLAIMS,
         (),
     ),
     "additional-namespaces": (ADDITIONAL, DRIVER, ("old-a",)),
     "additional-namespaces-cliques-off": (
         merge(ADDITIONAL, {"featureGates": {"ComputeDomainCliques": False}}),
-        frozenset({"driverManaged", "noCliques"}),
+        frozenset({"driverManaged", "noCliques"}) | CLAIMS,
         ("old-a",),
     ),
 }
@@ -159,18 +168,20 @@ def test_admission_policies_can_be_disabled() -> None:
 
 
 @pytest.mark.parametrize(
-    ("isolation", "conditions"),
+    ("isolation", "protection", "conditions"),
     [
-        (ImexIsolation.DOMAIN, frozenset({"driverManaged", "cliques", "leaderElection"})),
-        (ImexIsolation.CHANNEL, frozenset({"channelIsolation", "leaderElection"})),
+        (ImexIsolation.DOMAIN, True, frozenset({"claims", "leaderElection"})),
+        (ImexIsolation.DOMAIN, False, frozenset({"leaderElection"})),
+        (ImexIsolation.CHANNEL, False, frozenset({"claims", "leaderElection"})),
     ],
-    ids=["domain-isolation", "channel-isolation"],
+    ids=["domain-isolation", "domain-isolation-protection-off", "channel-isolation-protection-off"],
 )
 def test_controller_rules_module_agrees_with_the_uses_list(
-    isolation: ImexIsolation, conditions: frozenset[str]
+    isolation: ImexIsolation, protection: bool, conditions: frozenset[str]
 ) -> None:
     """``imexdra.controller.rbac`` (the controller tests' identity) names the same verbs per resource."""
-    rules = (*controller_rules.cluster_rules(isolation), *controller_rules.NAMESPACE_RULES)
+    cluster = controller_rules.cluster_rules(isolation, in_use_protection=protection)
+    rules = (*cluster, *controller_rules.NAMESPACE_RULES)
     listed = {
         (group, resource, verb)
         for rule in rules

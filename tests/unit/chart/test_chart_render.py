@@ -187,6 +187,14 @@ def test_every_env_variable_is_one_the_binary_reads(kind: str, container: str) -
     assert set(env) - helpers <= _binary_envvars(command)
 
 
+@pytest.mark.parametrize(("value", "expected"), [(None, "true"), (True, "true"), (False, "false")])
+def test_in_use_protection_reaches_the_controller(value: bool | None, expected: str) -> None:
+    """inUseProtection is COMPUTE_DOMAIN_IN_USE_PROTECTION; a values set without the key keeps it on
+    (what ``helm upgrade --reuse-values`` from a release before the key passes)."""
+    values = nested("resources.computeDomains.inUseProtection", value)
+    assert render(values).env(*CONTROLLER)["COMPUTE_DOMAIN_IN_USE_PROTECTION"] == expected
+
+
 def test_controller_env_wiring() -> None:
     """The controller gets upstream's variables from values and the downward API."""
     values = {
@@ -218,6 +226,7 @@ def test_controller_env_wiring() -> None:
         "IMEX_MODE": "driverManaged",
         "IMEX_ISOLATION": "domain",
         "IMEX_CHANNEL_COUNT": "2048",
+        "COMPUTE_DOMAIN_IN_USE_PROTECTION": "true",
         "CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "a,b",
         "HTTP_ENDPOINT": "$(POD_IP):9090",
         "METRICS_PATH": "/m",

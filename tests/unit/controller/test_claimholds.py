@@ -3,7 +3,9 @@
 Aspects covered: a claim decodes straight into its channel hold (numbers >= 1 of our driver, the
 domain of its ComputeDomainChannelConfig); channel 0, daemon devices, other drivers and unallocated
 claims hold nothing; odd parameters do not break decoding (or a whole LIST); only identity metadata
-is kept.
+is kept. In-use protection (docs/in-use-protection.md §3): any channel of a domain, channel 0 too, is
+a use of that domain by the pods ``status.reservedFor`` lists; daemon claims and claims without a
+channel config are none; the informer index finds a domain's claims.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 from lightkube.core import decoders
 
 from imexdra.controller.channels import ClaimHold
-from imexdra.controller.claimholds import ChannelClaim, channel_number
+from imexdra.controller.claimholds import ChannelClaim, ClaimUse, channel_number, index_by_used_domain
 
 DRIVER = "compute-domain.nvidia.com"
 
@@ -35,7 +37,11 @@ def config(
     }
 
 
-def claim(results: list[dict[str, Any]] | None, configs: list[dict[str, Any]] | None = None) -> bytes:
+def claim(
+    results: list[dict[str, Any]] | None,
+    configs: list[dict[str, Any]] | None = None,
+    reserved_for: list[dict[str, Any]] | None = None,
+) -> bytes:
     obj: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -52,6 +58,8 @@ def claim(results: list[dict[str, Any]] | None, configs: list[dict[str, Any]] | 
     }
     if results is not None:
         obj["status"] = {"allocation": {"devices": {"results": results, "config": configs or []}}}
+        if reserved_for is not None:
+            obj["status"]["reservedFor"] = reserved_for
     return msgspec.json.encode(obj)
 
 
@@ -114,3 +122,50 @@ def test_only_identity_is_kept() -> None:
 def test_channel_number(device: str, number: int | None) -> None:
     """Only canonical channel device names of channels >= 1 have a number."""
     assert channel_number(device) == number
+
+
+def pod(name: str) -> dict[str, Any]:
+    """A ``reservedFor`` entry for a pod, as the scheduler writes it."""
+    return {"resource": "pods", "name": name, "uid": f"uid-{name}"}
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        pytest.param(
+            claim([result("channel-0")], [config()], [pod("w-0"), pod("w-1")]),
+            ClaimUse("d1", ("team-a/w-0", "team-a/w-1")),
+            id="channel-0-reserved",
+        ),
+        pytest.param(
+            claim([result("channel-7")], [config("d2")], [pod("w-0")]),
+            ClaimUse("d2", ("team-a/w-0",)),
+            id="channel-n-reserved",
+        ),
+        pytest.param(claim([result("channel-7")], [config()]), ClaimUse("d1", ()), id="not-reserved"),
+        pytest.param(
+            claim(
+                [result("channel-0")], [config()], [{"resource": "jobs", "apiGroup": "batch", "name": "j"}]
+            ),
+            ClaimUse("d1", ()),
+            id="non-pod-consumer",
+        ),
+        pytest.param(
+            claim([result("daemon-0")], [config(kind="ComputeDomainDaemonConfig")], [pod("d")]),
+            None,
+            id="daemon",
+        ),
+        pytest.param(claim([result("channel-0")], None, [pod("w")]), None, id="no-channel-config"),
+        pytest.param(
+            claim([result("channel-0", driver="gpu.nvidia.com")], [config()], [pod("w")]),
+            None,
+            id="other-driver",
+        ),
+        pytest.param(claim(None), None, id="unallocated"),
+    ],
+)
+def test_claim_decodes_into_its_use(body: bytes, expected: ClaimUse | None) -> None:
+    """A channel of ours plus a channel config is a use of that domain by the reserved pods."""
+    decoded = decoders.decode_object(body, ChannelClaim)
+    assert decoded.use == expected
+    assert index_by_used_domain(decoded) == ([expected.domain] if expected else [])

@@ -85,3 +85,26 @@ def test_domain_isolation_is_the_default() -> None:
     """Without IMEX_ISOLATION the controller runs domain isolation, in both modes."""
     assert make_config().imex_isolation is ImexIsolation.DOMAIN
     assert make_config(gates="HostManagedIMEX=true").imex_isolation is ImexIsolation.DOMAIN
+
+
+@pytest.mark.parametrize(
+    ("protection", "isolation", "gates", "reads_claims"),
+    [
+        (True, ImexIsolation.DOMAIN, "", True),
+        (False, ImexIsolation.DOMAIN, "", False),
+        (False, ImexIsolation.CHANNEL, "HostManagedIMEX=true", True),
+    ],
+    ids=["protection-default", "protection-off", "channel-isolation-protection-off"],
+)
+def test_claims_are_watched_for_protection_or_channel_isolation(
+    protection: bool, isolation: ImexIsolation, gates: str, reads_claims: bool
+) -> None:
+    """--compute-domain-in-use-protection reaches the config; claims are read for it or for channels."""
+    config = ControllerConfig.from_settings(
+        namespace="drv",
+        controller=controller_settings(compute_domain_in_use_protection=protection),
+        imex=ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation=isolation),
+        feature_gates=resolve_feature_gates(gates),
+    )
+    assert config.in_use_protection is protection
+    assert config.reads_claims is reads_claims

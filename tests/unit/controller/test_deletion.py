@@ -12,6 +12,7 @@ from imexdra.controller.deletion import (
     Delete,
     DeletionView,
     FinalizeDomain,
+    HoldForUsers,
     Kind,
     Owned,
     RemoveFinalizer,
@@ -114,3 +115,24 @@ def test_teardown_respects_upstream_order(seed: int) -> None:
     assert min(clique_deletes) > position[repr(RemoveFinalizer(terminating(DS)))]
     assert actions[-1] == FinalizeDomain()
     assert sum(isinstance(a, FinalizeDomain) for a in actions) == 1
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        DeletionView((WL, DRCT, DS, CLIQUE), ("node-a",), ("team-a/w-0",)),
+        DeletionView((terminating(WL), terminating(DS)), (), ("team-a/w-0",)),
+        DeletionView((), (), ("team-a/w-0",)),
+    ],
+    ids=["untouched-domain", "half-torn-down", "nothing-owned-left"],
+)
+def test_pods_using_the_channel_hold_everything(view: DeletionView) -> None:
+    """Step 0 (in-use protection): while pods use the channel, nothing is deleted, unlabelled or finalized."""
+    assert plan_deletion(view) == [HoldForUsers(("team-a/w-0",))]
+
+
+def test_teardown_resumes_in_order_once_the_pods_are_gone() -> None:
+    """Without users the same view plans upstream's first step again."""
+    held = DeletionView((WL, DRCT, DS, CLIQUE), ("node-a",), ("team-a/w-0",))
+    released = dataclasses.replace(held, users=())
+    assert plan_deletion(released) == [Delete(WL), Delete(DRCT), Delete(DS), RemoveNodeLabel("node-a")]

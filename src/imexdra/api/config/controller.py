@@ -37,6 +37,8 @@ class ControllerSettings:
     max_nodes_per_imex_domain: int
     #: Namespaces besides the driver's where daemon DaemonSets may be left from older installs.
     additional_namespaces: tuple[str, ...]
+    #: Keep a deleted domain (Terminating) while pods use its channel (docs/in-use-protection.md).
+    compute_domain_in_use_protection: bool = True
 
     def __post_init__(self) -> None:
         """Check the names the controller will write into objects."""
@@ -81,6 +83,16 @@ controller_options = OptionGroup(
         type=CommaSeparated(),
         default=(),
         help="Other namespaces to clean daemon DaemonSets from (comma-separated).",
+    ),
+    option(
+        "--compute-domain-in-use-protection",
+        envvar="COMPUTE_DOMAIN_IN_USE_PROTECTION",
+        # A Go-style boolean: bare flag is true, ``=false`` turns it off (upstream's immediate teardown).
+        type=click.BOOL,
+        is_flag=False,
+        flag_value=True,
+        default=True,
+        help="Keep a deleted ComputeDomain while pods use its channel (false: tear down at once).",
     ),
 )
 
