@@ -29,8 +29,10 @@ from tests.e2e.helpers import (
     fresh_namespace,
     injected_channel_devices,
     log_events,
+    pod_phase,
     restart_plugin,
     run_seed_job,
+    upgrade_chart,
 )
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
@@ -194,3 +196,86 @@ def test_a_driver_root_without_imex_fails_the_daemon_saying_why(
     assert error.startswith("nvidia-imex and nvidia-imex-ctl not found in this container")
     assert "NVIDIA driver install must provide them" in error and "nvidiaDriverRoot" in error
     assert get_json(cluster, "pod", "worker", "-n", namespace)["status"].get("phase") == "Pending"
+
+
+# -- in-use protection (docs/in-use-protection.md) -------------------------------------------------
+
+
+def in_use_events(cluster: LocalCluster, namespace: str, uid: str) -> list[dict[str, Any]]:
+    """The domain's ``InUse`` Warning events."""
+    events = get_json(cluster, "events", "-n", namespace)["items"]
+    return [e for e in events if e["involvedObject"].get("uid") == uid and e["reason"] == "InUse"]
+
+
+def domain_objects(cluster: LocalCluster, uid: str) -> dict[str, list[str]]:
+    """Names of the domain's labelled objects that are not terminating, by kind (daemon side + template)."""
+    found = {}
+    for kind in ("resourceclaimtemplates", "daemonsets", "pods", "nodes"):
+        items = get_json(cluster, kind, "-A", "-l", f"{DAEMON_SELECTOR}={uid}")["items"]
+        found[kind] = sorted(
+            i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")
+        )
+    return found
+
+
+def running_domain_pod(cluster: LocalCluster, namespace: str, domain: str) -> str:
+    """Create ``domain`` and a pod on gb200-00 using its channel; wait until it runs; the domain's UID."""
+    apply(cluster, compute_domain(domain, namespace, f"{domain}-channel"))
+    apply(cluster, channel_pod("worker", namespace, f"{domain}-channel", node="gb200-00"))
+    wait_until(
+        "the worker Running", lambda: pod_phase(cluster, namespace, "worker") == "Running", timeout=240
+    )
+    uid: str = get_json(cluster, "computedomain", domain, "-n", namespace)["metadata"]["uid"]
+    return uid
+
+
+def test_a_domain_in_use_is_kept_until_its_pod_is_gone(
+    driver_managed_rack: LocalCluster, namespace: str
+) -> None:
+    """Deleted under a running pod: Terminating, InUse; template, daemons, labels kept; pod gone: all gone."""
+    cluster = driver_managed_rack
+    uid = running_domain_pod(cluster, namespace, "held")
+    before = domain_objects(cluster, uid)
+    assert before["resourceclaimtemplates"] and before["daemonsets"] and before["pods"] and before["nodes"]
+
+    cluster.kubectl("delete", "computedomain", "held", "-n", namespace, "--wait=false")
+    [event] = wait_until("the InUse event", lambda: in_use_events(cluster, namespace, uid))
+    assert event["type"] == "Warning" and f"{namespace}/worker" in event["message"]
+    assert get_json(cluster, "computedomain", "held", "-n", namespace)["metadata"]["deletionTimestamp"]
+    assert domain_objects(cluster, uid) == before  # nothing torn down, no daemon restarted or replaced
+    assert pod_phase(cluster, namespace, "worker") == "Running"
+
+    cluster.kubectl("delete", "pod", "worker", "-n", namespace, "--wait=false")
+    wait_until("the domain gone", lambda: not domain_exists(cluster, namespace, "held"), timeout=180)
+    wait_until("its objects removed", lambda: not any(domain_objects(cluster, uid).values()), timeout=120)
+
+
+def domain_exists(cluster: LocalCluster, namespace: str, name: str) -> bool:
+    """Whether the API still has the ComputeDomain (terminating included)."""
+    found = cluster.kubectl("get", "computedomain", name, "-n", namespace, "--ignore-not-found", "-o", "name")
+    return bool(found.stdout.strip())
+
+
+@pytest.fixture
+def protection_off(driver_managed_rack: LocalCluster) -> Iterator[None]:
+    """The install with ``inUseProtection=false`` (the controller restarted); switched back afterwards."""
+    upgrade_chart(driver_managed_rack, {"resources": {"computeDomains": {"inUseProtection": False}}})
+    yield
+    upgrade_chart(driver_managed_rack, {"resources": {"computeDomains": {"inUseProtection": True}}})
+
+
+def test_the_opt_out_tears_down_under_a_running_pod(
+    driver_managed_rack: LocalCluster, protection_off: None, namespace: str
+) -> None:
+    """inUseProtection=false: upstream's teardown, at once, while the pod still runs."""
+    cluster = driver_managed_rack
+    controller = get_json(
+        cluster, "deployments", "-n", rack.DRIVER_NAMESPACE, "-l", "app.kubernetes.io/component=controller"
+    )
+    [env] = [c["env"] for c in controller["items"][0]["spec"]["template"]["spec"]["containers"]]
+    assert {"name": "COMPUTE_DOMAIN_IN_USE_PROTECTION", "value": "false"} in env
+    uid = running_domain_pod(cluster, namespace, "unheld")
+    cluster.kubectl("delete", "computedomain", "unheld", "-n", namespace, "--wait=true", timeout=120)
+    assert not any(domain_objects(cluster, uid).values())
+    assert pod_phase(cluster, namespace, "worker") == "Running"
+    assert in_use_events(cluster, namespace, uid) == []
