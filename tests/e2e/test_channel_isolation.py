@@ -4,11 +4,13 @@ The rack: four nodes of one NVLink clique under HostManagedIMEX (one host IMEX d
 imexdra installed with ``resources.computeDomains.imex.isolation=channel``. The controller gives each
 domain its own channel number; each node publishes channel-1..2047 in one pool of 16 slices; the
 scheduler allocates exactly the domain's channel through the template's CEL selector; the plugin
-injects only that channel and refuses a claim holding another domain's channel.
+injects only that channel and refuses a claim holding another domain's channel (which the chart's
+admission policy refuses first: such a claim is hand-written, docs/tenancy.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +28,8 @@ from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
 
 CHANNEL_DIR = "/dev/nvidia-caps-imex-channels"
+CLAIM_POLICY_BINDING = f"{rack.RELEASE}-tenant-resourceclaims"
+HAND_WRITTEN_REFUSED = "its claims are made by Kubernetes from the ComputeDomain's ResourceClaimTemplate"
 NODES = [f"gb200-{i:02d}" for i in range(4)]
 
 
@@ -118,11 +122,32 @@ def test_eight_domains_share_one_node(channel_isolation_rack: LocalCluster, name
         assert injected_channel_devices(cluster, pod) == expected
 
 
+def dry_run(cluster: LocalCluster, obj: dict[str, Any]) -> str | None:
+    """None when the API server would admit ``obj``; else its error text."""
+    result = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(obj), check=False)
+    return None if result.returncode == 0 else result.stderr
+
+
+@contextlib.contextmanager
+def claim_policy_lifted(cluster: LocalCluster, probe: dict[str, Any]) -> Iterator[None]:
+    """The chart's ResourceClaim policy binding deleted until ``probe`` is admitted, then restored."""
+    saved = get_json(cluster, "validatingadmissionpolicybinding", CLAIM_POLICY_BINDING)
+    saved["metadata"] = {k: v for k, v in saved["metadata"].items() if k in ("name", "labels")}
+    cluster.kubectl("delete", "validatingadmissionpolicybinding", CLAIM_POLICY_BINDING)
+    try:
+        wait_until("the claim policy lifted", lambda: dry_run(cluster, probe) is None, timeout=60)
+        yield
+    finally:
+        apply(cluster, saved)
+        wait_until("the claim policy enforced again", lambda: dry_run(cluster, probe) is not None, timeout=60)
+
+
 def test_a_claim_on_another_domains_channel_is_refused_with_a_pod_event(
     channel_isolation_rack: LocalCluster, namespace: str
 ) -> None:
-    """A hand-written claim asking for B's channel with A's config: allocated (the scheduler cannot
-    know), but the plugin refuses it for good, naming both numbers; B's own pod on that node still runs.
+    """A hand-written claim asking for B's channel with A's config: refused at admission; with the
+    policy lifted, allocated (the scheduler cannot know), but the plugin refuses it for good, naming
+    both numbers.
     """
     cluster = channel_isolation_rack
     apply(cluster, compute_domain("team-a", namespace), compute_domain("team-b", namespace))
@@ -139,9 +164,12 @@ def test_a_claim_on_another_domains_channel_is_refused_with_a_pod_event(
         "metadata": {"name": "forged", "namespace": namespace},
         "spec": spec,
     }
+    refusal = dry_run(cluster, claim)
+    assert refusal is not None and HAND_WRITTEN_REFUSED in refusal, refusal
     thief = channel_pod("thief", namespace, "unused", node=NODES[1])
     thief["spec"]["resourceClaims"] = [{"name": "imex-channel", "resourceClaimName": "forged"}]
-    created = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([claim, thief]), check=False)
+    with claim_policy_lifted(cluster, claim):
+        created = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([claim, thief]), check=False)
     assert created.returncode == 0, created.stderr
     event = wait_until(
         "the plugin's refusal on the pod", lambda: driver_prepare_failure(cluster, namespace, "thief")

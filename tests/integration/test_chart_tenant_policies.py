@@ -1,13 +1,18 @@
 """The chart's tenant admission policies on the real API server (docs/tenancy.md).
 
 The chart's identities and policies are installed for release ``tenantpol``; claims and claim templates
-are then created (server-side dry run, as cluster admin — the policies do not care who asks) in a
-tenant namespace and in the driver namespace. The e2e attack suite (tests/e2e/test_tenant_boundaries.py)
-runs the same refusals as a tenant with the stock ``edit`` role on a rack.
+are then created (server-side dry run, as cluster admin — most policies do not care who asks) in a
+tenant namespace and in the driver namespace. The isolated-channel DeviceClass is the exception: it is
+admitted in a claim template only from the controller's ServiceAccount and in a claim only from the
+resourceclaim controller (impersonated here), and both specs are immutable, so a tenant cannot edit
+the controller's template to point at another domain's channel. The e2e attack suite
+(tests/e2e/test_tenant_boundaries.py) runs the same refusals as a tenant with the stock ``edit`` role
+on a rack.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +20,12 @@ from typing import Any
 import pytest
 import yaml
 
-from imexdra.api.constants import DEVICE_CLASS_DAEMON, DEVICE_CLASS_DEFAULT_CHANNEL, DRIVER_NAME
+from imexdra.api.constants import (
+    DEVICE_CLASS_CHANNEL,
+    DEVICE_CLASS_DAEMON,
+    DEVICE_CLASS_DEFAULT_CHANNEL,
+    DRIVER_NAME,
+)
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.unit.chart.install import install_chart_rbac
 
@@ -26,26 +36,32 @@ UID = "5f0c2c7e-0d2b-4c5e-8f6a-0123456789ab"
 DAEMON_CLASS_REFUSED = f"DeviceClass {DEVICE_CLASS_DAEMON} is reserved for the IMEX daemons"
 DAEMON_CONFIG_REFUSED = "ComputeDomainDaemonConfig is reserved for the IMEX daemons"
 DOMAIN_ID_REFUSED = f"domainID must be the metadata.uid of a ComputeDomain of namespace {TENANT}"
+ISOLATED_CLAIM_REFUSED = "its claims are made by Kubernetes from the ComputeDomain's ResourceClaimTemplate"
+ISOLATED_TEMPLATE_REFUSED = "only imexdra's controller writes templates for it"
+CLAIM_MAKER = "system:serviceaccount:kube-system:resource-claim-controller"
 
 
 @pytest.fixture(scope="module")
-def policies(cluster: LocalCluster) -> Iterator[None]:
-    """The chart's policies installed and enforced; removed afterwards."""
+def policies(cluster: LocalCluster) -> Iterator[str]:
+    """The chart's policies installed and enforced; the controller's user name; removed afterwards."""
     installed = install_chart_rbac(cluster, release=RELEASE, namespace=DRIVER_NAMESPACE)
     cluster.create_namespace(TENANT)
     deadline = time.monotonic() + 30
     while admitted(cluster, daemon_claim(TENANT)) is None:  # the policies load asynchronously
         assert time.monotonic() < deadline, "the tenant policies were not enforced within 30 s"
         time.sleep(0.2)
-    yield
+    yield f"system:serviceaccount:{DRIVER_NAMESPACE}:{installed.service_account('controller')}"
     installed.uninstall()
     for namespace in (DRIVER_NAMESPACE, TENANT):
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def admitted(cluster: LocalCluster, obj: dict[str, Any]) -> str | None:
-    """None when the API server admits ``obj`` (dry run); else its error text."""
-    result = cluster.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(obj), check=False)
+def admitted(cluster: LocalCluster, obj: dict[str, Any], *, as_user: str | None = None) -> str | None:
+    """None when the API server admits ``obj`` (dry run, as ``as_user`` if given); else its error text."""
+    impersonate = [f"--as={as_user}"] if as_user else []
+    result = cluster.kubectl(
+        *impersonate, "create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(obj), check=False
+    )
     return None if result.returncode == 0 else result.stderr
 
 
@@ -77,6 +93,13 @@ def channel_claim(namespace: str, domain_id: str = UID) -> dict[str, Any]:
     """The channel DeviceClass with a ComputeDomainChannelConfig."""
     request = {"exactly": {"deviceClassName": DEVICE_CLASS_DEFAULT_CHANNEL}}
     return claim(namespace, request, "ComputeDomainChannelConfig", domain_id)
+
+
+def isolated_claim(channel: int = 7) -> dict[str, Any]:
+    """The isolated-channel DeviceClass narrowed to one number, as the controller's templates ask it."""
+    selector = {"cel": {"expression": f'device.attributes["{DRIVER_NAME}"].id == {channel}'}}
+    request = {"exactly": {"deviceClassName": DEVICE_CLASS_CHANNEL, "selectors": [selector]}}
+    return claim(TENANT, request, "ComputeDomainChannelConfig", UID)
 
 
 def template(obj: dict[str, Any]) -> dict[str, Any]:
@@ -119,6 +142,13 @@ REFUSED = [
     ("channel-domain-id-a-path", channel_claim(TENANT, "../../etc"), DOMAIN_ID_REFUSED),
     ("channel-domain-id-a-name", template(channel_claim(TENANT, "my-domain")), DOMAIN_ID_REFUSED),
     ("channel-domain-id-empty", channel_claim(TENANT, ""), DOMAIN_ID_REFUSED),
+    ("isolated-class-claim", isolated_claim(), ISOLATED_CLAIM_REFUSED),
+    ("isolated-class-template", template(isolated_claim()), ISOLATED_TEMPLATE_REFUSED),
+    (
+        "isolated-class-first-available",
+        claim(TENANT, {"firstAvailable": [{"name": "a", "deviceClassName": DEVICE_CLASS_CHANNEL}]}, "X", UID),
+        ISOLATED_CLAIM_REFUSED,
+    ),
 ]
 
 ADMITTED = [
@@ -132,7 +162,7 @@ ADMITTED = [
 
 @pytest.mark.parametrize(("obj", "message"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
 def test_refused_outside_the_driver_namespace(
-    cluster: LocalCluster, policies: None, obj: dict[str, Any], message: str
+    cluster: LocalCluster, policies: str, obj: dict[str, Any], message: str
 ) -> None:
     """What only the driver's daemons may hold, or a domainID that is no UID: refused, saying why."""
     error = admitted(cluster, obj)
@@ -141,6 +171,40 @@ def test_refused_outside_the_driver_namespace(
 
 
 @pytest.mark.parametrize("obj", [a[1] for a in ADMITTED], ids=[a[0] for a in ADMITTED])
-def test_admitted(cluster: LocalCluster, policies: None, obj: dict[str, Any]) -> None:
+def test_admitted(cluster: LocalCluster, policies: str, obj: dict[str, Any]) -> None:
     """Workload channel claims, the controller's daemon objects and other drivers' configs pass."""
     assert admitted(cluster, obj) is None
+
+
+def test_isolated_channel_objects_come_only_from_their_makers(cluster: LocalCluster, policies: str) -> None:
+    """The controller may write the isolated-channel template, the resourceclaim controller the claim."""
+    assert admitted(cluster, template(isolated_claim()), as_user=policies) is None
+    assert admitted(cluster, isolated_claim(), as_user=CLAIM_MAKER) is None
+
+
+def test_a_tenant_cannot_repoint_the_controllers_template(cluster: LocalCluster, policies: str) -> None:
+    """CREATE is the only check the policy needs: a claim template's spec cannot be changed afterwards."""
+    made = template(isolated_claim())
+    made["metadata"] = {"name": "made-by-controller", "namespace": TENANT}
+    cluster.kubectl(f"--as={policies}", "create", "-f", "-", input=yaml.safe_dump(made))
+    other = 'device.attributes["compute-domain.nvidia.com"].id == 8'
+    patch = [
+        {
+            "op": "replace",
+            "path": "/spec/spec/devices/requests/0/exactly/selectors/0/cel/expression",
+            "value": other,
+        }
+    ]
+    result = cluster.kubectl(
+        "patch",
+        "resourceclaimtemplate",
+        "made-by-controller",
+        "-n",
+        TENANT,
+        "--type=json",
+        "-p",
+        json.dumps(patch),
+        "--dry-run=server",
+        check=False,
+    )
+    assert result.returncode != 0 and "immutable" in result.stderr, result.stderr
