@@ -244,7 +244,7 @@ class EventRecorder:
             with kube_errors(f"create event {series.key.reason}"):
                 await self._client.create(event)
         except ApiStatusError as error:
-            _log.info("event_dropped", reason=series.key.reason, error=str(error))
+            _log.info("Event dropped", reason=series.key.reason, error=str(error))
             EVENTS_DROPPED.labels(reason="api_error").inc()
             self.aggregator.discard(series)
             return
@@ -266,7 +266,7 @@ class EventRecorder:
             if is_not_found(error):  # garbage-collected by the server's event TTL: start over
                 await self._create(series)
                 return
-            _log.info("event_dropped", reason=series.key.reason, error=str(error))
+            _log.info("Event dropped", reason=series.key.reason, error=str(error))
             EVENTS_DROPPED.labels(reason="api_error").inc()
         series.written_count = count
         series.last_written = self.aggregator.clock()

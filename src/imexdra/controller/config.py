@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from imexdra.api.config.common import DEFAULT_IMEX_CHANNEL_COUNT, ImexIsolation, ImexSettings
+from imexdra.api.config.common import DEFAULT_IMEX_CHANNEL_COUNT, ImexIsolation, ImexSettings, LogFormat
 from imexdra.api.config.controller import ControllerSettings
 from imexdra.api.featuregates import FeatureGates, Gate
 
@@ -51,6 +51,8 @@ class ControllerConfig:
     imex_channel_count: int = DEFAULT_IMEX_CHANNEL_COUNT
     #: A deleted domain waits for the pods using its channel (docs/in-use-protection.md).
     in_use_protection: bool = True
+    #: The controller's own ``--logging-format``, handed to the daemons so one install logs one way.
+    daemon_logging_format: LogFormat = LogFormat.TEXT
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
     min_publish_interval: float = DEFAULT_MIN_PUBLISH_INTERVAL_SECONDS
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
@@ -70,6 +72,7 @@ class ControllerConfig:
         controller: ControllerSettings,
         imex: ImexSettings,
         feature_gates: FeatureGates,
+        logging_format: LogFormat = LogFormat.TEXT,
     ) -> ControllerConfig:
         """Combine the option groups; ``ConfigError`` for hostManaged without the gate or a bad isolation."""
         namespaces = tuple(dict.fromkeys((namespace, *controller.additional_namespaces)))
@@ -87,6 +90,7 @@ class ControllerConfig:
             imex_isolation=imex.isolation(host_managed=host_managed),
             imex_channel_count=imex.imex_channel_count,
             in_use_protection=controller.compute_domain_in_use_protection,
+            daemon_logging_format=logging_format,
         )
 
     @property

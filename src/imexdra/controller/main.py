@@ -77,7 +77,11 @@ def main(
     log_feature_gates(feature_gates)
     try:
         config = ControllerConfig.from_settings(
-            namespace=namespace, controller=controller, imex=imex, feature_gates=feature_gates
+            namespace=namespace,
+            controller=controller,
+            imex=imex,
+            feature_gates=feature_gates,
+            logging_format=logging.logging_format,
         )
     except ConfigError as error:
         raise click.UsageError(str(error)) from error

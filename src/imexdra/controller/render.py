@@ -48,6 +48,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.config.common import LogFormat
 from imexdra.api.constants import (
     CHANNEL_REQUEST_NAME,
     COMPUTE_DOMAIN_FINALIZER,
@@ -181,8 +182,12 @@ def _field_env(name: str, path: str) -> EnvVar:
 
 
 def daemon_env(config: ControllerConfig) -> list[EnvVar]:
-    """The daemon container's environment, in upstream's order."""
-    return [
+    """The daemon container's environment: upstream's, in its order.
+
+    ``LOGGING_FORMAT`` follows when the controller logs JSON (docs/logging.md), so that one install logs
+    one way; with text, the default, the list is exactly upstream's.
+    """
+    env = [
         EnvVar(name="LOG_VERBOSITY", value=str(config.daemon_log_verbosity)),
         EnvVar(name="MAX_NODES_PER_IMEX_DOMAIN", value=str(config.max_nodes_per_imex_domain)),
         _field_env("NODE_NAME", "spec.nodeName"),
@@ -193,6 +198,9 @@ def daemon_env(config: ControllerConfig) -> list[EnvVar]:
         EnvVar(name="NVIDIA_VISIBLE_DEVICES", value="void"),
         EnvVar(name="FEATURE_GATES", value=config.feature_gates.render()),
     ]
+    if config.daemon_logging_format is not LogFormat.TEXT:
+        env.append(EnvVar(name="LOGGING_FORMAT", value=config.daemon_logging_format.value))
+    return env
 
 
 def _check_probe(

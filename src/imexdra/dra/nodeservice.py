@@ -59,7 +59,7 @@ class DraService:
         if not request.claims:
             return v1.NodePrepareResourcesResponse()
         refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
-        log.debug("request", claims=[str(ref) for ref in refs])
+        log.debug("Request received", claims=[str(ref) for ref in refs])
         fetched = await asyncio.gather(*(self._fetch(ref) for ref in refs), return_exceptions=True)
         claims: list[ResourceClaim] = []
         malformed: dict[str, PrepareResult] = {}
@@ -91,7 +91,7 @@ class DraService:
                 )
                 if device.share_id is not None:
                     out.share_id = device.share_id
-        log.debug("response", claims={uid: entry.error or "ok" for uid, entry in response.claims.items()})
+        log.debug("Response sent", claims={uid: entry.error or "ok" for uid, entry in response.claims.items()})
         return response
 
     async def unprepare(self, request: v1.NodeUnprepareResourcesRequest) -> v1.NodeUnprepareResourcesResponse:
@@ -100,7 +100,7 @@ class DraService:
         if not request.claims:
             return v1.NodeUnprepareResourcesResponse()
         refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
-        log.debug("request", claims=[str(ref) for ref in refs])
+        log.debug("Request received", claims=[str(ref) for ref in refs])
         try:
             results = await self._driver.unprepare(refs)
         except Exception as error:
@@ -108,7 +108,7 @@ class DraService:
         response = v1.NodeUnprepareResourcesResponse()
         for uid, result in _requested_only(results, refs, log).items():
             response.claims[uid].error = str(result.error) if result.error is not None else ""
-        log.debug("response", claims={uid: entry.error or "ok" for uid, entry in response.claims.items()})
+        log.debug("Response sent", claims={uid: entry.error or "ok" for uid, entry in response.claims.items()})
         return response
 
     async def _fetch(self, ref: ClaimRef) -> ResourceClaim | MalformedClaimError:

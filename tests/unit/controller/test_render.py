@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
+from imexdra.api.config.common import LogFormat
 from imexdra.api.constants import AllocationMode
 from imexdra.controller import render
 from tests.unit.controller.support import UID, make_config, make_domain
@@ -187,3 +189,11 @@ def test_channel_isolation_template_selects_the_domains_channel(channel: int) ->
     }
     assert rct["spec"]["spec"]["devices"]["config"] == default["spec"]["spec"]["devices"]["config"]
     assert rct["metadata"] == default["metadata"]
+
+
+@pytest.mark.parametrize(("log_format", "expected"), [(LogFormat.TEXT, None), (LogFormat.JSON, "json")])
+def test_daemons_log_in_the_controllers_format(log_format: LogFormat, expected: str | None) -> None:
+    """JSON controller logs → LOGGING_FORMAT=json for the daemons; text (default) keeps upstream's env."""
+    config = dataclasses.replace(make_config(), daemon_logging_format=log_format)
+    env = {e.name: e.value for e in render.daemon_env(config)}
+    assert env.get("LOGGING_FORMAT") == expected
