@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY
+from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, DRIVER_NAME
 from imexdra_sim import demo, rack
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.devices.fakeimex.install import install_fake_imex
@@ -25,8 +25,10 @@ from tests.e2e.helpers import (
     PLUGIN_SELECTOR,
     channel_pod,
     container_log,
+    domain_status,
     driver_pods,
     fresh_namespace,
+    imex_domain_view,
     injected_channel_devices,
     log_events,
     pod_phase,
@@ -279,3 +281,46 @@ def test_the_opt_out_tears_down_under_a_running_pod(
     assert not any(domain_objects(cluster, uid).values())
     assert pod_phase(cluster, namespace, "worker") == "Running"
     assert in_use_events(cluster, namespace, uid) == []
+
+
+# -- IP mode (upstream's IMEXDaemonsWithDNSNames=false) ---------------------------------------------
+
+IP_MODE_GATES = {"IMEXDaemonsWithDNSNames": False, "ComputeDomainCliques": False}
+
+
+@pytest.fixture
+def ip_mode(driver_managed_rack: LocalCluster) -> Iterator[None]:
+    """The install with IMEX daemons addressed by pod IP (cliques off: they need DNS names); restored."""
+    upgrade_chart(driver_managed_rack, {"featureGates": IP_MODE_GATES})
+    yield
+    upgrade_chart(driver_managed_rack, {"featureGates": {name: True for name in IP_MODE_GATES}})
+
+
+def test_ip_mode_daemons_list_each_other_by_pod_ip(
+    driver_managed_rack: LocalCluster, ip_mode: None, namespace: str
+) -> None:
+    """IMEXDaemonsWithDNSNames=false: each daemon's nodes.cfg lists both daemons' pod IPs, their IMEX
+    connects them, the domain's status lists the nodes (no cliques), and both workers run."""
+    cluster = driver_managed_rack
+    apply(cluster, compute_domain("by-ip", namespace, "by-ip-channel"))
+    workers = [f"worker-{node}" for node in ("gb200-00", "gb200-01")]
+    for name, node in zip(workers, ("gb200-00", "gb200-01"), strict=True):
+        apply(cluster, channel_pod(name, namespace, "by-ip-channel", node=node))
+    for name in workers:
+        wait_until(
+            f"{name} Running", lambda name=name: pod_phase(cluster, namespace, name) == "Running", timeout=240
+        )
+    uid = get_json(cluster, "computedomain", "by-ip", "-n", namespace)["metadata"]["uid"]
+    daemons = get_json(cluster, "pods", "-n", rack.DRIVER_NAMESPACE, "-l", f"{DAEMON_SELECTOR}={uid}")[
+        "items"
+    ]
+    ips = {p["spec"]["nodeName"]: p["status"]["podIP"] for p in daemons}
+    assert set(ips) == {"gb200-00", "gb200-01"}
+    for node in ips:
+        listed = (cluster.node(node).plugins_dir / DRIVER_NAME / "domains" / uid / "nodes.cfg").read_text()
+        assert sorted(listed.split()) == sorted(ips.values()), node
+    view = wait_until("IMEX connected by IP", lambda: imex_domain_view(cluster, "gb200-00", uid))
+    assert {n["ip"] for n in view["nodes"].values()} == set(ips.values())
+    status = domain_status(cluster, namespace, "by-ip")
+    assert {n["name"]: n["ipAddress"] for n in status.get("nodes", [])} == ips
+    assert get_json(cluster, "computedomaincliques", "-A")["items"] == []
