@@ -301,3 +301,40 @@ async def test_daemon_claim_not_held_by_its_domains_daemons_is_refused(
     finally:
         kind = "daemonset" if holder == "other-domains-daemonset" else "pod"
         cluster.kubectl("delete", kind, f"{holder}-{namespace}", "-n", pod_namespace, "--wait=false")
+
+
+def claim_gone(cluster: LocalCluster, namespace: str, claim_uid: str) -> bool:
+    """Whether no ResourceClaim of ``namespace`` has ``claim_uid`` any more."""
+    uids = cluster.kubectl(
+        "get", "resourceclaims", "-n", namespace, "-o", "jsonpath={.items[*].metadata.uid}"
+    )
+    return claim_uid not in uids.stdout.split()
+
+
+async def test_a_stale_prepare_started_claim_is_unprepared_by_the_plugin_itself(
+    cluster: LocalCluster, plugin: PluginProcess, namespace: str
+) -> None:
+    """Upstream's scenario: a claim left PrepareStarted, the plugin uninstalled, the claim deleted, the
+    plugin back: at start it finds the claim gone and unprepares it (tombstone, node label), unasked."""
+    await plugin.wait_registered()
+    domain_uid = create_domain(cluster, namespace)  # its daemon never becomes ready: prepare waits
+    apply(cluster, channel_pod("worker", namespace, "train-channel", node=NODE))
+    claim_uid = await eventually("claim allocated", lambda: pod_claim_uid(cluster, namespace, "worker"))
+    await eventually(
+        "PrepareStarted",
+        lambda: claim_uid in plugin.sim.checkpoint().claims and LABEL in node_labels(cluster, NODE),
+    )
+    assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_STARTED
+    assert node_labels(cluster, NODE)[LABEL] == domain_uid
+
+    plugin.stop()  # "uninstall": no plugin answers the kubelet from here on
+    cluster.kubectl("delete", "pod", "worker", "-n", namespace, "--grace-period=0", "--force", "--wait=false")
+    await eventually("the claim deleted", lambda: claim_gone(cluster, namespace, claim_uid), within=90)
+    assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_STARTED  # nobody touched it
+
+    plugin.start()
+    stale = f"Checkpointed RC cleanup: unprepared stale claim: {namespace}/"
+    await eventually("the plugin's own cleanup", lambda: plugin.logged(stale), within=60)
+    # Unprepared: what remains is the PrepareAborted tombstone, forgotten after 90 s (docs/data-path.md §12).
+    assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_ABORTED
+    await eventually("node label removed", lambda: LABEL not in node_labels(cluster, NODE))
