@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,11 +26,10 @@ from imexdra_sim.builders import channel_template, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.pluginharness import install_api
 from tests.support.builders import channel_pod
+from tests.support.cli import imexdra
 from tests.support.kubectl import apply, patch_status, uid_of
 
 pytestmark = pytest.mark.integration
-
-IMEXDRA = str(Path(sys.executable).parent / "imexdra")
 
 
 @pytest.fixture(scope="module")
@@ -80,16 +76,6 @@ def suspended_job(ns: str, name: str, template: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": ns},
         "spec": {"suspend": True, "template": {"spec": pod["spec"]}},
     }
-
-
-def imexdra(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [IMEXDRA, *args, "--kubeconfig", str(cluster.kubeconfig)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
 
 
 def diagnose_json(cluster: LocalCluster, *args: str) -> tuple[int, dict[str, Any]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,12 @@ import pytest
 
 from imexdra_sim.builders import channel_claim, channel_config, channel_template, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
+from tests.support.cli import IMEXDRA, imexdra
 from tests.support.kubectl import apply, patch_status, uid_of
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
-IMEXDRA = str(Path(sys.executable).parent / "imexdra")
 CLIQUE = "test-cluster.0"
 CD_LABEL = "resource.nvidia.com/computeDomain"
 PREPARE_ERROR = (
@@ -159,16 +158,6 @@ def allocation(uid: str, pod_uid: str) -> dict[str, Any]:
         },
         "reservedFor": [{"resource": "pods", "name": "conflicted-worker", "uid": pod_uid}],
     }
-
-
-def imexdra(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [IMEXDRA, *args, "--kubeconfig", str(cluster.kubeconfig)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
 
 
 def status_json(cluster: LocalCluster, scene: dict[str, str]) -> dict[str, Any]:
