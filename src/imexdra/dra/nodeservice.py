@@ -91,7 +91,7 @@ class DraService:
                 )
                 if device.share_id is not None:
                     out.share_id = device.share_id
-        log.debug("Response sent", claims={uid: entry.error or "ok" for uid, entry in response.claims.items()})
+        log.debug("Response sent", claims={uid: e.error or "ok" for uid, e in response.claims.items()})
         return response
 
     async def unprepare(self, request: v1.NodeUnprepareResourcesRequest) -> v1.NodeUnprepareResourcesResponse:
@@ -108,7 +108,7 @@ class DraService:
         response = v1.NodeUnprepareResourcesResponse()
         for uid, result in _requested_only(results, refs, log).items():
             response.claims[uid].error = str(result.error) if result.error is not None else ""
-        log.debug("Response sent", claims={uid: entry.error or "ok" for uid, entry in response.claims.items()})
+        log.debug("Response sent", claims={uid: e.error or "ok" for uid, e in response.claims.items()})
         return response
 
     async def _fetch(self, ref: ClaimRef) -> ResourceClaim | MalformedClaimError:
