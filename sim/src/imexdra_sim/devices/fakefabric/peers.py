@@ -38,22 +38,32 @@ def _hex_address(host: str, port: int) -> str:
     return f"{int.from_bytes(packed, 'little'):08X}:{port:04X}"
 
 
-def _pids(proc: Path) -> Iterator[int]:
+def _namespaces(proc: Path) -> dict[str, list[int]]:
+    """Every process by network namespace (``net:[<inode>]``), so each namespace's table is read once."""
+    by_namespace: dict[str, list[int]] = {}
     for entry in proc.iterdir():
-        if entry.name.isdigit():
-            yield int(entry.name)
+        if not entry.name.isdigit():
+            continue
+        try:
+            namespace = str((entry / "ns" / "net").readlink())
+        except OSError:  # exited meanwhile
+            continue
+        by_namespace.setdefault(namespace, []).append(int(entry.name))
+    return by_namespace
 
 
-def _socket_inode(proc: Path, pid: int, local: str, remote: str) -> int | None:
-    """The inode of the socket ``local → remote`` in ``pid``'s network namespace, if listed there."""
-    try:
-        lines = (proc / str(pid) / "net" / "tcp").read_text().splitlines()[1:]
-    except OSError:  # the process exited, or its namespace is not ours to read
+def _socket_inode(proc: Path, pids: list[int], local: str, remote: str) -> int | None:
+    """The inode of the socket ``local → remote`` in the namespace of ``pids``, if listed there."""
+    for pid in pids:  # the first process whose table is readable speaks for the namespace
+        try:
+            lines = (proc / str(pid) / "net" / "tcp").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[1] == local and fields[2] == remote:
+                return int(fields[9])
         return None
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 9 and fields[1] == local and fields[2] == remote:
-            return int(fields[9])
     return None
 
 
@@ -77,15 +87,15 @@ def find_peer(
     None when no process owns such a socket any more (it exited, or the connection was not local).
     """
     local, remote = _hex_address(*peer), _hex_address(*server)
-    pids = list(_pids(proc))
-    inode = next((i for pid in pids if (i := _socket_inode(proc, pid, local, remote)) is not None), None)
-    if inode is None:
-        return None
-    wanted = f"socket:[{inode}]"
-    for pid in pids:
-        targets = list(_fd_targets(proc, pid))
-        if any(target == wanted for _, target in targets):
-            return Peer(pid=pid, channels=_channels(targets, major))
+    for pids in _namespaces(proc).values():
+        inode = _socket_inode(proc, pids, local, remote)
+        if inode is None:
+            continue
+        wanted = f"socket:[{inode}]"
+        for pid in pids:
+            targets = list(_fd_targets(proc, pid))
+            if any(target == wanted for _, target in targets):
+                return Peer(pid=pid, channels=_channels(targets, major))
     return None
 
 
