@@ -278,14 +278,3 @@ def test_in_use_protection_rejects_a_non_boolean() -> None:
     result, _ = invoke([controller_options], ["--compute-domain-in-use-protection=maybe"], env=CONTROLLER_ENV)
     assert result.exit_code == 2
     assert "--compute-domain-in-use-protection" in result.output
-
-
-def test_kubelet_plugin_derived_paths() -> None:
-    """Socket and data paths derive from the kubelet directories as the kubelet expects."""
-    settings = settings_of(
-        kubelet_plugin_options,
-        env={"KUBELET_PLUGINS_DIRECTORY_PATH": "/k/plugins", "KUBELET_REGISTRAR_DIRECTORY_PATH": "/k/reg"},
-    )
-    assert settings.plugin_data_directory == Path("/k/plugins/compute-domain.nvidia.com")
-    assert settings.dra_socket_path == Path("/k/plugins/compute-domain.nvidia.com/dra.sock")
-    assert settings.registration_socket_path == Path("/k/reg/compute-domain.nvidia.com-reg.sock")

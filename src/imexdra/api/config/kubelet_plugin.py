@@ -12,7 +12,6 @@ from pathlib import Path
 import click
 
 from imexdra.api.config.groups import OptionGroup, check_absolute, option
-from imexdra.api.constants import DRIVER_NAME
 from imexdra.common.errors import ConfigError
 
 _PATH = click.Path(path_type=Path)
@@ -56,21 +55,6 @@ class KubeletPluginSettings:
                 "daemon needs; docs/driver-root.md). Unset it (chart value nvidiaCDIHookPath)",
                 field="nvidia_cdi_hook_path",
             )
-
-    @property
-    def plugin_data_directory(self) -> Path:
-        """The driver's directory under the kubelet plugins directory (checkpoint, DRA socket, locks)."""
-        return self.kubelet_plugins_directory_path / DRIVER_NAME
-
-    @property
-    def dra_socket_path(self) -> Path:
-        """The DRA gRPC socket the kubelet calls."""
-        return self.plugin_data_directory / "dra.sock"
-
-    @property
-    def registration_socket_path(self) -> Path:
-        """The plugin-registration socket the kubelet watches for."""
-        return self.kubelet_registrar_directory_path / f"{DRIVER_NAME}-reg.sock"
 
 
 kubelet_plugin_options = OptionGroup(
