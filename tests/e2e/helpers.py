@@ -15,11 +15,14 @@ import yaml
 
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.common.logformat import parse_line
+from imexdra.kubeletplugin.cdifiles import claim_spec_path
+from imexdra.kubeletplugin.checkpoint import unmarshal
 from imexdra_sim import demo, rack
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import service_account_kubeconfig
 from tests.support import builders
-from tests.support.kubectl import apply, get_json
+from tests.support.kubectl import apply, get_json, uid_of
 from tests.support.waiting import wait_until
 
 WORKER_SELECTOR = "training.kubeflow.org/job-role=worker"
@@ -227,3 +230,102 @@ def restart_plugin(cluster: LocalCluster, node: str) -> None:
             else None
         ),
     )
+
+
+# -- node loss (tests/e2e/test_node_loss*.py) ------------------------------------------------------
+
+IMEXDRA = str(Path(sys.executable).parent / "imexdra")
+
+
+def start_domain_workload(
+    cluster: LocalCluster, namespace: str, domain: str, nodes: list[str], *, num_nodes: int
+) -> str:
+    """Domain ``domain`` and one pod ``worker-<i>`` per node; wait until all run and the domain is Ready."""
+    apply(cluster, compute_domain(domain, namespace, num_nodes=num_nodes))
+    for i, node in enumerate(nodes):
+        apply(cluster, channel_pod(f"worker-{i}", namespace, f"{domain}-channel", node=node))
+
+    def all_running() -> bool:
+        pods = get_json(cluster, "pods", "-n", namespace)["items"]
+        return len(pods) == len(nodes) and all(p["status"].get("phase") == "Running" for p in pods)
+
+    wait_until(f"{len(nodes)} workload pods Running", all_running, timeout=240)
+    wait_until("the domain Ready", lambda: domain_status(cluster, namespace, domain).get("status") == "Ready")
+    return uid_of(cluster, "computedomain", domain, namespace)
+
+
+def ready_nodes(cluster: LocalCluster) -> list[str]:
+    """The rack's nodes that are Ready now, by name."""
+    nodes = get_json(cluster, "nodes")["items"]
+    return sorted(
+        n["metadata"]["name"]
+        for n in nodes
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+    )
+
+
+def workload_containers(cluster: LocalCluster, namespace: str) -> dict[str, tuple[str, str, int]]:
+    """Node -> (pod UID, container ID, restart count) of the namespace's scheduled workload pods."""
+    pods = get_json(cluster, "pods", "-n", namespace)["items"]
+    return {p["spec"]["nodeName"]: container_state(p) for p in pods if p["spec"].get("nodeName")}
+
+
+def container_state(pod: dict[str, Any]) -> tuple[str, str, int]:
+    """(pod UID, container ID, restart count) of a one-container pod: changes if it restarts."""
+    [status] = pod["status"].get("containerStatuses", [{}])
+    return pod["metadata"]["uid"], status.get("containerID", ""), status.get("restartCount", 0)
+
+
+def claim_uid_of(cluster: LocalCluster, namespace: str, pod: str) -> str:
+    """The UID of the claim a workload pod got from the domain's template."""
+    [status] = get_json(cluster, "pod", pod, "-n", namespace)["status"]["resourceClaimStatuses"]
+    return uid_of(cluster, "resourceclaim", status["resourceClaimName"], namespace)
+
+
+def prepared_on(cluster: LocalCluster, node: str) -> set[str]:
+    """Claim UIDs in the node's kubelet-plugin checkpoint."""
+    path = cluster.node(node).plugins_dir / DRIVER_NAME / "checkpoint.json"
+    return set(unmarshal(path.read_bytes()).claims)
+
+
+def cdi_spec(cluster: LocalCluster, node: str, claim_uid: str) -> Path:
+    """Where the node's CDI spec of a claim is."""
+    return claim_spec_path(cluster.node(node).host_dir / rack.CDI_ROOT.lstrip("/"), claim_uid)
+
+
+def status_report(cluster: LocalCluster) -> dict[str, Any]:
+    """``imexdra status -A -o json``, as an operator runs it."""
+    result = subprocess.run(
+        [IMEXDRA, "status", "-A", "-o", "json", "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def force_delete_pod_on(cluster: LocalCluster, namespace: str, node: str) -> tuple[str, str]:
+    """Force-delete the workload pod on a lost node, as an operator does; return (pod, its claim UID)."""
+    [pod] = [p for p in get_json(cluster, "pods", "-n", namespace)["items"] if p["spec"]["nodeName"] == node]
+    name = pod["metadata"]["name"]
+    claim = claim_uid_of(cluster, namespace, name)
+    cluster.kubectl("delete", "pod", name, "-n", namespace, "--force", "--grace-period=0")
+    return name, claim
+
+
+def restore_lost_nodes(cluster: LocalCluster) -> None:
+    """Boot every lost node whose Node object still exists, so a failed test leaves a whole rack."""
+    names = set(cluster.kubectl("get", "nodes", "-o", "name").stdout.replace("node/", "").split())
+    for node in cluster.nodes:
+        if node.name in names and not any(p.alive() for p in node.processes):
+            rack.restore_node(cluster, node.name)
+
+
+def node_loss_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """``fresh_namespace`` for tests that lose nodes: lost nodes come back before it is emptied."""
+    namespaces = fresh_namespace(cluster, request)
+    yield next(namespaces)
+    restore_lost_nodes(cluster)
+    next(namespaces, None)
