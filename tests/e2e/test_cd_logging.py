@@ -48,6 +48,7 @@ INFORMER_RESOURCES = {
     "Pod",
     "Node",
     "ComputeDomainClique",
+    "ResourceClaim",  # in-use protection (on by default) reads claims: docs/in-use-protection.md
 }
 
 

@@ -21,7 +21,7 @@ import asyncio
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import httpx2
 import msgspec
@@ -99,6 +99,12 @@ def enqueue(queue: _Queue[str], key: Callable[[T], str | None] = object_key) -> 
     return EventHandler(on_add=add, on_update=lambda _old, new: add(new), on_delete=add)
 
 
+def api_kind(resource: type[Any]) -> str:
+    """The API kind of a lightkube resource class (its ``_api_info``), e.g. ``ResourceClaim``."""
+    kind: str = resource._api_info.resource.kind
+    return kind
+
+
 class Informer(Generic[T]):
     """Lists and watches one kind (optionally one namespace and selectors) into an indexed store.
 
@@ -143,7 +149,10 @@ class Informer(Generic[T]):
         self._handlers: list[EventHandler[T]] = []
         self._synced = asyncio.Event()
         self._resource_version: str | None = None
-        self._log = _log.bind(resource=resource.__name__, namespace=namespace or "*", **self._selectors)
+        #: The API kind, as logs and metrics name it (a slim projection such as ``ChannelClaim`` says
+        #: ``ResourceClaim``: that is what an operator lists).
+        self.kind: str = api_kind(resource)
+        self._log = _log.bind(resource=self.kind, namespace=namespace or "*", **self._selectors)
 
     @property
     def resource_version(self) -> str | None:
@@ -202,17 +211,17 @@ class Informer(Generic[T]):
         items: list[T] = []
         self._log.info("Listing and watching", v=3, reason=reason)  # client-go's line and level
         while True:
-            with kube_errors(f"list {self.resource.__name__}"):
+            with kube_errors(f"list {self.kind}"):
                 response = await http.get(self._path, params=params)
             if response.status_code == 410:  # the continue token outlived the server's window
                 raise ResourceExpiredError(response.text)
-            await raise_for_status(response, f"list {self.resource.__name__}")
+            await raise_for_status(response, f"list {self.kind}")
             cont, rv, page = decoders.decode_list(response.content, self.resource)
             items.extend(page)
             if not cont:
                 break
             params["continue"] = cont
-        REFLECTOR_LISTS.labels(resource=self.resource.__name__, reason=reason).inc()
+        REFLECTOR_LISTS.labels(resource=self.kind, reason=reason).inc()
         self._dispatch(self.store.replace(items))
         self._resource_version = rv
         self._synced.set()
@@ -233,13 +242,13 @@ class Informer(Generic[T]):
         http = http_client(self._client)
         loop = asyncio.get_running_loop()
         started, delivered = loop.time(), False
-        with kube_errors(f"watch {self.resource.__name__}"):
+        with kube_errors(f"watch {self.kind}"):
             request = http.build_request("GET", self._path, params=params, timeout=timeout)
             response = await http.send(request, stream=True)
             try:
                 if response.status_code == 410:
                     raise ResourceExpiredError(await response.aread())
-                await raise_for_status(response, f"watch {self.resource.__name__}")
+                await raise_for_status(response, f"watch {self.kind}")
                 async for line in response.aiter_lines():
                     if line:
                         self._handle_watch_event(line)
@@ -250,7 +259,7 @@ class Informer(Generic[T]):
 
     def _handle_watch_event(self, line: str) -> None:
         event = msgspec.json.decode(line, type=_WatchEvent)
-        REFLECTOR_WATCH_EVENTS.labels(resource=self.resource.__name__, type=event.type).inc()
+        REFLECTOR_WATCH_EVENTS.labels(resource=self.kind, type=event.type).inc()
         if event.type == "BOOKMARK":
             bookmark = msgspec.json.decode(event.object, type=_Bookmark)
             self._resource_version = bookmark.metadata.resource_version or self._resource_version
@@ -260,7 +269,7 @@ class Informer(Generic[T]):
             if status.code == 410:
                 raise ResourceExpiredError(status.message)
             raise RetryableApiError(
-                f"watch {self.resource.__name__}: {status.code} {status.reason}: {status.message}",
+                f"watch {self.kind}: {status.code} {status.reason}: {status.message}",
                 code=status.code,
                 reason=status.reason or "",
             )
