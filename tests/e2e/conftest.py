@@ -92,6 +92,28 @@ def channel_isolation_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster
     yield from _rack(CHANNEL_ISOLATION, pytestconfig)
 
 
+#: Kubelets silent this long get their node marked Unknown (kube-controller-manager's default is 50 s).
+NODE_LOSS_GRACE_SECONDS = 20
+NODE_LOSS = rack.RackConfig(nodes=4, node_monitor_grace_seconds=NODE_LOSS_GRACE_SECONDS)
+
+
+@pytest.fixture(scope="module")
+def node_loss_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Four nodes of one clique, driver-managed; a silent node is marked Unknown after 20 s."""
+    yield from _rack(NODE_LOSS, pytestconfig)
+
+
+HOST_MANAGED_NODE_LOSS = rack.RackConfig(
+    nodes=3, host_managed=True, node_monitor_grace_seconds=NODE_LOSS_GRACE_SECONDS
+)
+
+
+@pytest.fixture(scope="module")
+def host_managed_node_loss_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Three nodes of one clique under HostManagedIMEX; a silent node is marked Unknown after 20 s."""
+    yield from _rack(HOST_MANAGED_NODE_LOSS, pytestconfig)
+
+
 LEADER_ELECTION = rack.RackConfig(nodes=2, extra_values={"controller": {"replicas": 2}})
 QUIET = rack.RackConfig(nodes=1, extra_values={"logVerbosity": "0"})
 

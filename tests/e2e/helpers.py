@@ -22,6 +22,7 @@ from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import service_account_kubeconfig
 from tests.support import builders
+from tests.support.cli import imexdra
 from tests.support.kubectl import apply, get_json, uid_of
 from tests.support.waiting import wait_until
 
@@ -234,8 +235,6 @@ def restart_plugin(cluster: LocalCluster, node: str) -> None:
 
 # -- node loss (tests/e2e/test_node_loss*.py) ------------------------------------------------------
 
-IMEXDRA = str(Path(sys.executable).parent / "imexdra")
-
 
 def start_domain_workload(
     cluster: LocalCluster, namespace: str, domain: str, nodes: list[str], *, num_nodes: int
@@ -295,13 +294,8 @@ def cdi_spec(cluster: LocalCluster, node: str, claim_uid: str) -> Path:
 
 def status_report(cluster: LocalCluster) -> dict[str, Any]:
     """``imexdra status -A -o json``, as an operator runs it."""
-    result = subprocess.run(
-        [IMEXDRA, "status", "-A", "-o", "json", "--kubeconfig", str(cluster.kubeconfig)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = imexdra(cluster, "status", "-A", "-o", "json")
+    result.check_returncode()
     report: dict[str, Any] = json.loads(result.stdout)
     return report
 

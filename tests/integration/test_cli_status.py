@@ -204,6 +204,7 @@ def test_status_json_shows_domains_cliques_nodes_and_channels(
         "gpuClique": None,
         "computeDomainUID": scene["other_uid"],
         "computeDomain": f"{ns}/other",
+        "notReady": None,
     }
     assert report["channels"] == [
         {

@@ -3,7 +3,8 @@
 - ``waiting``: polling until a condition holds (``eventually`` on the event loop, ``wait_until``
   blocking), failing the test with what it waited for;
 - ``kubectl``: applying and reading objects as cluster admin through ``kubectl``;
-- ``builders``: the pods tests run against a domain's claim template.
+- ``builders``: the pods tests run against a domain's claim template;
+- ``watching``: counting an object's writes through a watch (bounding write storms).
 
 The API objects benchmarks build as well (ComputeDomain, the workload claim template and claims, the
 daemon DeviceClass) are in ``imexdra_sim.builders``, so ``bench/`` never imports ``tests``.

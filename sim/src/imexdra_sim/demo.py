@@ -21,7 +21,8 @@ import click
 import yaml
 
 from imexdra_sim import builders, rack
-from imexdra_sim.localcluster.cluster import LocalCluster, exit_on_sigterm
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.processes import exit_on_sigterm
 
 WORKLOAD_NAMESPACE = "nvbandwidth"
 DOMAIN = "imex-domain"

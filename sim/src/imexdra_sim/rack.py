@@ -70,6 +70,8 @@ class RackConfig:
     runtime: Literal["fakecri", "containerd"] = "fakecri"
     """containerd: real containers from the project's image on a pod network (docs/node-runtime.md);
     fakecri: the driver's pods as host processes from this virtualenv."""
+    node_monitor_grace_seconds: int | None = None
+    """How soon a lost node is marked ``Unknown`` (``LocalCluster.node_monitor_grace_seconds``)."""
 
     @property
     def clique_id(self) -> str:
@@ -79,16 +81,18 @@ class RackConfig:
 
 def node_specs(config: RackConfig) -> list[NodeSpec]:
     """Simulated GB200 nodes, labelled as GPU Feature Discovery labels them."""
-    specs = []
-    for i in range(config.nodes):
-        labels = dict(GPU_NODE_LABELS)
-        if i not in config.no_fabric_nodes:
-            labels["nvidia.com/gpu.clique"] = config.clique_id
-        if config.runtime == "containerd":
-            specs.append(NodeSpec(name=f"gb200-{i:02d}", labels=labels, runtime="containerd"))
-        else:
-            specs.append(NodeSpec(name=f"gb200-{i:02d}", labels=labels, pod_cidr=f"127.100.{i + 1}.0/24"))
-    return specs
+    return [node_spec(config, i) for i in range(config.nodes)]
+
+
+def node_spec(config: RackConfig, index: int) -> NodeSpec:
+    """The rack's ``index``-th node, ``gb200-<index>``; an index past ``config.nodes`` is a spare tray."""
+    labels = dict(GPU_NODE_LABELS)
+    if index not in config.no_fabric_nodes:
+        labels["nvidia.com/gpu.clique"] = config.clique_id
+    name = f"gb200-{index:02d}"
+    if config.runtime == "containerd":
+        return NodeSpec(name=name, labels=labels, runtime="containerd")
+    return NodeSpec(name=name, labels=labels, pod_cidr=f"127.100.{index + 1}.0/24")
 
 
 def new_rack_cluster(config: RackConfig, run_dir: Path | None = None) -> LocalCluster:
@@ -104,6 +108,7 @@ def new_rack_cluster(config: RackConfig, run_dir: Path | None = None) -> LocalCl
         host_images={f"{IMAGE_REPOSITORY}:{IMAGE_TAG}": image},
         host_path_map={SIM_DIR: "sim"},
         cdi_dirs=(CDI_ROOT,),
+        node_monitor_grace_seconds=config.node_monitor_grace_seconds,
     )
 
 
@@ -192,6 +197,35 @@ def advertise_gpus(cluster: LocalCluster, node: Node) -> None:
     cluster.kubectl(
         "patch", "node", node.name, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
     )
+
+
+def restore_node(cluster: LocalCluster, name: str) -> Node:
+    """Power a lost tray back on (``LocalCluster.restore_node``) and start its host services again.
+
+    Its hardware files survived (they are its disk); its host IMEX, if configured, starts at boot as
+    ``nvidia-imex.service`` would, and the GPUs are advertised again.
+    """
+    node = cluster.restore_node(name)
+    advertise_gpus(cluster, node)
+    ensure_host_imex(cluster, node)
+    return node
+
+
+def add_spare_node(cluster: LocalCluster, config: RackConfig, index: int) -> Node:
+    """Slot a fresh tray ``gb200-<index>`` into the rack (driver-managed racks): start it, give it hardware.
+
+    Host-managed racks would also need its host IMEX in every node's ``nodes_config.cfg``; not done yet.
+    """
+    if config.host_managed:
+        raise NotImplementedError("a spare tray's host IMEX would need every node's IMEX config rewritten")
+    spec = node_spec(config, index)
+    assert cluster.run_dir is not None
+    # Its hardware is in place before it boots: the kubelet plugin reads it as soon as it starts there.
+    unstarted = Node(spec=spec, directory=cluster.run_dir / spec.name, kubelet_port=0, healthz_port=0)
+    write_node_hardware(unstarted, config, index)
+    (node,) = cluster.add_nodes([spec])
+    advertise_gpus(cluster, node)
+    return node
 
 
 def chart_values(config: RackConfig) -> dict[str, Any]:

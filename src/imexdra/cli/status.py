@@ -39,6 +39,7 @@ from imexdra.cli.clusterview import (
     name_of,
     reserved_pods,
 )
+from imexdra.controller.nodehealth import not_ready_reason
 
 #: GPU Feature Discovery's marker of a GPU node.
 GPU_PRESENT_LABEL_KEY = "nvidia.com/gpu.present"
@@ -148,7 +149,10 @@ def is_gpu_node(node: Node) -> bool:
 
 
 def node_rows(nodes: Iterable[Node], domain_keys: Mapping[str, str]) -> list[Report]:
-    """GPU nodes with their clique label and the ComputeDomain (UID and, if known, name) using them."""
+    """GPU nodes with their clique label, the ComputeDomain (UID and, if known, name) using them.
+
+    ``notReady`` says why a node is not Ready (a lost node: ``Unknown, NodeStatusUnknown: ...``), else None.
+    """
     rows = []
     for node in sorted((n for n in nodes if is_gpu_node(n)), key=name_of):
         labels = labels_of(node)
@@ -159,6 +163,7 @@ def node_rows(nodes: Iterable[Node], domain_keys: Mapping[str, str]) -> list[Rep
                 "gpuClique": labels.get(GPU_CLIQUE_NODE_LABEL_KEY),
                 "computeDomainUID": uid,
                 "computeDomain": domain_keys.get(uid) if uid else None,
+                "notReady": not_ready_reason(node),
             }
         )
     return rows
@@ -219,9 +224,15 @@ def render_text(report: Report, *, wide: bool = False) -> str:
         ),
     )
     node_table = format_table(
-        ["NODE", "GPU CLIQUE", "COMPUTE DOMAIN", *domain_uid],
+        ["NODE", "READY", "GPU CLIQUE", "COMPUTE DOMAIN", *domain_uid],
         (
-            [n["name"], n["gpuClique"], _domain_text(n), *([n["computeDomainUID"]] if wide else [])]
+            [
+                n["name"],
+                n["notReady"] or "True",
+                n["gpuClique"],
+                _domain_text(n),
+                *([n["computeDomainUID"]] if wide else []),
+            ]
             for n in report["nodes"]
         ),
     )

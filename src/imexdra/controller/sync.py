@@ -30,7 +30,7 @@ from imexdra.api.constants import (
     ConditionStatus,
 )
 from imexdra.common.events import EventRecorder
-from imexdra.controller import membership, reasons
+from imexdra.controller import membership, nodehealth, reasons
 from imexdra.controller.caches import Caches
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod, one_per_node
@@ -185,8 +185,17 @@ class MembershipSync:
         """Drop what is remembered about a finalized domain."""
         self._last_publish.pop(uid, None)
 
-    def _report_failing(self, cd: ComputeDomain, members: Iterable[DaemonPod]) -> None:
+    def _report_failing(self, cd: ComputeDomain, members: list[DaemonPod]) -> None:
         # Repeats of one failure aggregate into one Event series (common.events).
+        nodes = {
+            n.metadata.name: n
+            for n in self._caches.node_view.by_domain(domain_uid(cd))
+            if n.metadata is not None and n.metadata.name
+        }
+        for _node, note in nodehealth.lost_daemons(members, nodes):
+            self._events.record(
+                cd, type="Warning", reason=reasons.NODE_NOT_READY, action="ObserveDaemon", note=note
+            )
         for member in members:
             if member.failure:
                 self._events.record(

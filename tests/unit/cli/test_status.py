@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from lightkube.models.core_v1 import NodeCondition, NodeStatus
 
 from imexdra.cli.clusterview import ImexMode, format_table, imex_mode_from_classes
 from imexdra.cli.status import Snapshot, build_report, channel_rows, domain_row, node_rows, render_text
@@ -79,9 +80,41 @@ def test_node_rows_list_gpu_nodes_with_labels_and_domain_names() -> None:
     ]
     rows = node_rows(nodes, {o.UID: "team-a/train"})
     assert rows == [
-        {"name": "node-a", "gpuClique": o.CLIQUE, "computeDomainUID": o.UID, "computeDomain": "team-a/train"},
-        {"name": "node-b", "gpuClique": None, "computeDomainUID": o.OTHER_UID, "computeDomain": None},
+        {
+            "name": "node-a",
+            "gpuClique": o.CLIQUE,
+            "computeDomainUID": o.UID,
+            "computeDomain": "team-a/train",
+            "notReady": None,
+        },
+        {
+            "name": "node-b",
+            "gpuClique": None,
+            "computeDomainUID": o.OTHER_UID,
+            "computeDomain": None,
+            "notReady": None,
+        },
     ]
+
+
+def test_node_rows_say_why_a_node_is_not_ready() -> None:
+    """A lost node's row carries its Ready condition's status, reason and message; the table shows it."""
+    lost = o.gpu_node("node-a", domain_uid=o.UID)
+    lost.status = NodeStatus(
+        conditions=[
+            NodeCondition(
+                type="Ready",
+                status="Unknown",
+                reason="NodeStatusUnknown",
+                message="Kubelet stopped posting node status.",
+            )
+        ]
+    )
+    [row] = node_rows([lost], {})
+    assert row["notReady"] == "Unknown, NodeStatusUnknown: Kubelet stopped posting node status."
+    report = {"imexMode": "DriverManaged", "driverNamespace": "d", "computeDomains": [], "channels": []}
+    text = render_text({**report, "nodes": [row]})
+    assert "node-a  Unknown, NodeStatusUnknown: Kubelet stopped posting node status." in text
 
 
 def test_channel_rows_cover_only_claims_allocated_by_our_driver() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from imexdra_sim.localcluster import containerd
+from imexdra_sim.localcluster import containerd, processes
 from imexdra_sim.localcluster.binaries import Binaries
 from imexdra_sim.localcluster.fabric import Fabric
 from imexdra_sim.localcluster.nodes import NodeSpec, new_node, start_node
@@ -88,9 +88,7 @@ def test_kill_shims_ends_only_the_shims_of_that_socket_and_their_children(tmp_pa
 
     mine, other = fake_shim(tmp_path / "a.sock"), fake_shim(tmp_path / "b.sock")
     try:
-        children = wait_until(
-            "the children", lambda: containerd._children(mine.pid), timeout=10, interval=0.05
-        )
+        children = wait_until("the children", lambda: processes.children(mine.pid), timeout=10, interval=0.05)
         containerd.kill_shims(tmp_path / "a.sock")
         assert mine.wait(timeout=10) == -9
         assert other.poll() is None

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import functools
 import shutil
-import signal
 import ssl
 import subprocess
 import tempfile
-import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,12 +30,23 @@ from imexdra_sim.localcluster.binaries import Binaries, locate
 from imexdra_sim.localcluster.containerd import kill_shims
 from imexdra_sim.localcluster.fabric import Fabric
 from imexdra_sim.localcluster.kubeconfig import write_kubeconfig
-from imexdra_sim.localcluster.nodes import HostImage, Node, NodeNetwork, NodeSpec, new_node, start_node
+from imexdra_sim.localcluster.nodes import (
+    HostImage,
+    Node,
+    NodeNetwork,
+    NodeSpec,
+    forget_processes,
+    new_node,
+    power_off,
+    start_node,
+)
 from imexdra_sim.localcluster.pki import CertPair, ClusterPKI
+from imexdra_sim.localcluster.probes import healthz_ok, http_get, insecure_context
 from imexdra_sim.localcluster.processes import (
     ClusterStartError,
     ManagedProcess,
     Supervisor,
+    exit_on_sigterm,
     free_port,
     wait_until,
 )
@@ -83,6 +91,10 @@ class LocalCluster:
     does. Empty: CDI device names are only recorded."""
     binaries: Binaries | None = None
     keep_run_dir: bool = True
+    node_monitor_grace_seconds: int | None = None
+    """How long the node lifecycle controller waits for a silent kubelet before marking its node
+    ``Unknown`` (kube-controller-manager's ``--node-monitor-grace-period``; None: its default, 50 s).
+    Kubelets then renew their lease four times within it, as with the defaults."""
 
     nodes: list[Node] = field(default_factory=list, init=False)
     """The nodes of ``nodes_specs`` and ``add_nodes``: the workers."""
@@ -100,6 +112,7 @@ class LocalCluster:
         self._supervisor = Supervisor(self.run_dir / "logs")
         self._node_ip = host_ip()
         self._health: dict[str, Callable[[], bool]] = {}
+        self._node_starts: dict[str, Callable[[], None]] = {}
         self._proxy_kubeconfig: Path | None = None
         self._fabric_slots = 0
         self.fabric: Fabric | None = None
@@ -201,7 +214,7 @@ class LocalCluster:
                 "--log-level=warn",
             ],
         )
-        self._health["etcd"] = lambda: b'"health":"true"' in _http_get(f"http://127.0.0.1:{etcd_port}/health")
+        self._health["etcd"] = lambda: b'"health":"true"' in http_get(f"http://127.0.0.1:{etcd_port}/health")
         wait_until("etcd health", self._health["etcd"], timeout=30, process=etcd)
         apiserver = self._supervisor.start(
             "kube-apiserver",
@@ -247,6 +260,11 @@ class LocalCluster:
                 f"--root-ca-file={pki.ca.cert}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--controllers=*",
+                *(
+                    [f"--node-monitor-grace-period={self.node_monitor_grace_seconds}s"]
+                    if self.node_monitor_grace_seconds
+                    else []
+                ),
                 "--v=1",
             ],
         )
@@ -263,12 +281,12 @@ class LocalCluster:
                 "--v=1",
             ],
         )
-        insecure = _insecure_context()
+        insecure = insecure_context()
         for name, port, process in (
             ("kube-controller-manager", kcm_port, kcm),
             ("kube-scheduler", scheduler_port, scheduler),
         ):
-            self._health[name] = functools.partial(_healthz_ok, f"https://127.0.0.1:{port}/healthz", insecure)
+            self._health[name] = functools.partial(healthz_ok, f"https://127.0.0.1:{port}/healthz", insecure)
             wait_until(f"{name} /healthz", self._health[name], timeout=60, process=process)
 
     def _kubeconfig(self, name: str, client: CertPair, user: str) -> Path:
@@ -287,7 +305,7 @@ class LocalCluster:
         return context
 
     def _apiserver_ready(self) -> bool:
-        return _http_get(f"{self.apiserver_url}/readyz", self._admin_context()) == b"ok"
+        return http_get(f"{self.apiserver_url}/readyz", self._admin_context()) == b"ok"
 
     def restart_component(self, name: str, *, down_for: float = 0.0, timeout: float = 90) -> None:
         """SIGKILL a control-plane process and start it again, as a crashed and restarted service.
@@ -361,7 +379,9 @@ class LocalCluster:
             cdi_dirs=[node.host_dir / d.lstrip("/") for d in self.cdi_dirs],
             apiserver_port=self.apiserver_port,
             network=network,
+            lease_seconds=self.node_monitor_grace_seconds,
         )
+        self._node_starts[spec.name] = start
         return node, start
 
     def _node_network(self, spec: NodeSpec) -> NodeNetwork | None:
@@ -416,6 +436,31 @@ class LocalCluster:
         node.processes[-1] = self._supervisor.start(f"{kubelet.name}-restart", kubelet.argv)
         wait_until(f"node {node.name} Ready", ready, timeout=timeout, process=node.processes[-1])
 
+    def lose_node(self, name: str) -> None:
+        """Lose worker ``name`` as hardware is lost: every process on it dies at once (``power_off``).
+
+        Its Node object, pods and files stay; the control plane notices only by the kubelet's silence.
+        ``restore_node`` brings it back; ``add_nodes`` with a new name adds a replacement instead.
+        """
+        power_off(self.node(name))
+
+    def restore_node(self, name: str, *, timeout: float = 120) -> Node:
+        """Boot a lost worker again: same name, directories, ports and certificates; wait until Ready.
+
+        As after a power loss, its runtime starts empty (fakecri keeps containers in memory), so the
+        kubelet runs its pods anew from its own state directory.
+        """
+        node = self.node(name)
+        if node.spec.runtime == "containerd":
+            # Its new network namespace would need the fabric's port and routes re-made (Fabric.attach).
+            raise ClusterStartError(f"node {name}: bringing back a lost containerd node is not supported")
+        if any(p.alive() for p in node.processes):
+            raise ClusterStartError(f"node {name} is running; lose_node it first")
+        forget_processes(node, self._supervisor)
+        self._node_starts[name]()
+        self._wait_node_ready(node, timeout)
+        return node
+
     def node(self, name: str) -> Node:
         """Return the running node called ``name``."""
         for node in self.nodes:
@@ -463,39 +508,3 @@ class LocalCluster:
             lambda: self.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
             timeout=timeout,
         )
-
-
-def exit_on_sigterm() -> None:
-    """Make SIGTERM raise ``SystemExit`` in this process, unless someone already handles it.
-
-    The cluster's processes run in sessions of their own, so they outlive an owner that dies of a
-    plain SIGTERM (``kill``, ``timeout``, a CI runner): Python's default action skips every ``with``
-    block, and a leftover cluster holds ports, the MPI Operator's host-wide lock and memory. As
-    ``SystemExit`` the signal unwinds ``with LocalCluster(...)``, which stops them.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _raise_system_exit)
-
-
-def _raise_system_exit(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
-def _http_get(url: str, context: ssl.SSLContext | None = None) -> bytes:
-    with urllib.request.urlopen(url, timeout=2, context=context) as response:  # noqa: S310 - fixed local URLs
-        body: bytes = response.read()
-        return body
-
-
-def _healthz_ok(url: str, context: ssl.SSLContext) -> bool:
-    return _http_get(url, context) == b"ok"
-
-
-def _insecure_context() -> ssl.SSLContext:
-    # kcm and scheduler serve healthz with self-signed certs; only liveness is checked here.
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context

@@ -26,7 +26,13 @@ from pathlib import Path
 
 from imexdra_sim.localcluster.binaries import Binaries, cache_root
 from imexdra_sim.localcluster.imagestore import populate_root
-from imexdra_sim.localcluster.processes import ClusterStartError, ManagedProcess, Supervisor, wait_until
+from imexdra_sim.localcluster.processes import (
+    ClusterStartError,
+    ManagedProcess,
+    Supervisor,
+    children,
+    wait_until,
+)
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"
 """The kubelet's sandbox image; tools/image/build.sh builds it (PAUSE_VERSION in versions.env)."""
@@ -166,13 +172,8 @@ def start_containerd(
     return process
 
 
-def kill_shims(socket: Path) -> None:
-    """SIGKILL the runc shims of the containerd at ``socket`` and the containers they hold.
-
-    Shims run in sessions of their own (they outlive a containerd restart on a real node), so
-    stopping containerd's process group leaves them and their containers; killing a container's
-    init ends its whole PID namespace.
-    """
+def shim_pids(socket: Path) -> list[int]:
+    """The runc shims of the containerd at ``socket``: in sessions of their own, not its descendants."""
     marker = f"-address\x00{socket}\x00"
     shims: list[int] = []
     for proc in Path("/proc").iterdir():
@@ -182,18 +183,19 @@ def kill_shims(socket: Path) -> None:
             cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
             if "containerd-shim" in cmdline and marker in cmdline:
                 shims.append(int(proc.name))
-    for shim in shims:
-        for child in _children(shim):
+    return shims
+
+
+def kill_shims(socket: Path) -> None:
+    """SIGKILL the runc shims of the containerd at ``socket`` and the containers they hold.
+
+    Shims run in sessions of their own (they outlive a containerd restart on a real node), so
+    stopping containerd's process group leaves them and their containers; killing a container's
+    init ends its whole PID namespace.
+    """
+    for shim in shim_pids(socket):
+        for child in children(shim):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.kill(shim, signal.SIGKILL)
-
-
-def _children(pid: int) -> list[int]:
-    children: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError):
-                children += [int(c) for c in (task / "children").read_text().split()]
-    return children

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 
 from imexdra_sim.localcluster.binaries import Binaries
-from imexdra_sim.localcluster.containerd import start_containerd
+from imexdra_sim.localcluster.containerd import shim_pids, start_containerd
 from imexdra_sim.localcluster.dns import CLUSTER_DNS_IP, CLUSTER_DOMAIN
 from imexdra_sim.localcluster.fabric import Fabric
 from imexdra_sim.localcluster.processes import (
@@ -22,6 +22,7 @@ from imexdra_sim.localcluster.processes import (
     ManagedProcess,
     Supervisor,
     free_port,
+    kill_trees,
     wait_until,
 )
 
@@ -128,8 +129,12 @@ class Node:
         records = [json.loads(line) for line in self.cri_record.read_text().splitlines() if line]
         return [r for r in records if event is None or r.get("event") == event]
 
-    def kubelet_config(self, node_ip: str) -> dict[str, Any]:
-        """The KubeletConfiguration for this node (cgroup v1, no swap, fake runtime)."""
+    def kubelet_config(self, node_ip: str, *, lease_seconds: int | None = None) -> dict[str, Any]:
+        """The KubeletConfiguration for this node (cgroup v1, no swap, fake runtime).
+
+        ``lease_seconds`` shortens the node lease (the kubelet renews it every quarter of that), for a
+        cluster whose node lifecycle controller is told to give up on silent nodes sooner.
+        """
         return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
@@ -159,6 +164,7 @@ class Node:
             "maxPods": 110,
             "resolvConf": "",
             "registerWithTaints": [_taint(t) for t in self.spec.taints],
+            **({"nodeLeaseDurationSeconds": lease_seconds} if lease_seconds else {}),
             # Pods in network namespaces of their own resolve Services through the cluster's CoreDNS
             # (localcluster.dns); fakecri's host-process pods share the machine's resolver.
             **(
@@ -190,11 +196,13 @@ def start_node(
     cdi_dirs: list[Path],
     apiserver_port: int,
     network: NodeNetwork | None = None,
+    lease_seconds: int | None = None,
 ) -> None:
     """Start the runtime and the kubelet of ``node``; readiness is checked by the caller.
 
     A containerd node needs ``network``: its namespace joins the fabric and runs kube-proxy, and its
     kubelet runs in it too (``node_ip`` is then its fabric address). Nodes may be started concurrently.
+    ``lease_seconds``: the kubelet's node lease duration (``Node.kubelet_config``).
     """
     node.directory.mkdir(parents=True, exist_ok=True)
     node.root_dir.mkdir(parents=True, exist_ok=True)
@@ -254,7 +262,8 @@ def start_node(
         node.pod_cidr = node.spec.pod_cidr
         node.processes.append(runtime)
     config_path = node.directory / "kubelet-config.yaml"
-    config_path.write_text(yaml.safe_dump(node.kubelet_config(node_ip), sort_keys=False))
+    config = node.kubelet_config(node_ip, lease_seconds=lease_seconds)
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     labels = ",".join(f"{k}={v}" for k, v in sorted(node.spec.labels.items()))
     kubelet_argv = [
         # The kubelet joins the runtime's mount namespace, where /var/lib/kubelet is this node's root.
@@ -344,3 +353,30 @@ def _node_namespace(node: Node) -> list[str]:
 def new_node(spec: NodeSpec, run_dir: Path) -> Node:
     """Allocate the directory and ports of a node that is not started yet."""
     return Node(spec=spec, directory=run_dir / spec.name, kubelet_port=free_port(), healthz_port=free_port())
+
+
+def power_off(node: Node) -> list[int]:
+    """Stop every process of ``node`` at once, as a node losing power does; return the PIDs killed.
+
+    The kubelet, the runtime, kube-proxy, host services and every container (fakecri's children, or
+    containerd's shims and what they hold) die together by SIGKILL (``processes.kill_trees``): nothing
+    gets a chance to clean up or to tell the API server. Files stay, as disks do.
+    """
+    roots = [p.popen.pid for p in node.processes if p.alive()]
+    if node.spec.runtime == "containerd":
+        roots += shim_pids(node.cri_socket)
+    killed = kill_trees(roots)
+    for process in node.processes:
+        process.popen.wait(timeout=10)
+    return killed
+
+
+def forget_processes(node: Node, supervisor: Supervisor) -> None:
+    """Drop a powered-off node's dead processes and its runtime's stale socket, before it starts again.
+
+    A leftover socket file would pass the runtime's readiness wait before the new runtime listens.
+    """
+    for process in node.processes:
+        supervisor.forget(process)
+    node.processes.clear()
+    node.cri_socket.unlink(missing_ok=True)

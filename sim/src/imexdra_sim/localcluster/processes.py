@@ -14,7 +14,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,12 +126,58 @@ class Supervisor:
             self.processes[self.processes.index(process)] = started
         return started
 
+    def forget(self, process: ManagedProcess) -> None:
+        """Stop tracking ``process``, which must have exited (a powered-off node's, restarted anew)."""
+        if process.alive():
+            raise ValueError(f"{process.name} is still running")
+        with self._lock:
+            if process in self.processes:
+                self.processes.remove(process)
+
     def stop_all(self) -> None:
         """Stop every child, newest first, so clients go before the servers they talk to."""
         with self._lock:
             processes, self.processes = self.processes, []
         for process in reversed(processes):
             process.stop()
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (every thread's), or ``[]`` once it is gone."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def kill_trees(roots: Iterable[int]) -> list[int]:
+    """SIGKILL ``roots`` and all their descendants as one event, as a machine losing power does.
+
+    Every process is SIGSTOPped before its children are listed, so none can fork past the walk or see
+    a sibling die and react (a kubelet noticing its runtime go, a shim reaping its container); only
+    then is each one SIGKILLed. Returns the PIDs killed. Processes that reparented themselves away from
+    the roots (containerd's shims) are not found here: pass them as roots.
+    """
+    stopped: list[int] = []
+    seen: set[int] = set()
+    pending = list(roots)
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            continue
+        stopped.append(pid)
+        pending.extend(children(pid))
+    for pid in stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return stopped
 
 
 def wait_until(
@@ -157,3 +203,21 @@ def wait_until(
             hint = f"; see {process.log_path}:\n{tail(process.log_path)}" if process else ""
             raise ClusterStartError(f"timed out after {timeout:.0f}s waiting for {what}{hint}")
         time.sleep(interval)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM raise ``SystemExit`` in this process, unless someone already handles it.
+
+    The cluster's processes run in sessions of their own, so they outlive an owner that dies of a
+    plain SIGTERM (``kill``, ``timeout``, a CI runner): Python's default action skips every ``with``
+    block, and a leftover cluster holds ports, the MPI Operator's host-wide lock and memory. As
+    ``SystemExit`` the signal unwinds ``with LocalCluster(...)``, which stops them.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_system_exit)
+
+
+def _raise_system_exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)

@@ -11,7 +11,11 @@ Behaviour, mirroring what the driver relies on in the real daemon:
 - it listens on ``<own address>:SERVER_PORT`` and probes every other resolvable entry there; a peer is
   Connected (``C``) when it answers with the same node list, the same version and the node ID the entry
   implies, otherwise ``!M!``/``!V!``, or ``N``/``R`` when it does not answer (never / no longer);
-- it is ``READY`` while every resolvable peer is ``C``; SIGTERM/SIGINT stop it with exit code 0.
+- it is ``READY`` once started unless an init failure stands: its own ID moved, or a peer answers
+  with another node map or version (``!M!``/``!V!``). Peers that do not answer (``N``, ``R``) leave it
+  ``READY``: IMEX needs no full quorum to initialize, and a lost peer only degrades the domain
+  (``-N``'s Domain State), as NVIDIA's IMEX guide says (docs/hardware.md §7.2). SIGTERM/SIGINT stop
+  it with exit code 0.
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ NOT_READY = "NOT_READY"
 UNAVAILABLE = "UNAVAILABLE"
 # Connectivity states, as nvidia-imex-ctl -N prints them.
 CONNECTED, NEVER, RECOVERING, INVALID, MAP_MISMATCH, VERSION_MISMATCH = "C", "N", "R", "I", "!M!", "!V!"
+
+#: Peer states IMEX treats as initialization failures (IMEX guide, "Constraints").
+_INIT_FAILURES = frozenset({MAP_MISMATCH, VERSION_MISMATCH})
 
 _PEER_TIMEOUT = 1.0
 
@@ -258,11 +265,17 @@ class FakeImexDaemon:
     # -- answers ----------------------------------------------------------------------------------
 
     def state(self) -> str:
-        """READY while no node-map error stands and every resolvable peer is connected."""
+        """READY unless an init failure stands (own ID moved, a peer's node map or version differs).
+
+        A peer that never answered or stopped answering does not count: a node lost from the rack
+        must not take every other daemon's readiness (and then, through its liveness probe, its
+        process) with it.
+        """
         if self.error:
             return NOT_READY
         links = [self.links.get(node.index) for node in self._peers()]
-        return READY if all(link is not None and link.state == CONNECTED for link in links) else NOT_READY
+        mismatched = any(link is not None and link.state in _INIT_FAILURES for link in links)
+        return NOT_READY if mismatched else READY
 
     def _row(self) -> dict[str, str]:
         row: dict[str, str] = {}

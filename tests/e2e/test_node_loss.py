@@ -1,0 +1,208 @@
+"""Node loss, as racks lose nodes (seed 002's promise): a tray dies with everything on it.
+
+``LocalCluster.lose_node`` SIGKILLs the node's kubelet, runtime and every process on it at once; the
+control plane learns of it only by the kubelet's silence (the rack marks silent nodes Unknown after
+20 s). Checked on a driver-managed domain with one workload pod per node:
+
+- within a bound, the domain's status, a ``NodeNotReady`` event and ``imexdra status`` say which
+  node and why; the other daemons and workloads are not restarted; the domain and its cliques are
+  written a handful of times, not in a storm;
+- the node returns (same name and state): it rejoins with its old clique index, and the claim of the
+  pod force-deleted while it was away is unprepared there;
+- a fresh node replaces it: it takes a free index, and the domain is Ready again once the lost node's
+  pods are gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from imexdra_sim import rack
+from imexdra_sim.localcluster.cluster import LocalCluster
+from tests.e2e.conftest import NODE_LOSS, NODE_LOSS_GRACE_SECONDS
+from tests.e2e.helpers import (
+    COMPUTE_DOMAIN_LABEL,
+    cdi_spec,
+    channel_pod,
+    container_state,
+    domain_status,
+    force_delete_pod_on,
+    is_ready,
+    node_loss_namespace,
+    prepared_on,
+    ready_nodes,
+    start_domain_workload,
+    status_report,
+    workload_containers,
+)
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import wait_until
+from tests.support.watching import WriteCounter
+
+DOMAIN = "rack-job"
+#: From the kill to the domain saying so: the grace period, the node monitor's 5 s period, the pods'
+#: readiness update and the controller's batching, with room for a loaded machine.
+REPORT_WITHIN = NODE_LOSS_GRACE_SECONDS + 40
+#: Writes the loss may cost, for the whole outage: the domain's NotReady (one status write) and the
+#: clique entry's status; anything near one write per event or per resync would exceed them.
+MAX_DOMAIN_WRITES = 3
+MAX_CLIQUE_WRITES = 3
+
+
+@pytest.fixture
+def namespace(node_loss_rack: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of the test's own, emptied afterwards (after any node it lost is back)."""
+    yield from node_loss_namespace(node_loss_rack, request)
+
+
+def indices(cluster: LocalCluster, namespace: str) -> dict[str, int]:
+    """Node -> index in the domain's status."""
+    return {n["name"]: n["index"] for n in domain_status(cluster, namespace, DOMAIN).get("nodes", [])}
+
+
+def daemon_containers(cluster: LocalCluster, uid: str) -> dict[str, tuple[str, str, int]]:
+    """Node -> (pod UID, container ID, restart count) of the domain's daemon pods."""
+    pods = get_json(cluster, "pods", "-n", rack.DRIVER_NAMESPACE, "-l", f"{COMPUTE_DOMAIN_LABEL}={uid}")[
+        "items"
+    ]
+    return {
+        p["spec"]["nodeName"]: container_state(p) for p in pods if not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def node_not_ready_events(cluster: LocalCluster, namespace: str) -> list[str]:
+    """Notes of the domain's ``NodeNotReady`` events."""
+    events = get_json(cluster, "events", "-n", namespace, "--field-selector", "reason=NodeNotReady")["items"]
+    return [e.get("message", "") for e in events if e["involvedObject"]["name"] == DOMAIN]
+
+
+def wait_loss_reported(cluster: LocalCluster, namespace: str, lost: str, started: float) -> float:
+    """Wait until the domain, its events and ``imexdra status`` name ``lost`` and why; return seconds."""
+
+    def entry_not_ready() -> bool:
+        status = domain_status(cluster, namespace, DOMAIN)
+        entries = {n["name"]: n["status"] for n in status.get("nodes", [])}
+        return status.get("status") == "NotReady" and entries.get(lost) == "NotReady"
+
+    wait_until(f"the domain NotReady with {lost} NotReady", entry_not_ready, timeout=REPORT_WITHIN)
+    notes = wait_until(
+        f"a NodeNotReady event naming {lost}",
+        lambda: [n for n in node_not_ready_events(cluster, namespace) if f"node {lost} " in n],
+        timeout=30,
+    )
+    assert "Kubelet stopped posting node status" in notes[0]
+    seconds = time.monotonic() - started
+    report = status_report(cluster)
+    [domain] = [d for d in report["computeDomains"] if d["name"] == DOMAIN and d["namespace"] == namespace]
+    daemons = {d["nodeName"]: d["status"] for c in domain["cliques"] for d in c["daemons"]}
+    assert daemons[lost] == "NotReady"
+    assert all(status == "Ready" for node, status in daemons.items() if node != lost)
+    [row] = [n for n in report["nodes"] if n["name"] == lost]
+    assert row["notReady"].startswith("Unknown, NodeStatusUnknown")
+    return seconds
+
+
+def test_a_lost_node_is_reported_and_rejoins_with_its_index(
+    node_loss_rack: LocalCluster, namespace: str
+) -> None:
+    """Loss: reported in time, nothing else restarts, no storm; return: old index, stale claim unprepared."""
+    cluster = node_loss_rack
+    nodes = ready_nodes(cluster)[:4]
+    lost, survivors = nodes[-1], nodes[:-1]
+    uid = start_domain_workload(cluster, namespace, DOMAIN, nodes, num_nodes=len(nodes))
+    index_before = indices(cluster, namespace)
+    daemons_before = daemon_containers(cluster, uid)
+    workloads_before = workload_containers(cluster, namespace)
+
+    with (
+        WriteCounter(cluster, "computedomain", namespace, DOMAIN) as domain_writes,
+        WriteCounter(cluster, "computedomaincliques", rack.DRIVER_NAMESPACE) as clique_writes,
+    ):
+        started = time.monotonic()
+        cluster.lose_node(lost)
+        seconds = wait_loss_reported(cluster, namespace, lost, started)
+        print(f"loss of {lost} reported after {seconds:.1f} s")
+        # The operator gives up on the pod: its claim goes, and is stale on the node when it returns.
+        pod, stale_claim = force_delete_pod_on(cluster, namespace, lost)
+        wait_until(
+            "the force-deleted pod's claim gone",
+            lambda: (
+                not cluster.kubectl("get", "resourceclaims", "-n", namespace, "-o", "name").stdout.count(pod)
+            ),
+            timeout=60,
+        )
+        assert stale_claim in prepared_on(cluster, lost)
+        apply(cluster, channel_pod(pod, namespace, f"{DOMAIN}-channel", node=lost))
+        daemons_during = daemon_containers(cluster, uid)
+        workloads_during = workload_containers(cluster, namespace)
+    print(f"writes while {lost} was lost: {domain_writes.writes()} {clique_writes.writes()}")
+    assert len(domain_writes.writes()) <= MAX_DOMAIN_WRITES, domain_writes.writes()
+    assert len(clique_writes.writes()) <= MAX_CLIQUE_WRITES, clique_writes.writes()
+    for node in survivors:
+        assert daemons_during[node] == daemons_before[node], f"the daemon on {node} restarted"
+        assert workloads_during[node] == workloads_before[node], f"the workload on {node} restarted"
+
+    rack.restore_node(cluster, lost)
+
+    wait_until(
+        f"the stale claim unprepared on {lost}",
+        lambda: (
+            stale_claim not in prepared_on(cluster, lost)
+            and not cdi_spec(cluster, lost, stale_claim).exists()
+        ),
+        timeout=180,
+    )
+    wait_until(
+        f"the new pod on {lost} Running",
+        lambda: is_ready(get_json(cluster, "pod", pod, "-n", namespace)),
+        timeout=180,
+    )
+
+    def rejoined() -> bool:
+        status = domain_status(cluster, namespace, DOMAIN)
+        entries = {n["name"]: (n["index"], n["status"]) for n in status.get("nodes", [])}
+        return status.get("status") == "Ready" and entries.get(lost) == (index_before[lost], "Ready")
+
+    wait_until(f"{lost} back at index {index_before[lost]} and the domain Ready", rejoined, timeout=240)
+    assert indices(cluster, namespace) == index_before
+    daemons_after = daemon_containers(cluster, uid)
+    for node in survivors:
+        assert daemons_after[node] == daemons_before[node], f"the daemon on {node} restarted"
+
+
+def test_a_replacement_node_takes_a_free_index(node_loss_rack: LocalCluster, namespace: str) -> None:
+    """A fresh node instead of the lost one gets an index no live member has; the domain heals."""
+    cluster = node_loss_rack
+    nodes = ready_nodes(cluster)[:4]
+    lost, survivors = nodes[1], [n for n in nodes if n != nodes[1]]
+    uid = start_domain_workload(cluster, namespace, DOMAIN, nodes, num_nodes=len(nodes))
+    index_before = indices(cluster, namespace)
+    daemons_before = daemon_containers(cluster, uid)
+
+    started = time.monotonic()
+    cluster.lose_node(lost)
+    wait_loss_reported(cluster, namespace, lost, started)
+    # The tray is pulled: its pod and its Node go, and a spare tray takes its place.
+    pod, _claim = force_delete_pod_on(cluster, namespace, lost)
+    cluster.kubectl("delete", "node", lost)
+    spare = max(int(n.name.removeprefix("gb200-")) for n in cluster.nodes) + 1
+    replacement = rack.add_spare_node(cluster, NODE_LOSS, spare).name
+    apply(cluster, channel_pod(pod, namespace, f"{DOMAIN}-channel", node=replacement))
+
+    def healed() -> dict[str, int] | None:
+        status = domain_status(cluster, namespace, DOMAIN)
+        entries = {n["name"]: n["index"] for n in status.get("nodes", [])}
+        ok = status.get("status") == "Ready" and set(entries) == {*survivors, replacement}
+        return entries if ok else None
+
+    # The lost node's daemon pod goes with its Node (pod garbage collection, after a 40 s quarantine).
+    healed_indices = wait_until(f"{replacement} in the domain instead of {lost}, Ready", healed, timeout=300)
+    assert {n: healed_indices[n] for n in survivors} == {n: index_before[n] for n in survivors}
+    assert healed_indices[replacement] not in {index_before[n] for n in survivors}
+    assert 0 <= healed_indices[replacement] < 18
+    daemons_after = daemon_containers(cluster, uid)
+    for node in survivors:
+        assert daemons_after[node] == daemons_before[node], f"the daemon on {node} restarted"
