@@ -323,3 +323,22 @@ def node_loss_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -
     yield next(namespaces)
     restore_lost_nodes(cluster)
     next(namespaces, None)
+
+
+def restore_and_resume(cluster: LocalCluster, lost: str, stale_claim: str, namespace: str, pod: str) -> None:
+    """Bring ``lost`` back; wait until its plugin unprepared ``stale_claim`` (the claim of the pod
+    force-deleted meanwhile: checkpoint entry and CDI spec gone) and the new ``pod`` there runs."""
+    rack.restore_node(cluster, lost)
+    wait_until(
+        f"the stale claim unprepared on {lost}",
+        lambda: (
+            stale_claim not in prepared_on(cluster, lost)
+            and not cdi_spec(cluster, lost, stale_claim).exists()
+        ),
+        timeout=180,
+    )
+    wait_until(
+        f"the new pod on {lost} Running",
+        lambda: is_ready(get_json(cluster, "pod", pod, "-n", namespace)),
+        timeout=180,
+    )

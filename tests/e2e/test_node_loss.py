@@ -25,15 +25,14 @@ from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.conftest import NODE_LOSS, NODE_LOSS_GRACE_SECONDS
 from tests.e2e.helpers import (
     COMPUTE_DOMAIN_LABEL,
-    cdi_spec,
     channel_pod,
     container_state,
     domain_status,
     force_delete_pod_on,
-    is_ready,
     node_loss_namespace,
     prepared_on,
     ready_nodes,
+    restore_and_resume,
     start_domain_workload,
     status_report,
     workload_containers,
@@ -145,21 +144,7 @@ def test_a_lost_node_is_reported_and_rejoins_with_its_index(
         assert daemons_during[node] == daemons_before[node], f"the daemon on {node} restarted"
         assert workloads_during[node] == workloads_before[node], f"the workload on {node} restarted"
 
-    rack.restore_node(cluster, lost)
-
-    wait_until(
-        f"the stale claim unprepared on {lost}",
-        lambda: (
-            stale_claim not in prepared_on(cluster, lost)
-            and not cdi_spec(cluster, lost, stale_claim).exists()
-        ),
-        timeout=180,
-    )
-    wait_until(
-        f"the new pod on {lost} Running",
-        lambda: is_ready(get_json(cluster, "pod", pod, "-n", namespace)),
-        timeout=180,
-    )
+    restore_and_resume(cluster, lost, stale_claim, namespace, pod)
 
     def rejoined() -> bool:
         status = domain_status(cluster, namespace, DOMAIN)

@@ -13,23 +13,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from imexdra_sim import rack
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.conftest import NODE_LOSS_GRACE_SECONDS
 from tests.e2e.helpers import (
-    cdi_spec,
     channel_pod,
     domain_status,
     force_delete_pod_on,
-    is_ready,
     node_loss_namespace,
     prepared_on,
     ready_nodes,
+    restore_and_resume,
     start_domain_workload,
     status_report,
     workload_containers,
 )
-from tests.support.kubectl import apply, get_json
+from tests.support.kubectl import apply
 from tests.support.waiting import wait_until
 from tests.support.watching import WriteCounter
 
@@ -77,20 +75,7 @@ def test_a_lost_node_leaves_the_domain_ready_and_its_claim_is_unprepared_on_retu
     for node in survivors:
         assert workloads_during[node] == workloads_before[node], f"the workload on {node} restarted"
 
-    rack.restore_node(cluster, lost)
-    wait_until(
-        f"the stale claim unprepared on {lost}",
-        lambda: (
-            stale_claim not in prepared_on(cluster, lost)
-            and not cdi_spec(cluster, lost, stale_claim).exists()
-        ),
-        timeout=180,
-    )
-    wait_until(
-        f"the new pod on {lost} Running",
-        lambda: is_ready(get_json(cluster, "pod", pod, "-n", namespace)),
-        timeout=180,
-    )
+    restore_and_resume(cluster, lost, stale_claim, namespace, pod)
     assert domain_status(cluster, namespace, DOMAIN).get("status") == "Ready"
     for node in survivors:
         assert workload_containers(cluster, namespace)[node] == workloads_before[node]
