@@ -29,9 +29,7 @@ from imexdra.api.constants import DRIVER_NAME, KIND_CHANNEL_CONFIG
 from imexdra.controller.channels import ClaimHold
 
 #: The device names of channels the plugin publishes (``channel-<id>``, kubeletplugin/slices.py).
-_CHANNEL_DEVICE = re.compile(r"channel-([1-9][0-9]*)")
-#: The same, channel 0 (domain isolation's shared channel) included.
-_ANY_CHANNEL_DEVICE = re.compile(r"channel-(0|[1-9][0-9]*)")
+_CHANNEL_DEVICE = re.compile(r"channel-(0|[1-9][0-9]*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +83,12 @@ class _ChannelParameters(msgspec.Struct, kw_only=True):
 
 def channel_number(device: str) -> int | None:
     """``N`` for a device named ``channel-N`` with ``N >= 1``; None for anything else."""
+    channel = _channel_id(device)
+    return channel if channel else None
+
+
+def _channel_id(device: str) -> int | None:
+    """``N`` for a device named ``channel-N``, channel 0 included; None for anything else."""
     match = _CHANNEL_DEVICE.fullmatch(device)
     return int(match.group(1)) if match else None
 
@@ -124,7 +128,7 @@ def use_of(status: _Status, namespace: str) -> ClaimUse | None:
     devices = status.allocation.devices if status.allocation is not None else None
     if devices is None:
         return None
-    if not any(r.driver == DRIVER_NAME and _ANY_CHANNEL_DEVICE.fullmatch(r.device) for r in devices.results):
+    if not any(r.driver == DRIVER_NAME and _channel_id(r.device) is not None for r in devices.results):
         return None
     domain = _domain_of(devices.config)
     if domain is None:

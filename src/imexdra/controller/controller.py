@@ -140,7 +140,7 @@ class Controller:
             caches.claims.add_handler(
                 EventHandler(
                     on_add=self._claim_changed,
-                    on_update=lambda old, new: self._claim_changed(old, new),
+                    on_update=self._claim_changed,
                     on_delete=self._claim_changed,
                 )
             )
