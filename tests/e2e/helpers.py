@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -342,3 +343,48 @@ def restore_and_resume(cluster: LocalCluster, lost: str, stale_claim: str, names
         lambda: is_ready(get_json(cluster, "pod", pod, "-n", namespace)),
         timeout=180,
     )
+
+
+# -- the fake fabric's probe (docs/fake-fabric.md) ------------------------------------------------
+
+EXPORTED = re.compile(r"^exported (\S+) on IMEX channel (\d+)$")
+
+
+def probe_pod(
+    cluster: LocalCluster, name: str, namespace: str, template: str | None, node: str, *argv: str
+) -> dict[str, Any]:
+    """A run-once pod of ``rack.PROBE_IMAGE`` on ``node`` running ``imex-probe`` with ``argv``
+    against that node's fabric; it holds the channel of claim template ``template`` (None: no claim)."""
+    pod = builders.channel_pod(name, namespace, template or "", node=node, image=rack.PROBE_IMAGE)
+    if template is None:
+        del pod["spec"]["resourceClaims"], pod["spec"]["containers"][0]["resources"]
+    op, *rest = argv
+    fabric = rack.fabric_endpoint(cluster.node(node))
+    pod["spec"]["restartPolicy"] = "Never"
+    pod["spec"]["containers"][0]["command"] = ["imex-probe", op, "--fabric", fabric, *rest]
+    return pod
+
+
+def exported_handle(cluster: LocalCluster, namespace: str, name: str) -> tuple[str, int]:
+    """Wait until the exporting probe pod ``name`` logs its export; return the handle and its channel."""
+
+    def exported() -> tuple[str, int] | None:
+        pod = get_json(cluster, "pod", name, "-n", namespace)
+        if pod["status"].get("phase") != "Running":
+            return None
+        found = [m for line in container_log(cluster, pod) if (m := EXPORTED.match(line))]
+        return (found[0][1], int(found[0][2])) if found else None
+
+    result: tuple[str, int] = wait_until(f"probe {name} exported", exported, timeout=120)
+    return result
+
+
+def probe_outcome(cluster: LocalCluster, namespace: str, name: str) -> tuple[str, list[str]]:
+    """Wait until the run-once probe pod ``name`` ends; return its phase and its log."""
+
+    def ended() -> dict[str, Any] | None:
+        pod: dict[str, Any] = get_json(cluster, "pod", name, "-n", namespace)
+        return pod if pod["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    pod = wait_until(f"probe {name} done", ended, timeout=120)
+    return pod["status"]["phase"], container_log(cluster, pod)

@@ -22,7 +22,15 @@ from imexdra.api.constants import DRIVER_NAME
 from imexdra_sim import rack
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.e2e.helpers import channel_pod, domain_status, fresh_namespace, injected_channel_devices
+from tests.e2e.helpers import (
+    channel_pod,
+    domain_status,
+    exported_handle,
+    fresh_namespace,
+    injected_channel_devices,
+    probe_outcome,
+    probe_pod,
+)
 from tests.events import driver_prepare_failure
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
@@ -120,6 +128,41 @@ def test_eight_domains_share_one_node(channel_isolation_rack: LocalCluster, name
     for pod in running(cluster, namespace, names):
         expected = [f"{CHANNEL_DIR}/channel{channels[pod['metadata']['name']]}"]
         assert injected_channel_devices(cluster, pod) == expected
+
+
+def test_only_holders_of_the_exporters_channel_import_its_memory(
+    channel_isolation_rack: LocalCluster, namespace: str
+) -> None:
+    """Through the fake fabric (docs/fake-fabric.md): A's probe on gb200-00 exports on A's channel;
+    B's probe on the same node is refused (the fabric names both channels), a probe holding no
+    channel is refused, and A's probe on gb200-01 imports it across nodes, relayed in the IMEX domain.
+    """
+    cluster = channel_isolation_rack
+    apply(cluster, compute_domain("team-a", namespace), compute_domain("team-b", namespace))
+    channels = {name: ready_channel(cluster, namespace, name) for name in ("team-a", "team-b")}
+    apply(cluster, probe_pod(cluster, "a-export", namespace, "team-a-channel", NODES[0], "export"))
+    handle, exported_on = exported_handle(cluster, namespace, "a-export")
+    assert exported_on == channels["team-a"]
+    importers = {
+        "b-same-node": ("team-b-channel", NODES[0]),
+        "none-same-node": (None, NODES[0]),
+        "a-other-node": ("team-a-channel", NODES[1]),
+    }
+    apply(
+        cluster,
+        *(
+            probe_pod(cluster, name, namespace, template, node, "import", handle)
+            for name, (template, node) in importers.items()
+        ),
+    )
+    outcomes = {name: probe_outcome(cluster, namespace, name) for name in importers}
+    refused_b = f"exported on IMEX channel {channels['team-a']}; the caller holds [{channels['team-b']}]"
+    assert outcomes["b-same-node"][0] == "Failed" and refused_b in outcomes["b-same-node"][1][-1]
+    assert outcomes["none-same-node"][0] == "Failed"
+    assert "the caller holds no channel" in outcomes["none-same-node"][1][-1]
+    imported = f"imported {handle} on IMEX channel {channels['team-a']}"
+    held = f"holding IMEX channels [channel{channels['team-a']}]"
+    assert outcomes["a-other-node"] == ("Succeeded", [held, imported])
 
 
 def dry_run(cluster: LocalCluster, obj: dict[str, Any]) -> str | None:

@@ -23,9 +23,12 @@ from imexdra_sim.localcluster.credentials import kubectl_as
 from imexdra_sim.localcluster.nodes import Node
 from tests.e2e.helpers import (
     channel_pod,
+    exported_handle,
     fresh_namespace,
     injected_channel_devices,
     pod_phase,
+    probe_outcome,
+    probe_pod,
     run_seed_job,
     tenant_kubeconfig,
 )
@@ -111,6 +114,21 @@ def test_second_channel_claim_on_a_node_is_prevented(host_managed_rack: LocalClu
         lambda: any(e["reason"] == "FailedScheduling" for e in pod_events(cluster, namespace, "second")),
     )
     assert pod_phase(cluster, namespace, "second") == "Pending"
+
+
+def test_under_domain_isolation_another_domains_pod_imports_the_memory(
+    host_managed_rack: LocalCluster, namespace: str
+) -> None:
+    """The hole channel isolation closes (docs/fake-fabric.md §5): with every domain on channel 0,
+    domain B's probe on gb200-01 imports what domain A's probe exported on gb200-00."""
+    cluster = host_managed_rack
+    apply(cluster, compute_domain("team-a", namespace, "a-ch"), compute_domain("team-b", namespace, "b-ch"))
+    apply(cluster, probe_pod(cluster, "a-export", namespace, "a-ch", "gb200-00", "export"))
+    handle, channel = exported_handle(cluster, namespace, "a-export")
+    assert channel == 0
+    apply(cluster, probe_pod(cluster, "b-import", namespace, "b-ch", "gb200-01", "import", handle))
+    phase, log = probe_outcome(cluster, namespace, "b-import")
+    assert (phase, log[-1]) == ("Succeeded", f"imported {handle} on IMEX channel 0")
 
 
 def test_allocation_mode_all_is_a_permanent_prepare_error(

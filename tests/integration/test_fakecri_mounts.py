@@ -6,7 +6,8 @@ exactly so, inside ``unshare --mount`` (as fakecri itself runs in a node's priva
 directories of their own. Checked: a file mounted where the host has no file (a CDI mount of
 ``/usr/bin/nvidia-imex``) is visible in the container, with the CDI options ``ro``/``nosuid``/``nodev``,
 while the host's directory stays as it was; mounts below an overlaid directory (``/dev/shm`` under
-``/dev``) remain; a CDI mount whose source is missing fails the start, as runc fails it.
+``/dev``) remain; a CDI mount whose source is missing fails the start, as runc fails it; a CDI device
+node is made with mknod in the container, its missing directory too, and nothing on the host.
 """
 
 from __future__ import annotations
@@ -27,9 +28,22 @@ def fakecri() -> Path:
     return locate().path("fakecri")
 
 
-def run_container(fakecri: Path, mounts: list[dict[str, Any]], script: str, setup: str = "true") -> str:
-    """Run ``script`` as fakecri runs a container with ``mounts``; ``setup`` runs first, in the namespace."""
-    spec = {"mounts": mounts, "argv": ["sh", "-c", script], "env": ["PATH=/usr/bin:/bin"], "dir": "/"}
+def run_container(
+    fakecri: Path,
+    mounts: list[dict[str, Any]],
+    script: str,
+    setup: str = "true",
+    devices: list[dict[str, Any]] | None = None,
+) -> str:
+    """Run ``script`` as fakecri runs a container with ``mounts`` and device nodes ``devices``;
+    ``setup`` runs first, in the namespace."""
+    spec = {
+        "mounts": mounts,
+        "devices": devices or [],
+        "argv": ["sh", "-c", script],
+        "env": ["PATH=/usr/bin:/bin"],
+        "dir": "/",
+    }
     wrapper = f'{setup} && exec "$0" __mount-helper "$1"'
     done = subprocess.run(
         [
@@ -132,3 +146,15 @@ def test_a_cdi_mount_of_a_missing_file_fails_the_start(fakecri: Path, tmp_path: 
     assert done.returncode == 127
     assert f"mount {tmp_path / 'absent'} at {tmp_path / 't'}: stat" in done.stderr
     assert not (tmp_path / "absent").exists() and not (tmp_path / "t").exists()
+
+
+def test_a_cdi_device_node_is_made_in_the_container_only(fakecri: Path, tmp_path: Path) -> None:
+    """As runc makes a CDI device node: a character device of the given major, minor and mode at its
+    path, its missing directory (``nvidia-caps-imex-channels``) made too, all in the container only."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    channel = dev / "nvidia-caps-imex-channels" / "channel7"
+    device = {"path": str(channel), "block": False, "major": 509, "minor": 7, "mode": 0o666}
+    script = f"stat -c '%F %t:%T %a' {shlex.quote(str(channel))}"
+    assert run_container(fakecri, [], script, devices=[device]) == "character special file 1fd:7 666\n"
+    assert list(dev.iterdir()) == []

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local test cluster's binaries from Go modules into a cache outside the repository:
 #   ${IMEXDRA_CACHE:-~/.cache/imexdra}/k8s-<version>/bin/{etcd,kube-apiserver,kube-controller-manager,
-#   kube-scheduler,kubelet,kubectl,helm,fakecri,mpi-operator} and manifests/mpi-operator/ (CRD, RBAC);
+#   kube-scheduler,kubelet,kubectl,helm,fakecri,imex-probe,mpi-operator} and manifests/mpi-operator/ (CRD, RBAC);
+#   imex-probe is the fake fabric's GPU program (docs/fake-fabric.md), static, standard library only;
 #   the node runtime: containerd, containerd-shim-runc-v2, ctr, runc and the CNI plugins bridge,
 #   host-local and loopback (docs/node-runtime.md); coredns, the cluster DNS of containerd clusters;
 #   first, tools/nvml-mock/build.sh builds the mock libnvidia-ml.so.1 into .../nvml-mock/ (C, seconds);
@@ -84,6 +85,7 @@ build_step helm helm "$HELM_VERSION" helm -- -ldflags="-s -w -X helm.sh/helm/v3/
   -o "$bin/helm" helm.sh/helm/v3/cmd/helm
 
 build_step fakecri fakecri "$STAGING_VERSION" fakecri -- -o "$bin/fakecri" .
+build_step imexprobe imexprobe "" imex-probe -- -ldflags="-s -w" -o "$bin/imex-probe" .
 # The node runtime. runc needs cgo (its nsenter is C) and, for the seccomp profile containerd gives
 # every sandbox, libseccomp: linked statically from Debian's libseccomp-dev, unpacked into the cache
 # (nothing is installed on the machine).

@@ -12,7 +12,9 @@ Under HostManagedIMEX every node with an NVLink clique also runs its "host" ``nv
 driver root's (fake) ``nvidia-imex`` as a host process, one IMEX domain per rack, its command socket
 at ``hostSocketPath`` (``/etc/imexdra-sim/nvidia-imex/imex_ctrl.sock``, that node's own copy), which the
 kubelet plugin checks before preparing a channel. ``stop_host_imex`` / ``start_host_imex`` play
-``systemctl stop`` / ``start``.
+``systemctl stop`` / ``start``. Beside it runs the node's fake fabric (docs/fake-fabric.md), which
+decides GPU memory imports by IMEX channel; pods of ``PROBE_IMAGE`` run its GPU program, ``imex-probe``,
+asking the fabric at ``fabric_endpoint(node)``.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ import yaml
 
 import imexdra
 from imexdra_sim.devices import driverroot_fake
+from imexdra_sim.devices.fakefabric import service as fabric_service
 from imexdra_sim.devices.fakeimex.hostservice import CONFIG_NAME, SOCKET_NAME, HostImexService, service_argv
 from imexdra_sim.localcluster.addons import start_mpi_operator
-from imexdra_sim.localcluster.binaries import nvml_mock_library
+from imexdra_sim.localcluster.binaries import locate, nvml_mock_library
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, HostImage, Node, NodeSpec
 from imexdra_sim.localcluster.processes import ManagedProcess, free_port
@@ -49,6 +52,8 @@ HOST_IMEX_DIR = "nvidia-imex"
 """The simulated host's ``/etc/nvidia-imex``, under ``SIM_DIR`` (so fakecri maps it per node)."""
 HOST_SOCKET_PATH = f"{SIM_DIR}/{HOST_IMEX_DIR}/{SOCKET_NAME}"
 GPUS_PER_NODE = 4
+PROBE_IMAGE = f"imexdra.local/imex-probe:{IMAGE_TAG}"
+"""The GPU program of the fake fabric: fakecri runs ``imex-probe`` (tools/k8s/imexprobe) from the cache."""
 CHART = Path(__file__).resolve().parents[3] / "deployments" / "helm" / "imexdra"
 
 
@@ -105,7 +110,10 @@ def new_rack_cluster(config: RackConfig, run_dir: Path | None = None) -> LocalCl
     return LocalCluster(
         nodes_specs=node_specs(config),
         run_dir=run_dir,
-        host_images={f"{IMAGE_REPOSITORY}:{IMAGE_TAG}": image},
+        host_images={
+            f"{IMAGE_REPOSITORY}:{IMAGE_TAG}": image,
+            PROBE_IMAGE: HostImage(path=(str(locate().bin_dir),)),
+        },
         host_path_map={SIM_DIR: "sim"},
         cdi_dirs=(CDI_ROOT,),
         node_monitor_grace_seconds=config.node_monitor_grace_seconds,
@@ -157,10 +165,37 @@ def setup_host_imex(cluster: LocalCluster, config: RackConfig) -> None:
     members = [i for i in range(config.nodes) if i not in config.no_fabric_nodes]
     addresses = [_host_imex_address(i) for i in members]
     port = free_port()
+    fabric_port = free_port()  # not a fixed port: two racks (a demo beside the tests) may run at once
+    fabrics = {cluster.nodes[i].name: (_host_imex_address(i), fabric_port) for i in members}
     for i in members:
         node = cluster.nodes[i]
         host_imex_service(node, i, addresses, port).write()
         start_host_imex(cluster, node)
+        proc_devices = node.host_dir / "sim" / "proc-devices"
+        domain = {name: address for name, address in fabrics.items() if name != node.name}
+        fabric = fabric_service.FabricService(node.name, fabrics[node.name], domain, proc_devices)
+        fabric.write(_fabric_config(node))
+        start_fabric(cluster, node)
+
+
+def _fabric_config(node: Node) -> Path:
+    return node.host_dir / "sim" / fabric_service.CONFIG_NAME
+
+
+def start_fabric(cluster: LocalCluster, node: Node) -> ManagedProcess:
+    """Start ``node``'s fake fabric (its config written by ``setup_host_imex``), a node process."""
+    process = cluster.start_process(_fabric_name(node), fabric_service.service_argv(_fabric_config(node)))
+    node.processes.append(process)
+    return process
+
+
+def fabric_endpoint(node: Node) -> str:
+    """``host:port`` of ``node``'s fake fabric, for ``imex-probe --fabric``."""
+    return fabric_service.FabricService.read(_fabric_config(node)).endpoint
+
+
+def _fabric_name(node: Node) -> str:
+    return f"{node.name}-fake-fabric"
 
 
 def _host_imex_name(node: Node) -> str:
@@ -177,11 +212,14 @@ def start_host_imex(cluster: LocalCluster, node: Node) -> ManagedProcess:
 
 
 def ensure_host_imex(cluster: LocalCluster, node: Node) -> None:
-    """Start ``node``'s host IMEX if it has one configured and it is not running."""
+    """Start ``node``'s host IMEX and fabric if they are configured and not running."""
     configured = (node.host_dir / "sim" / HOST_IMEX_DIR / CONFIG_NAME).exists()
     running = any(p.name == _host_imex_name(node) and p.alive() for p in node.processes)
     if configured and not running:
         start_host_imex(cluster, node)
+    fabric_running = any(p.name == _fabric_name(node) and p.alive() for p in node.processes)
+    if _fabric_config(node).exists() and not fabric_running:
+        start_fabric(cluster, node)
 
 
 def stop_host_imex(node: Node) -> None:

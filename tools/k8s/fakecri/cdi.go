@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"gopkg.in/yaml.v3"
 )
@@ -27,8 +28,73 @@ type cdiMount struct {
 }
 
 type cdiDeviceNode struct {
-	Path     string `yaml:"path"`
-	HostPath string `yaml:"hostPath"`
+	Path     string  `yaml:"path"`
+	HostPath string  `yaml:"hostPath"`
+	Type     string  `yaml:"type"`
+	Major    int64   `yaml:"major"`
+	Minor    int64   `yaml:"minor"`
+	FileMode *uint32 `yaml:"fileMode"`
+}
+
+// deviceNode is a device node the mount helper creates in a container, as runc creates a CDI device
+// node in the container's /dev.
+type deviceNode struct {
+	Path  string `json:"path"`
+	Block bool   `json:"block"`
+	Major uint64 `json:"major"`
+	Minor uint64 `json:"minor"`
+	Mode  uint32 `json:"mode"`
+}
+
+// resolveDeviceNode fills in a CDI device node as the CDI library does before the runtime creates it:
+// type, major and minor as the spec gives them when it gives all three, else from the host path (here
+// the node's copy of it, through rewrite); the mode from the spec, else the host file's, else 0666.
+func resolveDeviceNode(d cdiDeviceNode, rewrite func(string) string) (deviceNode, error) {
+	node := deviceNode{Path: d.Path, Block: d.Type == "b", Major: uint64(d.Major), Minor: uint64(d.Minor), Mode: 0o666}
+	if d.Type == "" || (d.Major == 0 && d.Minor == 0) {
+		host := d.HostPath
+		if host == "" {
+			host = d.Path
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(rewrite(host), &st); err != nil {
+			return node, fmt.Errorf("CDI device node %s: stat %s: %w", d.Path, host, err)
+		}
+		switch st.Mode & syscall.S_IFMT {
+		case syscall.S_IFCHR, syscall.S_IFBLK:
+		default:
+			return node, fmt.Errorf("CDI device node %s: %s is not a device", d.Path, host)
+		}
+		rdev := st.Rdev
+		node.Block = st.Mode&syscall.S_IFMT == syscall.S_IFBLK
+		node.Major = (rdev>>8)&0xfff | (rdev>>32)&^0xfff
+		node.Minor = rdev&0xff | (rdev>>12)&^0xff
+		node.Mode = st.Mode & 0o777
+	}
+	if d.FileMode != nil {
+		node.Mode = *d.FileMode & 0o777
+	}
+	return node, nil
+}
+
+// makeDevice creates node in the container, in this mount namespace's overlay of its directory.
+func makeDevice(node deviceNode, overlaid map[string]bool) error {
+	target, err := inOverlay(node.Path, overlaid)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(target); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	kind := uint32(syscall.S_IFCHR)
+	if node.Block {
+		kind = syscall.S_IFBLK
+	}
+	dev := (node.Major&0xfff)<<8 | (node.Major&^0xfff)<<32 | node.Minor&0xff | (node.Minor&^0xff)<<12
+	if err := syscall.Mknod(target, kind|node.Mode, int(dev)); err != nil {
+		return err
+	}
+	return os.Chmod(target, os.FileMode(node.Mode)) // the helper's umask took bits off
 }
 
 type cdiSpec struct {

@@ -26,10 +26,11 @@ type bindMount struct {
 }
 
 type helperSpec struct {
-	Mounts []bindMount `json:"mounts"`
-	Argv   []string    `json:"argv"`
-	Env    []string    `json:"env"`
-	Dir    string      `json:"dir"`
+	Mounts  []bindMount  `json:"mounts"`
+	Devices []deviceNode `json:"devices"`
+	Argv    []string     `json:"argv"`
+	Env     []string     `json:"env"`
+	Dir     string       `json:"dir"`
 }
 
 // helperCommand returns a command that runs spec in a new private mount namespace and process group.
@@ -77,6 +78,11 @@ func runMountHelper(args []string) {
 	for _, m := range mounts {
 		if err := bind(m, overlaid); err != nil {
 			fail("mount %s at %s: %v", m.Source, m.Target, err)
+		}
+	}
+	for _, d := range spec.Devices {
+		if err := makeDevice(d, overlaid); err != nil {
+			fail("device node %s: %v", d.Path, err)
 		}
 	}
 	if spec.Dir != "" {

@@ -25,26 +25,65 @@ func fileMountPoint(target string, overlaid map[string]bool) error {
 	} else if !os.IsNotExist(err) {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-		return err
-	}
-	// The directory as the kernel sees it (/bin may be a link to /usr/bin): mounts follow links.
-	dir, err := filepath.EvalSymlinks(filepath.Dir(target))
+	target, err := inOverlay(target, overlaid)
 	if err != nil {
 		return err
-	}
-	target = filepath.Join(dir, filepath.Base(target))
-	if !overlaid[dir] {
-		if err := overlayDir(dir); err != nil {
-			return fmt.Errorf("per-container overlay on %s: %w", dir, err)
-		}
-		overlaid[dir] = true
 	}
 	f, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	return f.Close()
+}
+
+// inOverlay returns target as the kernel sees it (/bin may be a link to /usr/bin: mounts follow
+// links), its directory existing and under a per-container overlay, so that what is created there
+// exists in this mount namespace only. Missing parents (a CDI device node's
+// /dev/nvidia-caps-imex-channels) are made in the overlay of the nearest directory that exists; directly
+// under / they are made on the host, which cannot be overlaid.
+func inOverlay(target string, overlaid map[string]bool) (string, error) {
+	existing := filepath.Dir(target)
+	for existing != "/" {
+		if _, err := os.Lstat(existing); err == nil {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	rest, err := filepath.Rel(existing, target)
+	if err != nil {
+		return "", err
+	}
+	if existing == "/" {
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return "", err
+		}
+		existing, rest = filepath.Dir(target), filepath.Base(target)
+	}
+	dir, err := filepath.EvalSymlinks(existing)
+	if err != nil {
+		return "", err
+	}
+	if !underOverlay(dir, overlaid) {
+		if err := overlayDir(dir); err != nil {
+			return "", fmt.Errorf("per-container overlay on %s: %w", dir, err)
+		}
+		overlaid[dir] = true
+	}
+	target = filepath.Join(dir, rest)
+	return target, os.MkdirAll(filepath.Dir(target), 0o755)
+}
+
+// underOverlay says whether dir or one of its parents already has this container's overlay: what is
+// created there exists in this mount namespace only.
+func underOverlay(dir string, overlaid map[string]bool) bool {
+	for ; ; dir = filepath.Dir(dir) {
+		if overlaid[dir] {
+			return true
+		}
+		if dir == "/" {
+			return false
+		}
+	}
 }
 
 // overlayDir stacks an overlay on dir whose lower layer is dir as it is now and whose upper layer is a

@@ -60,7 +60,8 @@ type containerSpec struct {
 	id, sandboxID string
 	config        *kubeapi.ContainerConfig
 	mounts        []bindMount
-	cdiEnv        []string // KEY=VALUE from CDI edits; applied over the container's env, as runtimes do
+	devices       []deviceNode // CDI device nodes, created in the container's overlay of their directory
+	cdiEnv        []string     // KEY=VALUE from CDI edits; applied over the container's env, as runtimes do
 	logPath       string
 }
 
@@ -113,7 +114,7 @@ func buildLaunch(spec *containerSpec, image imageCommand) helperSpec {
 	if dir == "" {
 		dir = "/"
 	}
-	return helperSpec{Mounts: spec.mounts, Argv: argv, Env: envList, Dir: dir}
+	return helperSpec{Mounts: spec.mounts, Devices: spec.devices, Argv: argv, Env: envList, Dir: dir}
 }
 
 // openContainerLog opens (creating it and its directory) a container's CRI log for appending.

@@ -152,7 +152,14 @@ func (r *runtime) containerSpec(containerID string) (*containerSpec, error) {
 				NoSuid: hasOption(m.Options, "nosuid"), NoDev: hasOption(m.Options, "nodev"), MustExist: true,
 			})
 		}
-		// Device nodes of simulated hardware do not exist on this host; they are recorded, not created.
+		// Device nodes are created in the container (mknod), as runc does in a container's /dev.
+		for _, d := range edits.DeviceNodes {
+			node, err := resolveDeviceNode(d, r.rewrite)
+			if err != nil {
+				return nil, err
+			}
+			spec.devices = append(spec.devices, node)
+		}
 	}
 	spec.logPath = containerLogPath(create)
 	return spec, nil

@@ -23,6 +23,7 @@ REQUIRED = (
     "kubectl",
     "kube-proxy",
     "fakecri",
+    "imex-probe",  # the fake fabric's GPU program (docs/fake-fabric.md)
     "mpi-operator",
     # containerd nodes (docs/node-runtime.md)
     "containerd",

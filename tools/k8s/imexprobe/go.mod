@@ -1,0 +1,3 @@
+module imexdra.local/imexprobe
+
+go 1.26.0
