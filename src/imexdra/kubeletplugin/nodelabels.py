@@ -1,15 +1,18 @@
 """The node's own labels: ``resource.nvidia.com/computeDomain`` and ``nvidia.com/gpu.clique``.
 
 ``NodeLabeler`` sets the ComputeDomain label by GET + full Update with retry on 409, as upstream, so
-upstream's RBAC (nodes ``update``) suffices; a change is first tried on the node as this process last
-saw it, so labelling usually costs one request. The label schedules the domain's IMEX daemon onto
-the node (docs/data-path.md §9.1); one domain per node, so a label naming another domain is a
+upstream's RBAC (nodes ``update``) suffices. Every change starts from a fresh GET, and changes of one
+process are serialized: an Update from an older copy (this process' previous write) met a 409 whenever
+anything else had written the node since (kube-controller-manager's node controllers, the kubelet's
+status), which the job-start bench counted (docs/data-path.md §7.4). The label schedules the
+domain's IMEX daemon onto the node; one domain per node, so a label naming another domain is a
 ``LabelConflictError``. The optional ``nvidia.com/gpu.clique`` label uses merge patches (``patch``),
 as upstream.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -37,8 +40,8 @@ class NodeLabeler:
         self._http = http_client(client)
         self._path = f"{collection_path(client, Node, None)}/{node_name}"
         self.node_name = node_name
-        #: The node as of this process' last read or write of it (may be stale: writes are conditional).
-        self._last: dict[str, Any] | None = None
+        #: One label change at a time: two prepares of one node would otherwise race each other to a 409.
+        self._lock = asyncio.Lock()
 
     async def node_uid(self) -> str:
         """The node's UID, read fresh (a re-registered node gets a new one)."""
@@ -68,21 +71,10 @@ class NodeLabeler:
         )
 
     async def _set_label(self, change: Callable[[str | None], str | None], *, action: str) -> None:
-        """Apply ``change`` to the label with a full Update (409 on a stale resourceVersion, retried).
-
-        A change is first tried on the node as last seen, costing one request; a conflict means
-        someone else wrote the node since, and the next try starts from a fresh GET. Any other
-        verdict ("nothing to change", "another domain's label") is never drawn from the old copy:
-        that takes a GET, as upstream does every time.
-        """
-        attempts = 0
+        """Apply ``change`` to the label: GET, then a full Update (a 409 is retried from a new GET)."""
 
         async def attempt() -> None:
-            nonlocal attempts
-            attempts += 1
-            node = self._last if attempts == 1 and _would_write(change, self._last) else None
-            if node is None:
-                node = await self._get()
+            node = await self._get()
             current = _label(node)
             wanted = change(current)
             if wanted == current:
@@ -95,15 +87,16 @@ class NodeLabeler:
                 "node label changed", node=self.node_name, label=NODE_LABEL_KEY, old=current, new=wanted
             )
 
-        await retry_on_conflict(attempt, action=action)
+        async with self._lock:
+            await retry_on_conflict(attempt, action=action)
 
     async def _get(self) -> dict[str, Any]:
         action = f"get node {self.node_name}"
         with kube_errors(action):
             response = await self._http.get(self._path)
         await raise_for_status(response, action)
-        self._last = msgspec.json.decode(response.content)
-        return self._last
+        node: dict[str, Any] = msgspec.json.decode(response.content)
+        return node
 
     async def _put(self, node: dict[str, Any]) -> None:
         action = f"update node {self.node_name}"
@@ -112,14 +105,9 @@ class NodeLabeler:
                 self._path, content=msgspec.json.encode(node), headers={"Content-Type": "application/json"}
             )
         await raise_for_status(response, action)
-        self._last = msgspec.json.decode(response.content)
 
     async def set_gpu_clique(self, clique_id: str | None) -> None:
-        """Merge-patch ``nvidia.com/gpu.clique`` to ``clique_id`` (None removes it).
-
-        The answer becomes the node as last seen: kept from before the patch, that copy would be one
-        write behind, and the next ComputeDomain label Update on it a certain 409.
-        """
+        """Merge-patch ``nvidia.com/gpu.clique`` to ``clique_id`` (None removes it)."""
         patch: dict[str, Any] = {"metadata": {"labels": {GPU_CLIQUE_NODE_LABEL_KEY: clique_id}}}
         action = f"patch node {self.node_name} label {GPU_CLIQUE_NODE_LABEL_KEY}"
         with kube_errors(action):
@@ -129,16 +117,6 @@ class NodeLabeler:
                 headers={"Content-Type": "application/merge-patch+json"},
             )
         await raise_for_status(response, action)
-        self._last = msgspec.json.decode(response.content)
-
-
-def _would_write(change: Callable[[str | None], str | None], node: dict[str, Any] | None) -> bool:
-    if node is None:
-        return False
-    try:
-        return change(_label(node)) != _label(node)
-    except LabelConflictError:
-        return False
 
 
 def _label(node: dict[str, Any]) -> str | None:
