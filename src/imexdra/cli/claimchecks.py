@@ -39,7 +39,8 @@ from imexdra.api.constants import (
 )
 from imexdra.api.opaque import ComputeDomainChannelConfig, decode_opaque_config
 from imexdra.cli.clusterview import driver_devices, event_time, key_of, meta, name_of, pod_state
-from imexdra.cli.diagnose import Finding, Severity, event_hints
+from imexdra.cli.diagnose import event_hints
+from imexdra.cli.findings import Finding, Severity
 from imexdra.cli.suggest import Suggestion
 from imexdra.cli.targets import Target, TargetKind
 from imexdra.cli.workloads import Consumer, WorkloadView

@@ -2,10 +2,11 @@
 
 :func:`fetch_view` reads what one domain's health depends on; :func:`diagnose` turns that into
 findings (severity, message, hint) without I/O. The checks follow how a domain comes up:
-the domain object itself (missing, being deleted), its global status, its conditions (channel
-isolation's ``ChannelAllocated``: exhaustion, conflicts, mismatches; docs/channel-isolation.md §7),
-the workload claim template,
-in driver-managed mode the per-domain daemon DaemonSet and its pods, then each workload pod: where it
+the domain object itself (missing, being deleted, held in use by pods: ``lifecycle``), its global
+status, its conditions (channel isolation's ``ChannelAllocated``: exhaustion, conflicts, mismatches;
+docs/channel-isolation.md §7), the workload claim template,
+in driver-managed mode the per-domain daemon DaemonSet and its pods, nodes of the domain that are not
+Ready (``lifecycle``), then each workload pod: where it
 is stuck, the node it landed on (clique label, another domain's node label) and the newest scheduler
 and kubelet events quoting the reason (permanent Prepare errors end up there, DEVELOPERS.md rule 4).
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 from lightkube import ALL_NS, AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
@@ -51,6 +51,8 @@ from imexdra.cli.clusterview import (
     pod_state,
     pod_template_names,
 )
+from imexdra.cli.findings import Finding, Severity
+from imexdra.cli.lifecycle import in_use_findings, lost_node_findings
 from imexdra.controller import reasons
 
 #: Event reasons whose newest message is quoted for a stuck pod.
@@ -90,32 +92,6 @@ _CONDITION_HINTS = {
     reasons.ISOLATION_SWITCH_PENDING: "new domains wait until no domain of the previous isolation is left: "
     "delete those (kubectl get computedomains -A shows a Channel column)",
 }
-
-
-class Severity(StrEnum):
-    """How much a finding matters; errors and warnings make ``diagnose`` exit 1."""
-
-    ERROR = "error"
-    WARNING = "warning"
-    INFO = "info"
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One observation about the domain, with what to do about it."""
-
-    severity: Severity
-    message: str
-    hint: str = ""
-
-    @property
-    def is_problem(self) -> bool:
-        """Errors and warnings are problems; info is context."""
-        return self.severity is not Severity.INFO
-
-    def to_json(self) -> dict[str, str]:
-        """Stable JSON form."""
-        return {"severity": str(self.severity), "message": self.message, "hint": self.hint}
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,10 +143,12 @@ def diagnose(view: DomainView) -> list[Finding]:
     workload = workload_pods(view.domain, view.pods, view.claims)
     return [
         *deletion_findings(view.domain),
+        *in_use_findings(view.domain, view.claims),
         *status_findings(view.domain, view.imex_mode),
         *condition_findings(view.domain),
         *template_findings(view),
         *daemon_findings(view),
+        *lost_node_findings(workload, view.daemon_pods, view.nodes),
         *pod_findings(view, workload),
     ]
 

@@ -89,17 +89,30 @@ def clique(
     )
 
 
-def node(name: str, labels: dict[str, str] | None = None) -> Node:
-    return Node.from_dict({"metadata": {"name": name, "labels": labels or {}}})
+def node(name: str, labels: dict[str, str] | None = None, ready: tuple[str, str, str] | None = None) -> Node:
+    """A Node; ``ready`` is its Ready condition as (status, reason, message), none when omitted."""
+    raw: dict[str, Any] = {"metadata": {"name": name, "labels": labels or {}}}
+    if ready is not None:
+        status, reason, message = ready
+        raw["status"] = {
+            "conditions": [{"type": "Ready", "status": status, "reason": reason, "message": message}]
+        }
+    return Node.from_dict(raw)
 
 
-def gpu_node(name: str, *, clique_label: bool = True, domain_uid: str | None = None) -> Node:
+def gpu_node(
+    name: str,
+    *,
+    clique_label: bool = True,
+    domain_uid: str | None = None,
+    ready: tuple[str, str, str] | None = None,
+) -> Node:
     labels = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-GB200"}
     if clique_label:
         labels["nvidia.com/gpu.clique"] = CLIQUE
     if domain_uid:
         labels["resource.nvidia.com/computeDomain"] = domain_uid
-    return node(name, labels)
+    return node(name, labels, ready)
 
 
 def channel_config(uid: str = UID, mode: str = "Single") -> dict[str, Any]:

@@ -17,7 +17,8 @@ import yaml
 
 from imexdra.api.opaque import decode_opaque_config
 from imexdra.cli.claimchecks import WorkloadReport, diagnose_workload, missing_target_finding
-from imexdra.cli.diagnose import Severity, has_problems
+from imexdra.cli.diagnose import has_problems
+from imexdra.cli.findings import Severity
 from imexdra.cli.targets import Target, TargetKind
 from imexdra.cli.workloads import Consumer, WorkloadView, pod_consumer, template_consumer
 from imexdra.common.errors import ConfigError

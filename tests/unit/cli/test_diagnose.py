@@ -15,14 +15,13 @@ import pytest
 from imexdra.cli.clusterview import ImexMode
 from imexdra.cli.diagnose import (
     DomainView,
-    Finding,
-    Severity,
     diagnose,
     has_problems,
     missing_domain_finding,
     render_text,
     workload_pods,
 )
+from imexdra.cli.findings import Finding, Severity
 from tests.unit.cli import objects as o
 
 READY_STATUS = {"status": "Ready", "nodes": [o.status_node("node-a", 0), o.status_node("node-b", 1)]}
@@ -73,6 +72,38 @@ def test_deleting_domain_names_its_finalizers() -> None:
     [deleting] = problems(findings)
     assert "being deleted" in deleting
     assert "resource.nvidia.com/computeDomain" in deleting
+
+
+def test_a_deleted_domain_in_use_names_the_pods_and_the_way_out() -> None:
+    """Terminating with claims reserved for pods: a warning naming them, how to end it, the opt-out."""
+    claims = [
+        o.claim(f"worker-{i}-imex", reserved_for=((f"worker-{i}", f"uid-worker-{i}"),)) for i in range(12)
+    ]
+    domain = o.domain(status=READY_STATUS, deleting=True)
+    findings = diagnose(view(domain=domain, claims=claims))
+    [in_use] = [f for f in findings if "holding the domain's channel" in f.message]
+    assert in_use.severity is Severity.WARNING
+    assert in_use.message.startswith("deletion waits for 12 pod(s) still holding the domain's channel: ")
+    assert "team-a/worker-0, team-a/worker-1" in in_use.message and in_use.message.endswith(" and 2 more")
+    assert "delete the workload" in in_use.hint
+    assert "resources.computeDomains.inUseProtection=false" in in_use.hint
+    assert not [f for f in diagnose(view(claims=claims)) if "holding" in f.message]  # not being deleted
+
+
+def test_a_lost_node_of_the_domain_is_named_with_its_condition() -> None:
+    """A node whose Ready is Unknown, where a worker and a daemon run: one warning with both pods."""
+    lost = ("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+    nodes = {
+        "node-a": o.gpu_node("node-a", domain_uid=o.UID, ready=lost),
+        "node-b": o.gpu_node("node-b", domain_uid=o.UID, ready=("True", "KubeletReady", "")),
+    }
+    [finding] = [f for f in diagnose(view(nodes=nodes)) if f.message.startswith("node node-a")]
+    assert finding.message == (
+        "node node-a is not Ready (Unknown, NodeStatusUnknown, Kubelet stopped posting node status.); "
+        "pods of the domain on it: imexdra/cd-daemon-a, team-a/worker-0"
+    )
+    assert "docs/node-loss.md" in finding.hint
+    assert not [f for f in diagnose(view(nodes=nodes)) if f.message.startswith("node node-b")]
 
 
 def test_not_ready_with_too_few_nodes() -> None:
