@@ -264,6 +264,17 @@ def ready_nodes(cluster: LocalCluster) -> list[str]:
     )
 
 
+def losable_nodes(cluster: LocalCluster) -> list[str]:
+    """The Ready nodes a node-loss test may lose: all but the one the controller runs on.
+
+    On a real cluster the controller runs on a CPU node (the chart's default affinity); the fakecri
+    rack has only GPU nodes, so pulling the controller's tray would measure the controller's own
+    eviction (five minutes), not how the driver reports a lost GPU node. CI once lost it that way.
+    """
+    controllers = {p["spec"].get("nodeName") for p in driver_pods(cluster, CONTROLLER_SELECTOR)}
+    return [n for n in ready_nodes(cluster) if n not in controllers]
+
+
 def workload_containers(cluster: LocalCluster, namespace: str) -> dict[str, tuple[str, str, int]]:
     """Node -> (pod UID, container ID, restart count) of the namespace's scheduled workload pods."""
     pods = get_json(cluster, "pods", "-n", namespace)["items"]

@@ -29,6 +29,7 @@ from tests.e2e.helpers import (
     container_state,
     domain_status,
     force_delete_pod_on,
+    losable_nodes,
     node_loss_namespace,
     prepared_on,
     ready_nodes,
@@ -110,7 +111,8 @@ def test_a_lost_node_is_reported_and_rejoins_with_its_index(
     """Loss: reported in time, nothing else restarts, no storm; return: old index, stale claim unprepared."""
     cluster = node_loss_rack
     nodes = ready_nodes(cluster)[:4]
-    lost, survivors = nodes[-1], nodes[:-1]
+    lost = losable_nodes(cluster)[-1]
+    survivors = [n for n in nodes if n != lost]
     uid = start_domain_workload(cluster, namespace, DOMAIN, nodes, num_nodes=len(nodes))
     index_before = indices(cluster, namespace)
     daemons_before = daemon_containers(cluster, uid)
@@ -162,7 +164,8 @@ def test_a_replacement_node_takes_a_free_index(node_loss_rack: LocalCluster, nam
     """A fresh node instead of the lost one gets an index no live member has; the domain heals."""
     cluster = node_loss_rack
     nodes = ready_nodes(cluster)[:4]
-    lost, survivors = nodes[1], [n for n in nodes if n != nodes[1]]
+    lost = losable_nodes(cluster)[0]
+    survivors = [n for n in nodes if n != lost]
     uid = start_domain_workload(cluster, namespace, DOMAIN, nodes, num_nodes=len(nodes))
     index_before = indices(cluster, namespace)
     daemons_before = daemon_containers(cluster, uid)

@@ -19,6 +19,7 @@ from tests.e2e.helpers import (
     channel_pod,
     domain_status,
     force_delete_pod_on,
+    losable_nodes,
     node_loss_namespace,
     prepared_on,
     ready_nodes,
@@ -47,7 +48,8 @@ def test_a_lost_node_leaves_the_domain_ready_and_its_claim_is_unprepared_on_retu
     """Loss: domain Ready and unwritten, node named with its reason; return: stale claim unprepared."""
     cluster = host_managed_node_loss_rack
     nodes = ready_nodes(cluster)
-    lost, survivors = nodes[-1], nodes[:-1]
+    lost = losable_nodes(cluster)[-1]
+    survivors = [n for n in nodes if n != lost]
     start_domain_workload(cluster, namespace, DOMAIN, nodes, num_nodes=0)
     workloads_before = workload_containers(cluster, namespace)
 
