@@ -199,6 +199,11 @@ class PluginProcess:
     health_port: int = field(default_factory=free_port)
     extra_env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
+    #: Where the latest ``start`` began writing in ``log``: every plugin of the node appends to one
+    #: file, and a check must read this process' lines only. (Reading an earlier plugin's "registered
+    #: with the kubelet" once let a test stop its plugin before the kubelet had registered it, so the
+    #: kubelet never wiped its ResourceSlice.)
+    log_offset: int = 0
 
     @property
     def log(self) -> Path:
@@ -229,6 +234,7 @@ class PluginProcess:
 
     def start(self) -> None:
         with self.log.open("ab") as out:
+            self.log_offset = out.tell()
             self.process = subprocess.Popen(
                 [str(PLUGIN_BIN)], env=self.env(), stdout=out, stderr=subprocess.STDOUT
             )
@@ -241,9 +247,16 @@ class PluginProcess:
         self.process = None
         return code
 
+    def output(self) -> str:
+        """What this process (of its latest ``start``) wrote to the log."""
+        with self.log.open("rb") as log:
+            log.seek(self.log_offset)
+            return log.read().decode(errors="replace")
+
     def lines(self) -> list[dict[str, Any]]:
+        """The JSON log lines of this process."""
         entries = []
-        for line in self.log.read_text().splitlines():
+        for line in self.output().splitlines():
             try:
                 entries.append(json.loads(line))
             except ValueError:
@@ -289,6 +302,12 @@ class HostImex:
             self.process.terminate()
             self.process.wait(timeout=30)
             self.process = None
+
+
+def remove_slices(cluster: LocalCluster, node: str) -> None:
+    """Delete the driver's ResourceSlices of ``node``: a module starting a plugin there begins as on a
+    fresh node, not with a slice an earlier module's plugin left for the kubelet to wipe later."""
+    cluster.kubectl("delete", "resourceslices", f"--field-selector=spec.nodeName={node},spec.driver={DRIVER}")
 
 
 def node_slices(cluster: LocalCluster, node: str) -> list[dict[str, Any]]:

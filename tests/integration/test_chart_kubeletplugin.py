@@ -102,6 +102,7 @@ class Plugin:
         self.log = sim.base / f"chart-plugin-{token_node}.log"
         env = plugin_env(installed, installed.kubeconfig("kubeletPlugin", node=token_node))
         with self.log.open("ab") as out:
+            self.log_offset = out.tell()  # the file outlives this process: read only what it writes
             self.process = subprocess.Popen(
                 [str(Path(sys.executable).parent / command[0]), *command[1:]],
                 env=env,
@@ -110,8 +111,10 @@ class Plugin:
             )
 
     def logged(self, pattern: str) -> bool:
-        """Whether the log matches ``pattern``."""
-        return re.search(pattern, self.log.read_text()) is not None
+        """Whether this process' log matches ``pattern``."""
+        with self.log.open("rb") as log:
+            log.seek(self.log_offset)
+            return re.search(pattern, log.read().decode(errors="replace")) is not None
 
     def stop(self) -> int:
         """SIGTERM and wait for the exit code."""

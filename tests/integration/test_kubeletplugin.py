@@ -23,6 +23,7 @@ from tests.integration.pluginharness import (
     install_api,
     node_slices,
     plugin_kubeconfig,
+    remove_slices,
 )
 from tests.support.waiting import eventually
 
@@ -31,6 +32,7 @@ from tests.support.waiting import eventually
 def plugin(cluster: LocalCluster) -> Iterator[PluginProcess]:
     """A driver-managed plugin on node-1 for the mode-independent checks."""
     install_api(cluster)
+    remove_slices(cluster, "node-1")
     node = cluster.node("node-1")
     process = PluginProcess(SimulatedNode(node, CLIQUE), plugin_kubeconfig(cluster, node))
     process.start()
@@ -111,16 +113,13 @@ def test_a_broken_nvml_profile_stops_startup_with_the_reason(cluster: LocalClust
     sim = SimulatedNode(node, CLIQUE)
     sim.nvml_profile.write_text("fabric.clique=1\n")  # a typo: the key is fabric.clique_id
     process = PluginProcess(sim, plugin_kubeconfig(cluster, node))
-    logged_before = process.log.stat().st_size if process.log.exists() else 0
     process.start()
     try:
         assert process.process is not None
         assert process.process.wait(timeout=60) == 1
     finally:
         SimulatedNode(node, CLIQUE)  # a valid profile again for whoever uses node-0 next
-    with process.log.open() as log:
-        log.seek(logged_before)
-        output = log.read()
+    output = process.output()
     # The library's own line names the file and the key, the plugin's names the NVML call and code.
     assert f"nvml-mock: {sim.nvml_profile}:1:" in output and "fabric.clique" in output
     assert "using NVML library" in output
