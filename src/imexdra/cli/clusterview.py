@@ -37,7 +37,7 @@ from imexdra.api.constants import (
 )
 from imexdra.api.opaque import ComputeDomainChannelConfig, decode_opaque_config
 from imexdra.common.errors import ConfigError, DriverError
-from imexdra.common.kube import is_not_found, kube_errors, load_config, make_client
+from imexdra.common.kube import ApiStatusError, is_not_found, kube_errors, load_config, make_client
 
 T = TypeVar("T")
 
@@ -138,17 +138,40 @@ async def find_driver_namespace(client: AsyncClient, given: str | None) -> str:
     )
 
 
+#: As client-go does for reads: an answer of 429 (the apiserver throttling, or its watch cache
+#: re-initializing: "storage is (re)initializing"), or of 5xx with a Retry-After, is retried up to ten
+#: times after the wait the server names (1 s when it names none), instead of failing the command.
+READ_RETRIES = 10
+
+async def _read(action: str, call: Callable[[], Awaitable[T]]) -> T:
+    for attempt in range(READ_RETRIES + 1):
+        try:
+            with kube_errors(action):
+                return await call()
+        except ApiStatusError as error:
+            code, wait = error.code, error.retry_after
+            if attempt == READ_RETRIES or not (code == 429 or (code is not None and code >= 500 and wait)):
+                raise
+            await asyncio.sleep(wait or 1.0)
+    raise AssertionError("unreachable")
+
+
 async def list_all(client: AsyncClient, resource: Any, **selectors: Any) -> list[Any]:
     """Every object of ``resource`` matching ``selectors`` (namespace, labels, fields), as one list."""
-    with kube_errors(f"list {resource.__name__}"):
+
+    async def listing() -> list[Any]:
         return [item async for item in client.list(resource, **selectors)]
+
+    return await _read(f"list {resource.__name__}", listing)
 
 
 async def get_or_none(client: AsyncClient, resource: Any, name: str, namespace: str) -> Any:
     """The named object, or ``None`` if it does not exist; other API errors are raised."""
     try:
-        with kube_errors(f"get {resource.__name__} {namespace}/{name}"):
-            return await client.get(resource, name, namespace=namespace)
+        return await _read(
+            f"get {resource.__name__} {namespace}/{name}",
+            lambda: client.get(resource, name, namespace=namespace),
+        )
     except Exception as error:
         if is_not_found(error):
             return None
