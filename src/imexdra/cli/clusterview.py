@@ -143,6 +143,7 @@ async def find_driver_namespace(client: AsyncClient, given: str | None) -> str:
 #: times after the wait the server names (1 s when it names none), instead of failing the command.
 READ_RETRIES = 10
 
+
 async def _read(action: str, call: Callable[[], Awaitable[T]]) -> T:
     for attempt in range(READ_RETRIES + 1):
         try:
