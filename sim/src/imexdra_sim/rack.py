@@ -183,10 +183,9 @@ def _fabric_config(node: Node) -> Path:
 
 
 def start_fabric(cluster: LocalCluster, node: Node) -> ManagedProcess:
-    """Start ``node``'s fake fabric (its config written by ``setup_host_imex``), a node process."""
-    process = cluster.start_process(_fabric_name(node), fabric_service.service_argv(_fabric_config(node)))
-    node.processes.append(process)
-    return process
+    """Start ``node``'s fake fabric (its config written by ``setup_host_imex``)."""
+    argv = fabric_service.service_argv(_fabric_config(node))
+    return _start_node_process(cluster, node, _fabric_name(node), argv)
 
 
 def fabric_endpoint(node: Node) -> str:
@@ -206,19 +205,25 @@ def start_host_imex(cluster: LocalCluster, node: Node) -> ManagedProcess:
     """``systemctl start nvidia-imex`` on ``node``: its driver-root nvidia-imex with the config written."""
     sim = node.host_dir / "sim"
     argv = service_argv(sim / HOST_IMEX_DIR / CONFIG_NAME, sim / "driver-root")
-    process = cluster.start_process(_host_imex_name(node), argv)
+    return _start_node_process(cluster, node, _host_imex_name(node), argv)
+
+
+def _start_node_process(cluster: LocalCluster, node: Node, name: str, argv: list[str]) -> ManagedProcess:
+    process = cluster.start_process(name, argv)
     node.processes.append(process)  # a node process: it goes when the node goes
     return process
+
+
+def _running(node: Node, name: str) -> bool:
+    return any(p.name == name and p.alive() for p in node.processes)
 
 
 def ensure_host_imex(cluster: LocalCluster, node: Node) -> None:
     """Start ``node``'s host IMEX and fabric if they are configured and not running."""
     configured = (node.host_dir / "sim" / HOST_IMEX_DIR / CONFIG_NAME).exists()
-    running = any(p.name == _host_imex_name(node) and p.alive() for p in node.processes)
-    if configured and not running:
+    if configured and not _running(node, _host_imex_name(node)):
         start_host_imex(cluster, node)
-    fabric_running = any(p.name == _fabric_name(node) and p.alive() for p in node.processes)
-    if _fabric_config(node).exists() and not fabric_running:
+    if _fabric_config(node).exists() and not _running(node, _fabric_name(node)):
         start_fabric(cluster, node)
 
 

@@ -20,9 +20,8 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.cli.clusterview import claim_domain_uid, key_of, meta, pod_node, reserved_pods
 from imexdra.cli.findings import Finding, Severity
-
-#: Pods named in a finding before "and N more" (as the controller's InUse event).
-NAMED_PODS = 10
+from imexdra.common.events import and_more
+from imexdra.controller import reasons
 
 
 def in_use_findings(domain: ComputeDomain, claims: Iterable[ResourceClaim]) -> list[Finding]:
@@ -40,9 +39,7 @@ def in_use_findings(domain: ComputeDomain, claims: Iterable[ResourceClaim]) -> l
     )
     if not pods:
         return []
-    named = ", ".join(pods[:NAMED_PODS]) + (
-        f" and {len(pods) - NAMED_PODS} more" if len(pods) > NAMED_PODS else ""
-    )
+    named = and_more(pods[: reasons.IN_USE_PODS_NAMED], len(pods))
     return [
         Finding(
             Severity.WARNING,

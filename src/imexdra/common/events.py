@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -42,6 +42,15 @@ EventType = Literal["Normal", "Warning"]
 
 _NOTE_LIMIT = 1024  # the API rejects longer notes
 _log = structlog.get_logger(__name__)
+
+
+def and_more(shown: Sequence[str], total: int) -> str:
+    """``shown`` joined by commas, then " and N more" for the ``total - len(shown)`` left out.
+
+    How an Event note or a message names the first of many objects.
+    """
+    rest = total - len(shown)
+    return ", ".join(shown) + (f" and {rest} more" if rest > 0 else "")
 
 
 @dataclass(frozen=True, slots=True)

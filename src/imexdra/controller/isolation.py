@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import AllocationMode
+from imexdra.common.events import and_more
 from imexdra.controller import reasons
 from imexdra.controller.channels import FIRST_CHANNEL, ChannelBook, LiveDomain
 from imexdra.controller.claimholds import ChannelClaim, claim_uid
@@ -221,8 +222,7 @@ class ChannelAssigner:
     def _exhausted_note(self) -> str:
         recorded = sorted(self.book.recorded().items(), key=lambda item: item[1])
         named = [f"{self._describe(uid)} ({channel})" for uid, channel in recorded[:NAMED_HOLDERS]]
-        more = len(recorded) - len(named)
-        holders = ", ".join(named) + (f" and {more} more" if more > 0 else "")
+        holders = and_more(named, len(recorded))
         by_claims = sum(1 for n in range(FIRST_CHANNEL, self.book.pool_size) if self.book.holders(n))
         return (
             f"all {self.book.pool_size - 1} IMEX channels (1..{self.book.pool_size - 1}) are taken; "

@@ -26,6 +26,8 @@ DAEMON_FAILING: Final = "DaemonFailing"
 NODE_NOT_READY: Final = "NodeNotReady"
 FINALIZED: Final = "Finalized"
 IN_USE: Final = "InUse"
+#: Pods an ``InUse`` note (and ``imexdra diagnose``) names before it gives only the count of the rest.
+IN_USE_PODS_NAMED: Final = 10
 CHANNEL_ALLOCATED: Final = "ChannelAllocated"
 CHANNELS_EXHAUSTED: Final = "ChannelsExhausted"
 ALLOCATION_MODE_UNSUPPORTED: Final = "AllocationModeUnsupported"

@@ -37,7 +37,7 @@ from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import DEVICE_CLASS_CHANNEL, DEVICE_CLASS_DEFAULT_CHANNEL, ClaimTemplateTarget
 from imexdra.common import tasks
 from imexdra.common.errors import DriverError
-from imexdra.common.events import EventRecorder
+from imexdra.common.events import EventRecorder, and_more
 from imexdra.common.kube import ApiStatusError, is_conflict
 from imexdra.common.store import KubeObject
 from imexdra.controller import reasons, render
@@ -69,8 +69,6 @@ _log = structlog.get_logger(__name__)
 WAIT_SECONDS = 5.0
 #: Re-check of a claim-template name clash (the clashing object is not watched).
 CONFLICT_RETRY_SECONDS = 10.0
-#: Pods an ``InUse`` event names before it gives only the count of the rest.
-IN_USE_PODS_NAMED = 10
 
 
 def _sooner_retry(a: float | None, b: float | None) -> float | None:
@@ -382,12 +380,10 @@ class Reconciler:
         if self._reported_users.get(uid) == pods:
             return
         self._reported_users[uid] = pods
-        named = ", ".join(pods[:IN_USE_PODS_NAMED])
-        rest = len(pods) - IN_USE_PODS_NAMED
-        more = f" and {rest} more" if rest > 0 else ""
+        named = and_more(pods[: reasons.IN_USE_PODS_NAMED], len(pods))
         note = (
             f"deletion waits: {len(pods)} pod(s) still use this ComputeDomain's IMEX channel "
-            f"({named}{more}); "
+            f"({named}); "
             "its claim template, IMEX daemons, node labels and channel are kept until they are gone. "
             "Delete those pods or their workload to finish"
         )

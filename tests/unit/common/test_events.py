@@ -6,7 +6,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Node
 from prometheus_client import REGISTRY
 
-from imexdra.common.events import EventAggregator, EventKey, EventRecorder, ObjectRef
+from imexdra.common.events import EventAggregator, EventKey, EventRecorder, ObjectRef, and_more
 from imexdra.common.kube import make_client
 
 REF = ObjectRef("v1", "ConfigMap", "a", "ns", "uid-a")
@@ -172,3 +172,12 @@ async def test_record_never_blocks_and_drops_when_queue_full(tmp_path) -> None:
     assert after == before + 3
     assert len(recorder.aggregator) == 2  # dropped series are forgotten, so a later occurrence can retry
     await client.close()
+
+
+@pytest.mark.parametrize(
+    ("shown", "total", "text"),
+    [((), 0, ""), (("a", "b"), 2, "a, b"), (("a", "b"), 12, "a, b and 10 more")],
+)
+def test_and_more_names_the_first_and_counts_the_rest(shown: tuple[str, ...], total: int, text: str) -> None:
+    """The names shown, then how many were left out (nothing when none was)."""
+    assert and_more(shown, total) == text
