@@ -366,9 +366,7 @@ def probe_pod(
 ) -> dict[str, Any]:
     """A run-once pod of ``rack.PROBE_IMAGE`` on ``node`` running ``imex-probe`` with ``argv``
     against that node's fabric; it holds the channel of claim template ``template`` (None: no claim)."""
-    pod = builders.channel_pod(name, namespace, template or "", node=node, image=rack.PROBE_IMAGE)
-    if template is None:
-        del pod["spec"]["resourceClaims"], pod["spec"]["containers"][0]["resources"]
+    pod = builders.channel_pod(name, namespace, template, node=node, image=rack.PROBE_IMAGE)
     op, *rest = argv
     fabric = rack.fabric_endpoint(cluster.node(node))
     pod["spec"]["restartPolicy"] = "Never"

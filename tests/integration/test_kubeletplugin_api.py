@@ -17,7 +17,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node as NodeResource
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from imexdra.api.constants import DRIVER_NAME
+from imexdra.api.constants import CLIQUE_LABEL_KEY, DRIVER_NAME
 from imexdra.dra.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.applyconfig import DomainInfo
 from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache
@@ -115,47 +115,60 @@ async def test_concurrent_changes_of_one_node_meet_no_conflict(
 
 
 async def test_domain_cache_and_readiness(cluster: LocalCluster, kube: AsyncClient, namespace: str) -> None:
-    """Lookups by UID across namespaces; readiness from the clique entry, or from the domain status."""
+    """Lookups by UID across namespaces; readiness from the watched clique entry, or from the domain
+    status; a change of this node's entry wakes the prepare retries, another node's does not."""
     cache = ComputeDomainCache(kube)
     watch = asyncio.create_task(cache.run())
+    readiness = CliqueReadiness(
+        kube, cache, node_name=NODE, namespace=DRIVER_NAMESPACE, clique_id=CLIQUE, cliques_enabled=True
+    )
+    assert readiness.informer is not None
+    clique_watch = asyncio.create_task(readiness.informer.run())
     try:
         uid = domain_uid(cluster, namespace)
         assert await cache.get(uid) == DomainInfo(uid, "train", namespace)
         assert await cache.get(str(uuid.uuid4())) is None
-        readiness = CliqueReadiness(
-            kube, cache, node_name=NODE, namespace=DRIVER_NAMESPACE, cliques_enabled=True
-        )
         domain = DomainInfo(uid, "train", namespace)
         assert not await readiness.node_ready(domain, CLIQUE)
+        entry = {"nodeName": NODE, "ipAddress": "127.0.0.9", "cliqueID": CLIQUE, "index": 0}
         clique: dict[str, Any] = {
             "apiVersion": "resource.nvidia.com/v1beta1",
             "kind": "ComputeDomainClique",
-            "metadata": {"name": f"{uid}.{CLIQUE}", "namespace": DRIVER_NAMESPACE},
-            "daemons": [
-                {
-                    "nodeName": NODE,
-                    "ipAddress": "127.0.0.9",
-                    "cliqueID": CLIQUE,
-                    "index": 0,
-                    "status": "NotReady",
-                }
-            ],
+            "metadata": {
+                "name": f"{uid}.{CLIQUE}",
+                "namespace": DRIVER_NAMESPACE,
+                "labels": {LABEL: uid, CLIQUE_LABEL_KEY: CLIQUE},
+            },
+            "daemons": [{**entry, "status": "NotReady"}],
         }
+        seen = cache.changes.generation
         apply(cluster, clique)
+        assert await cache.changes.wait_past(seen, 10)  # this node's entry appeared
         assert not await readiness.node_ready(domain, CLIQUE)
+        seen = cache.changes.generation
+        other = {**entry, "nodeName": "node-2", "index": 1, "status": "Ready"}
+        clique["daemons"].append(other)
+        apply(cluster, clique)
+        await eventually(
+            "the other node's entry cached",
+            lambda: len(readiness.informer.store.objects()[0].daemons) == 2,  # type: ignore[union-attr]
+            within=10,
+        )
+        assert cache.changes.generation == seen  # another node's daemon: nothing to wake
         clique["daemons"][0]["status"] = "Ready"
         apply(cluster, clique)
+        assert await cache.changes.wait_past(seen, 10)  # this node's daemon Ready: retries wake
         assert await readiness.node_ready(domain, CLIQUE)
         assert not await readiness.node_ready(domain, "")  # no clique: only the status can say Ready
-        status = {
-            "status": {"status": "Ready", "nodes": [{**clique["daemons"][0], "name": NODE, "cliqueID": ""}]}
-        }
-        del status["status"]["nodes"][0]["nodeName"]
+        assert not await readiness.node_ready(domain, "other.clique")  # not watched: read with a GET
+        node_entry = {"name": NODE, "ipAddress": "127.0.0.9", "cliqueID": "", "index": 0, "status": "Ready"}
+        status = {"status": {"status": "Ready", "nodes": [node_entry]}}
         patch_status(cluster, "computedomain", "train", namespace, status)
         await eventually("status in cache", lambda: readiness.node_ready(domain, ""), within=10)
         assert cache.uids() is not None and uid in cache.uids()  # type: ignore[operator]
     finally:
         watch.cancel()
+        clique_watch.cancel()
 
 
 async def test_slice_publisher_converges(kube: AsyncClient) -> None:

@@ -14,7 +14,7 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 def channel_pod(
     name: str,
     namespace: str,
-    template: str,
+    template: str | None,
     *,
     existing_claim: bool = False,
     node: str | None = None,
@@ -22,23 +22,20 @@ def channel_pod(
     claim: str = "channel",
     grace_seconds: int | None = 1,
 ) -> dict[str, Any]:
-    """A pod whose one container takes an IMEX channel from the claim template ``template``.
+    """A pod whose one container takes an IMEX channel from the claim template ``template``
+    (None: a pod with no claim at all).
 
     ``existing_claim``: ``template`` names a ResourceClaim the pod uses as it is (``resourceClaimName``).
 
     ``node`` pins it through the scheduler (a hostname nodeSelector); ``grace_seconds`` (1 by default,
     so deleting one is quick) is left to the cluster's default when None.
     """
-    spec: dict[str, Any] = {
-        "automountServiceAccountToken": False,
-        "resourceClaims": [
-            {
-                "name": claim,
-                ("resourceClaimName" if existing_claim else "resourceClaimTemplateName"): template,
-            }
-        ],
-        "containers": [{"name": "main", "image": image, "resources": {"claims": [{"name": claim}]}}],
-    }
+    container: dict[str, Any] = {"name": "main", "image": image}
+    spec: dict[str, Any] = {"automountServiceAccountToken": False, "containers": [container]}
+    if template is not None:
+        source = "resourceClaimName" if existing_claim else "resourceClaimTemplateName"
+        spec["resourceClaims"] = [{"name": claim, source: template}]
+        container["resources"] = {"claims": [{"name": claim}]}
     if node:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
     if grace_seconds is not None:

@@ -10,6 +10,11 @@
   the clique ``<CD UID>.<clique ID>`` in the driver namespace lists this node's daemon as Ready (gate
   ``ComputeDomainCliques``), or when the domain's ``status.nodes`` does (the path for nodes without a
   clique). The status is read from the cache first: it costs no request, and either source suffices.
+  The cliques of this node's clique ID are watched (label selector), so a check costs no request
+  either, and a change of this node's daemon entry fires ``changes``: a prepare waiting for its daemon
+  is retried when the daemon is Ready, not after up to 3 s of backoff (docs/errors.md §3.3).
+
+One ``Pulse``, the cache's ``changes``, is the wake of the prepare retries; both fire it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique, clique_name
-from imexdra.api.constants import ComputeDomainStatusValue
+from imexdra.api.constants import CLIQUE_LABEL_KEY, ComputeDomainStatusValue
 from imexdra.common.errors import DriverError, RetryableError
 from imexdra.common.informer import EventHandler, Informer
 from imexdra.common.kube import kube_errors
@@ -36,8 +41,9 @@ _UID_INDEX = "computeDomainUID"
 class ComputeDomainCache:
     """ComputeDomains of all namespaces by UID; ``run()`` keeps it current.
 
-    ``changes`` fires on every domain added, deleted or changed in status (not on resyncs): prepare
-    retries waiting for a daemon's readiness wake on it (docs/errors.md §3.3).
+    ``changes`` fires on every domain added, deleted or changed in status (not on resyncs), and
+    ``CliqueReadiness`` fires it too: prepare retries waiting for a daemon's readiness wake on it
+    (docs/errors.md §3.3).
     """
 
     def __init__(self, client: AsyncClient, *, resync_period: float = RESYNC_PERIOD) -> None:
@@ -100,7 +106,13 @@ class ComputeDomainCache:
 
 
 class CliqueReadiness:
-    """``DaemonReadiness`` from what the controller writes: cliques, then the domain's status."""
+    """``DaemonReadiness`` from what the controller writes: the domain's status, then this node's cliques.
+
+    ``clique_id`` is the node's clique ID at startup: ``informer`` (None without a clique ID or with
+    the cliques gate off; the plugin runs it) watches the cliques carrying it. Should the
+    node's clique ID change later (a fabric re-registration), a clique of the new ID is read with a GET,
+    as is any clique before the watch has synced.
+    """
 
     def __init__(
         self,
@@ -109,6 +121,7 @@ class CliqueReadiness:
         *,
         node_name: str,
         namespace: str,
+        clique_id: str,
         cliques_enabled: bool,
     ) -> None:
         self._client = client
@@ -116,6 +129,22 @@ class CliqueReadiness:
         self._node_name = node_name
         self._namespace = namespace
         self._cliques_enabled = cliques_enabled
+        self._watched = clique_id if cliques_enabled else ""
+        self.informer: Informer[ComputeDomainClique] | None = None
+        if self._watched:
+            self.informer = Informer(
+                client,
+                ComputeDomainClique,
+                namespace=namespace,
+                label_selector=f"{CLIQUE_LABEL_KEY}={self._watched}",
+            )
+            self.informer.add_handler(
+                EventHandler(
+                    on_add=lambda clique: self._changed(None, clique),
+                    on_update=self._changed,
+                    on_delete=lambda clique: self._changed(clique, None),
+                )
+            )
 
     async def node_ready(self, domain: DomainInfo, clique_id: str) -> bool:
         """True when this node's daemon of ``domain`` is recorded Ready."""
@@ -124,13 +153,27 @@ class CliqueReadiness:
         if not (self._cliques_enabled and clique_id):
             return False
         name = clique_name(domain.uid, clique_id)
+        # Before the watch's first LIST (or while it cannot list) the clique is read with a GET.
+        if self.informer is not None and clique_id == self._watched and self.informer.has_synced():
+            return self._daemon_status(self.informer.store.get_by_name(name, self._namespace)) == (
+                ComputeDomainStatusValue.READY
+            )
         try:
             with kube_errors(f"get ComputeDomainClique {self._namespace}/{name}"):
                 clique = await self._client.get(ComputeDomainClique, name, namespace=self._namespace)
         except DriverError as error:
             _log.debug("clique not readable; not ready", clique=name, error=str(error))
             return False
-        return any(
-            daemon.node_name == self._node_name and daemon.status == ComputeDomainStatusValue.READY
-            for daemon in clique.daemons
-        )
+        return self._daemon_status(clique) == ComputeDomainStatusValue.READY
+
+    def _changed(self, old: ComputeDomainClique | None, new: ComputeDomainClique | None) -> None:
+        """Wake the prepare retries when this node's daemon entry changed (not on other nodes' entries)."""
+        if self._daemon_status(old) != self._daemon_status(new):
+            self._domains.changes.fire()
+
+    def _daemon_status(self, clique: ComputeDomainClique | None) -> str | None:
+        """The status of the daemon on this node in ``clique``; None when the clique does not list it."""
+        for daemon in clique.daemons if clique is not None else ():
+            if daemon.node_name == self._node_name:
+                return daemon.status
+        return None

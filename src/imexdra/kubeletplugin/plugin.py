@@ -120,6 +120,7 @@ class _Parts:
     """The plugin's long-lived objects, wired together."""
 
     domains: ComputeDomainCache
+    readiness: CliqueReadiness
     labeler: NodeLabeler
     cliques: CliqueTracker
     store: CheckpointStore
@@ -147,7 +148,9 @@ async def _assemble(
         domains,
         node_name=config.node_name,
         namespace=config.namespace,
-        cliques_enabled=config.gates.enabled(Gate.COMPUTE_DOMAIN_CLIQUES),
+        clique_id=cliques.current,
+        # Host-managed, no daemon runs and no clique exists (the chart grants no access to them).
+        cliques_enabled=config.gates.enabled(Gate.COMPUTE_DOMAIN_CLIQUES) and not config.host_managed,
     )
     applier = ConfigApplier(
         host_managed=config.host_managed,
@@ -184,7 +187,7 @@ async def _assemble(
         devices=published,
         node_uid=labeler.node_uid,
     )
-    return _Parts(domains, labeler, cliques, store, state, publisher, get_claim)
+    return _Parts(domains, readiness, labeler, cliques, store, state, publisher, get_claim)
 
 
 def _services(config: PluginConfig, parts: _Parts) -> dict[str, Coroutine[Any, Any, None]]:
@@ -199,6 +202,8 @@ def _services(config: PluginConfig, parts: _Parts) -> dict[str, Coroutine[Any, A
         "domain-dir-cleanup": clean_domain_dirs_periodically(paths.domains_dir, parts.domains.uids),
         "clique-refresh": parts.cliques.run(),
     }
+    if parts.readiness.informer is not None:
+        services["clique-watch"] = parts.readiness.informer.run()
     if config.kubelet.gpu_clique_label_enabled:
         services["gpu-clique-label"] = _manage_gpu_clique_label(parts.labeler, parts.cliques, parts.domains)
     return services
