@@ -114,6 +114,11 @@ def verdict(results: dict[str, Any]) -> dict[str, Any]:
                 "submit_to_all_prepared_s": ours["submit_to_all_prepared_s"],
                 "target_s": target,
                 "time_met": ours["submit_to_all_prepared_s"] <= target,
+                "claim_floor_s": ours["claim_floor_s"],
+                "floor_ratio": round(ours["submit_to_all_prepared_s"] / ours["claim_floor_s"], 2)
+                if ours["claim_floor_s"]
+                else None,
+                "within_1_2x_floor": ours["submit_to_all_prepared_s"] <= 1.2 * ours["claim_floor_s"],
                 "409": ours["api"]["409"],
                 "429": ours["api"]["429"],
             }

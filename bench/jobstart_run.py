@@ -39,6 +39,25 @@ from jobstart_watch import (
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 
+#: kube-controller-manager's client rate limit, its defaults (the local cluster passes no
+#: --kube-api-qps/--kube-api-burst). Each of its controllers has its own client and token bucket.
+KCM_QPS = 20.0
+KCM_BURST = 30
+#: The resourceclaim controller's writes per claim: POST the claim, PATCH the pod's
+#: status.resourceClaimStatuses.
+WRITES_PER_CLAIM = 2
+
+
+def claim_floor_s(pods: int, *, host_managed: bool) -> float:
+    """The shortest job start kube-controller-manager allows: its resourceclaim controller's writes.
+
+    Every worker pod gets a channel claim from its template, and driver-managed every node's IMEX
+    daemon pod a daemon claim too; no pod can be scheduled before its claim exists. At ``KCM_QPS`` after
+    a burst of ``KCM_BURST``, the last claim cannot exist sooner than this, whatever the driver does.
+    """
+    claims = pods if host_managed else 2 * pods
+    return round(max(0.0, (claims * WRITES_PER_CLAIM - KCM_BURST) / KCM_QPS), 2)
+
 
 async def job_start(
     cluster: LocalCluster,
@@ -139,6 +158,7 @@ async def job_start(
         "nodes": pods,
         "pods": pods,
         "submit_to_all_prepared_s": round(total_s, 2),
+        "claim_floor_s": claim_floor_s(pods, host_managed=fleet.host_managed),
         "breakdown_s": breakdown,
         "prepare_ms": {
             "p50": round(percentile(state.prepare_ms, 0.5), 1),

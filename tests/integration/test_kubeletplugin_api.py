@@ -69,6 +69,37 @@ async def test_label_add_remove_and_conflict(cluster: LocalCluster, labeler: Nod
     assert LABEL not in node_labels(cluster, NODE)
 
 
+async def test_a_watching_labeler_skips_adds_its_cache_shows_done(
+    cluster: LocalCluster, kube: AsyncClient, labeler: NodeLabeler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With its Node watched, an add the cache shows done makes no request; a label someone removed
+    is seen by the watch and added again."""
+    watching = NodeLabeler(kube, NODE, watch=True)
+    assert watching.informer is not None
+    runner = asyncio.create_task(watching.informer.run())
+    try:
+        await watching.add("domain-a")
+
+        def cached() -> str | None:
+            node = watching.informer.store.get_by_name(NODE)  # type: ignore[union-attr]
+            return ((node.metadata.labels or {}) if node and node.metadata else {}).get(LABEL)
+
+        await eventually("the label in the watch cache", lambda: cached() == "domain-a", within=10)
+
+        async def no_request() -> dict[str, Any]:
+            raise AssertionError("an add the cache shows done read the node")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(watching, "_get", no_request)
+            await watching.add("domain-a")
+        cluster.kubectl("label", "node", NODE, f"{LABEL}-")
+        await eventually("the removal in the watch cache", lambda: cached() is None, within=10)
+        await watching.add("domain-a")
+        assert node_labels(cluster, NODE)[LABEL] == "domain-a"
+    finally:
+        runner.cancel()
+
+
 async def test_back_to_back_changes(cluster: LocalCluster, labeler: NodeLabeler) -> None:
     """add/remove/add in quick succession (each from the previous write's copy) ends labelled."""
     for _ in range(5):
@@ -117,7 +148,7 @@ async def test_concurrent_changes_of_one_node_meet_no_conflict(
 async def test_domain_cache_and_readiness(cluster: LocalCluster, kube: AsyncClient, namespace: str) -> None:
     """Lookups by UID across namespaces; readiness from the watched clique entry, or from the domain
     status; a change of this node's entry wakes the prepare retries, another node's does not."""
-    cache = ComputeDomainCache(kube)
+    cache = ComputeDomainCache(kube, NODE)
     watch = asyncio.create_task(cache.run())
     readiness = CliqueReadiness(
         kube, cache, node_name=NODE, namespace=DRIVER_NAMESPACE, clique_id=CLIQUE, cliques_enabled=True
@@ -161,10 +192,31 @@ async def test_domain_cache_and_readiness(cluster: LocalCluster, kube: AsyncClie
         assert await readiness.node_ready(domain, CLIQUE)
         assert not await readiness.node_ready(domain, "")  # no clique: only the status can say Ready
         assert not await readiness.node_ready(domain, "other.clique")  # not watched: read with a GET
-        node_entry = {"name": NODE, "ipAddress": "127.0.0.9", "cliqueID": "", "index": 0, "status": "Ready"}
-        status = {"status": {"status": "Ready", "nodes": [node_entry]}}
-        patch_status(cluster, "computedomain", "train", namespace, status)
-        await eventually("status in cache", lambda: readiness.node_ready(domain, ""), within=10)
+        node_entry = {
+            "name": "node-2",
+            "ipAddress": "127.0.0.8",
+            "cliqueID": "",
+            "index": 1,
+            "status": "Ready",
+        }
+        seen = cache.changes.generation
+        patch_status(
+            cluster,
+            "computedomain",
+            "train",
+            namespace,
+            {"status": {"status": "NotReady", "nodes": [node_entry]}},
+        )
+        await eventually(
+            "another node's entry cached", lambda: cache.node_status_ready(uid, "node-2"), within=10
+        )
+        assert cache.changes.generation == seen  # another node's daemon in the status: nothing to wake
+        nodes = [node_entry, {**node_entry, "name": NODE, "index": 0}]
+        patch_status(
+            cluster, "computedomain", "train", namespace, {"status": {"status": "Ready", "nodes": nodes}}
+        )
+        assert await cache.changes.wait_past(seen, 10)  # this node's daemon Ready in the status: wake
+        assert await readiness.node_ready(domain, "")
         assert cache.uids() is not None and uid in cache.uids()  # type: ignore[operator]
     finally:
         watch.cancel()

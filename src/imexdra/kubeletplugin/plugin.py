@@ -133,7 +133,7 @@ async def _assemble(
     config: PluginConfig, client: AsyncClient, nvml: Nvml, devices: HostImexDevices
 ) -> _Parts:
     """Startup steps 5-8 (docs/data-path.md §14): clique ID, base CDI spec, checkpoint, prepare machinery."""
-    labeler = NodeLabeler(client, config.node_name)
+    labeler = NodeLabeler(client, config.node_name, watch=not config.host_managed)
     cliques = CliqueTracker(nvml, config.gates, on_change=_gpu_clique_labeller(config, labeler))
     await asyncio.to_thread(cliques.discover)
     base = hardware.build_base_spec(config.hardware, runs_imex_daemons=not config.host_managed)
@@ -141,7 +141,7 @@ async def _assemble(
     store = CheckpointStore(config.paths.plugin_data_dir)
     boot_id = read_boot_id(config.boot_id_path) if config.boot_id_path else read_boot_id()
     metrics.sync_prepared_devices(config.node_name, await store.initialize(boot_id))
-    domains = ComputeDomainCache(client)
+    domains = ComputeDomainCache(client, config.node_name)
     get_claim = api_claim_getter(client)
     readiness = CliqueReadiness(
         client,
@@ -204,6 +204,8 @@ def _services(config: PluginConfig, parts: _Parts) -> dict[str, Coroutine[Any, A
     }
     if parts.readiness.informer is not None:
         services["clique-watch"] = parts.readiness.informer.run()
+    if parts.labeler.informer is not None:
+        services["node-watch"] = parts.labeler.informer.run()
     if config.kubelet.gpu_clique_label_enabled:
         services["gpu-clique-label"] = _manage_gpu_clique_label(parts.labeler, parts.cliques, parts.domains)
     return services
