@@ -62,6 +62,9 @@ def job(name: str, pods: int) -> dict[str, Any]:
 # -- the API --------------------------------------------------------------------------------------
 
 
+DELETE_TIMEOUT_S = 300.0
+
+
 class Api:
     """Raw JSON requests and watches on the admin connection (no typed models: less bench CPU)."""
 
@@ -93,7 +96,9 @@ class Api:
         response.raise_for_status()
 
     async def delete(self, path: str, **params: str) -> None:
-        response = await self.http.delete(path, params=params)
+        # A collection DELETE of 256 pods answers only once every pod is gone: far beyond the
+        # client's default timeout on a loaded machine (it lost a finished 256-node run once).
+        response = await self.http.delete(path, params=params, timeout=DELETE_TIMEOUT_S)
         if response.status_code != 404:
             response.raise_for_status()
 
