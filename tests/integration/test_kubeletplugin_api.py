@@ -18,6 +18,7 @@ from lightkube.resources.core_v1 import Node as NodeResource
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, DRIVER_NAME
+from imexdra.common.pulse import Pulse
 from imexdra.dra.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.applyconfig import DomainInfo
 from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache
@@ -150,8 +151,16 @@ async def test_domain_cache_and_readiness(cluster: LocalCluster, kube: AsyncClie
     status; a change of this node's entry wakes the prepare retries, another node's does not."""
     cache = ComputeDomainCache(kube, NODE)
     watch = asyncio.create_task(cache.run())
+    # Its own pulse: other modules' domains come and go in the cache's pulse meanwhile.
+    clique_changes = Pulse()
     readiness = CliqueReadiness(
-        kube, cache, node_name=NODE, namespace=DRIVER_NAMESPACE, clique_id=CLIQUE, cliques_enabled=True
+        kube,
+        cache,
+        node_name=NODE,
+        namespace=DRIVER_NAMESPACE,
+        clique_id=CLIQUE,
+        cliques_enabled=True,
+        changes=clique_changes,
     )
     assert readiness.informer is not None
     clique_watch = asyncio.create_task(readiness.informer.run())
@@ -161,34 +170,35 @@ async def test_domain_cache_and_readiness(cluster: LocalCluster, kube: AsyncClie
         assert await cache.get(str(uuid.uuid4())) is None
         domain = DomainInfo(uid, "train", namespace)
         assert not await readiness.node_ready(domain, CLIQUE)
+        clique_name = f"{uid}.{CLIQUE}"
         entry = {"nodeName": NODE, "ipAddress": "127.0.0.9", "cliqueID": CLIQUE, "index": 0}
         clique: dict[str, Any] = {
             "apiVersion": "resource.nvidia.com/v1beta1",
             "kind": "ComputeDomainClique",
             "metadata": {
-                "name": f"{uid}.{CLIQUE}",
+                "name": clique_name,
                 "namespace": DRIVER_NAMESPACE,
                 "labels": {LABEL: uid, CLIQUE_LABEL_KEY: CLIQUE},
             },
             "daemons": [{**entry, "status": "NotReady"}],
         }
-        seen = cache.changes.generation
+        seen = clique_changes.generation
         apply(cluster, clique)
-        assert await cache.changes.wait_past(seen, 10)  # this node's entry appeared
+        assert await clique_changes.wait_past(seen, 10)  # this node's entry appeared
         assert not await readiness.node_ready(domain, CLIQUE)
-        seen = cache.changes.generation
+        seen = clique_changes.generation
         other = {**entry, "nodeName": "node-2", "index": 1, "status": "Ready"}
         clique["daemons"].append(other)
         apply(cluster, clique)
         await eventually(
             "the other node's entry cached",
-            lambda: len(readiness.informer.store.objects()[0].daemons) == 2,  # type: ignore[union-attr]
+            lambda: len(readiness.informer.store.get_by_name(clique_name, DRIVER_NAMESPACE).daemons) == 2,  # type: ignore[union-attr]
             within=10,
         )
-        assert cache.changes.generation == seen  # another node's daemon: nothing to wake
+        assert clique_changes.generation == seen  # another node's daemon: nothing to wake
         clique["daemons"][0]["status"] = "Ready"
         apply(cluster, clique)
-        assert await cache.changes.wait_past(seen, 10)  # this node's daemon Ready: retries wake
+        assert await clique_changes.wait_past(seen, 10)  # this node's daemon Ready: retries wake
         assert await readiness.node_ready(domain, CLIQUE)
         assert not await readiness.node_ready(domain, "")  # no clique: only the status can say Ready
         assert not await readiness.node_ready(domain, "other.clique")  # not watched: read with a GET
@@ -210,13 +220,12 @@ async def test_domain_cache_and_readiness(cluster: LocalCluster, kube: AsyncClie
         await eventually(
             "another node's entry cached", lambda: cache.node_status_ready(uid, "node-2"), within=10
         )
-        assert cache.changes.generation == seen  # another node's daemon in the status: nothing to wake
         nodes = [node_entry, {**node_entry, "name": NODE, "index": 0}]
         patch_status(
             cluster, "computedomain", "train", namespace, {"status": {"status": "Ready", "nodes": nodes}}
         )
-        assert await cache.changes.wait_past(seen, 10)  # this node's daemon Ready in the status: wake
-        assert await readiness.node_ready(domain, "")
+        await eventually("this node's entry cached", lambda: readiness.node_ready(domain, ""), within=10)
+        assert cache.changes.generation > seen  # this node's daemon Ready in the status: retries wake
         assert cache.uids() is not None and uid in cache.uids()  # type: ignore[operator]
     finally:
         watch.cancel()

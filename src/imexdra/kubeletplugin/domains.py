@@ -128,7 +128,8 @@ class CliqueReadiness:
     """``DaemonReadiness`` from what the controller writes: the domain's status, then this node's cliques.
 
     ``clique_id`` is the node's clique ID at startup: ``informer`` (None without a clique ID or with
-    the cliques gate off; the plugin runs it) watches the cliques carrying it. Should the
+    the cliques gate off; the plugin runs it) watches the cliques carrying it, and a change of this
+    node's entry fires ``changes`` (the plugin passes the domain cache's). Should the
     node's clique ID change later (a fabric re-registration), a clique of the new ID is read with a GET,
     as is any clique before the watch has synced.
     """
@@ -142,9 +143,11 @@ class CliqueReadiness:
         namespace: str,
         clique_id: str,
         cliques_enabled: bool,
+        changes: Pulse,
     ) -> None:
         self._client = client
         self._domains = domains
+        self._changes = changes
         self._node_name = node_name
         self._namespace = namespace
         self._cliques_enabled = cliques_enabled
@@ -188,7 +191,7 @@ class CliqueReadiness:
     def _changed(self, old: ComputeDomainClique | None, new: ComputeDomainClique | None) -> None:
         """Wake the prepare retries when this node's daemon entry changed (not on other nodes' entries)."""
         if self._daemon_status(old) != self._daemon_status(new):
-            self._domains.changes.fire()
+            self._changes.fire()
 
     def _daemon_status(self, clique: ComputeDomainClique | None) -> str | None:
         """The status of the daemon on this node in ``clique``; None when the clique does not list it."""

@@ -149,6 +149,7 @@ async def _assemble(
         node_name=config.node_name,
         namespace=config.namespace,
         clique_id=cliques.current,
+        changes=domains.changes,
         # Host-managed, no daemon runs and no clique exists (the chart grants no access to them).
         cliques_enabled=config.gates.enabled(Gate.COMPUTE_DOMAIN_CLIQUES) and not config.host_managed,
     )
