@@ -96,6 +96,19 @@ async def remove_claim_spec(cdi_root: Path, claim_uid: str) -> bool:
     return remove_file(path, durable=False)
 
 
+def claim_spec_uids(cdi_root: Path) -> list[str]:
+    """The claim UIDs of the claim specs under ``cdi_root`` (other files are not ours to read)."""
+    suffix = ".yaml"
+    prefix = spec_file_name(CLAIM_CLASS, "").removesuffix(suffix)
+    if not cdi_root.is_dir():
+        return []
+    return sorted(
+        name[len(prefix) : -len(suffix)]
+        for name in (path.name for path in cdi_root.iterdir())
+        if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix) + len(suffix)
+    )
+
+
 async def _write(path: Path, spec: Spec) -> Path:
     data = render(spec).encode("utf-8")
     # No fsync: a page-cache write of a few KB is quicker than a hop to a worker thread.

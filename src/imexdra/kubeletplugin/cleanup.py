@@ -4,7 +4,9 @@ Stale claims (docs/data-path.md §12), once at start and every 10 minutes: a Pre
 ResourceClaim is gone (NotFound) or was replaced (other UID) will never be unprepared by the kubelet,
 so it is unprepared here, which also drops its node label; then PrepareAborted tombstones older than
 90 s are forgotten. Entries without a name (legacy) are skipped; other API errors wait for the next
-pass. PrepareCompleted entries are the kubelet's to unprepare and are never touched.
+pass. PrepareCompleted entries are the kubelet's to unprepare and are never touched. Claim CDI specs
+without a live entry (left by a plugin killed mid-unprepare before the spec was removed first) are
+deleted in the same pass.
 
 Domain directories, every 10 minutes but not at start: ``domains/<UID>`` of a ComputeDomain that
 no longer exists is removed. Nothing is removed before the ComputeDomain cache has synced.
@@ -73,8 +75,11 @@ class StaleClaimCleanup:
             cleaned.append(ref)
         async with flock.hold(self._lock_path):
             expired = await self._state.delete_expired_aborted()
+            orphans = await self._state.remove_orphaned_claim_specs()
         if expired:
             _log.info("Checkpointed RC cleanup: forgot expired PrepareAborted entries", count=expired)
+        if orphans:
+            _log.info("Checkpointed RC cleanup: removed CDI specs of unprepared claims", claims=orphans)
         return cleaned
 
     async def _is_stale(self, ref: ClaimRef) -> bool:

@@ -15,8 +15,8 @@ Callers hold ``pu.lock`` (``driver``). Prepare (docs/data-path.md §7):
 
 Unprepare (docs/data-path.md §11): nothing to do for an unknown or PrepareAborted claim; otherwise
 undo the groups (the node label goes when no other claim on the node still uses that domain), delete
-a PrepareCompleted entry or turn a PrepareStarted one into a PrepareAborted tombstone, and delete the
-claim's CDI spec.
+the claim's CDI spec, then delete a PrepareCompleted entry or turn a PrepareStarted one into a
+PrepareAborted tombstone.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, ResourceClaimStat
 from imexdra.kubeletplugin import checkpointstore as lifecycle
 from imexdra.kubeletplugin.applyconfig import AppliedConfig, ConfigApplier
 from imexdra.kubeletplugin.cdi import ContainerEdits, DriverRoots, base_device_id, claim_device_id, claim_spec
-from imexdra.kubeletplugin.cdifiles import remove_claim_spec, write_claim_spec
+from imexdra.kubeletplugin.cdifiles import claim_spec_uids, remove_claim_spec, write_claim_spec
 from imexdra.kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointedDevice,
@@ -141,6 +141,12 @@ class DeviceState:
         in_use = domains_in_use(checkpoint, exclude=ref.uid)
         for group in config_groups(status, self._allocatable, strict=False):
             await self._applier.undo(group, domain_still_used=group.config.domain_id in in_use)
+        # The spec goes before the entry: a plugin killed between the two leaves an entry the
+        # kubelet's retry unprepares again, never a spec nothing refers to (docs/data-path.md §11).
+        try:
+            await remove_claim_spec(self._cdi_root, ref.uid)
+        except OSError as error:
+            raise RetryableError(f"error deleting CDI spec of claim {ref.uid}: {error}") from error
         if entry.state == ClaimState.PREPARE_COMPLETED:
             await self._update(lambda cp: lifecycle.delete_claim(cp, ref.uid))
         else:
@@ -151,10 +157,23 @@ class DeviceState:
                 )
             )
             _log.info(f"Marked claim PrepareAborted in checkpoint: {ref}", claim=str(ref))
-        try:
-            await remove_claim_spec(self._cdi_root, ref.uid)
-        except OSError as error:
-            raise RetryableError(f"error deleting CDI spec of claim {ref.uid}: {error}") from error
+
+    async def remove_orphaned_claim_specs(self) -> list[str]:
+        """Delete claim CDI specs whose claim has no live checkpoint entry; return their UIDs.
+
+        Callers hold ``pu.lock``: a prepare writes its spec between PrepareStarted and
+        PrepareCompleted, so under the lock every legitimate spec has a live entry.
+        """
+        checkpoint = await self._store.read()
+        live = {
+            uid
+            for uid, entry in checkpoint.claims.items()
+            if entry.state in (ClaimState.PREPARE_STARTED, ClaimState.PREPARE_COMPLETED)
+        }
+        orphans = sorted(set(claim_spec_uids(self._cdi_root)) - live)
+        for uid in orphans:
+            await remove_claim_spec(self._cdi_root, uid)
+        return orphans
 
     async def delete_expired_aborted(self) -> int:
         """Forget PrepareAborted tombstones older than their TTL; return how many went."""

@@ -23,6 +23,7 @@ from imexdra.kubeletplugin.cdi import (
 from imexdra.kubeletplugin.cdifiles import (
     base_spec_path,
     claim_spec_path,
+    claim_spec_uids,
     ensure_cdi_root,
     remove_claim_spec,
     render,
@@ -226,3 +227,18 @@ def test_ensure_cdi_root(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(FileExistsError):
         ensure_cdi_root(blocker)
+
+
+def test_claim_spec_uids(tmp_path: Path) -> None:
+    """Only claim spec names count: the base spec, temporary files and other vendors' specs do not."""
+    for name in [
+        "k8s.compute-domain.nvidia.com-claim_uid-1.yaml",
+        "k8s.compute-domain.nvidia.com-claim_uid-2.yaml",
+        "k8s.compute-domain.nvidia.com-device_base.yaml",
+        ".k8s.compute-domain.nvidia.com-claim_uid-3.yaml.tmp",
+        "k8s.compute-domain.nvidia.com-claim_.yaml",
+        "nvidia.com-gpu.yaml",
+    ]:
+        (tmp_path / name).write_text("---\n")
+    assert claim_spec_uids(tmp_path) == ["uid-1", "uid-2"]
+    assert claim_spec_uids(tmp_path / "missing") == []

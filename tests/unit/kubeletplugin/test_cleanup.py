@@ -13,7 +13,7 @@ from imexdra.common.kube import PermanentApiError, RetryableApiError
 from imexdra.dra.resourceclaim import ResourceClaim, parse_claim
 from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.kubeletplugin.cleanup import StaleClaimCleanup, remove_orphaned_domain_dirs
-from tests.unit.kubeletplugin.support import DOMAIN_UID, NAMESPACE, Node, channel_claim
+from tests.unit.kubeletplugin.support import DOMAIN_UID, NAMESPACE, Node, channel_claim, daemon_claim
 
 
 class Api:
@@ -105,6 +105,29 @@ async def test_pass_forgets_expired_tombstones(tmp_path: Path) -> None:
         store=node.store, state=later, get_claim=Api({}).get, lock_path=node.paths.prepare_lock
     ).run_once()
     assert await node.entries() == {}
+
+
+async def test_pass_removes_claim_specs_without_a_live_entry(tmp_path: Path) -> None:
+    """Specs of prepared and partially prepared claims stay; an orphan goes; other files stay."""
+    node = Node(tmp_path)
+    await node.initialize()
+    await node.state.prepare(daemon_claim("claim-1"))
+    await partially_prepared(node, "claim-2")
+    node.cdi_file("claim-2").write_text("---\n")  # written just before a kill, PrepareStarted kept
+    node.cdi_file("gone").write_text("---\n")  # left by an unprepare that deleted its entry first
+    (node.cdi_root / "vendor.com-gpu.yaml").write_text("---\n")
+    cleanup = StaleClaimCleanup(
+        store=node.store,
+        state=node.state,
+        get_claim=Api({"claim-2-name": {"metadata": {"uid": "claim-2"}}}).get,
+        lock_path=node.paths.prepare_lock,
+    )
+    with capture_logs() as logs:
+        await cleanup.run_once()
+    assert not node.cdi_file("gone").exists()
+    assert node.cdi_file("claim-1").exists() and node.cdi_file("claim-2").exists()
+    assert (node.cdi_root / "vendor.com-gpu.yaml").exists()
+    assert [log.get("claims") for log in logs if "CDI specs" in log["event"]] == [["gone"]]
 
 
 def test_orphaned_domain_dirs_removed(tmp_path: Path) -> None:

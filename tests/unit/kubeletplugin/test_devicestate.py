@@ -282,6 +282,35 @@ async def test_unprepare_completed_claim(node: Node) -> None:
     assert node.labels.calls[-1] == ("remove", DOMAIN_UID)
 
 
+@pytest.mark.parametrize("partial", [False, True], ids=["completed", "started"])
+async def test_unprepare_interrupted_before_the_checkpoint_write(
+    node: Node, monkeypatch: pytest.MonkeyPatch, partial: bool
+) -> None:
+    """The spec goes before the entry: an unprepare cut short leaves the entry, and the retry finishes."""
+    claim = channel_claim()
+    if partial:  # a prepare killed after its spec was written, before PrepareCompleted
+        node.readiness.ready = False
+        with pytest.raises(RetryableError):
+            await node.state.prepare(claim)
+        node.cdi_file("claim-1").write_text("---\n")
+    else:
+        await node.state.prepare(claim)
+    assert node.cdi_file("claim-1").exists()
+
+    async def fail(*_args: object) -> None:
+        raise OSError("disk full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(node.store, "update", fail)
+        with pytest.raises(RetryableError, match="error writing checkpoint"):
+            await node.state.unprepare(claim.ref)
+    assert not node.cdi_file("claim-1").exists()
+    state = ClaimState.PREPARE_STARTED if partial else ClaimState.PREPARE_COMPLETED
+    assert await node.entries() == {"claim-1": state}
+    await node.state.unprepare(claim.ref)
+    assert await node.entries() == ({"claim-1": ClaimState.PREPARE_ABORTED} if partial else {})
+
+
 async def test_unprepare_started_claim_leaves_a_tombstone(node: Node) -> None:
     """A partially prepared claim becomes PrepareAborted (time-stamped); a second unprepare is a no-op."""
     claim = channel_claim()
