@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -319,3 +320,60 @@ class ControllerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+@dataclass
+class Profiler:
+    """py-spy recording a process (non-blocking sampling) into raw collapsed stacks."""
+
+    pid: int
+    output: Path
+    rate: int = 100
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        py_spy = Path(sys.executable).parent / "py-spy"
+        argv = [str(py_spy), "record", "--pid", str(self.pid), "--rate", str(self.rate), "--nonblocking"]
+        argv += ["--format", "raw", "--output", str(self.output)]
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> dict[str, Any]:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(timeout=60)
+        return summarize_profile(self.output)
+
+
+def summarize_profile(path: Path, top: int = 12) -> dict[str, Any]:
+    """The hottest functions of a raw py-spy profile: by own samples and by samples below them."""
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    samples = 0
+    if not path.exists():
+        return {"samples": 0}
+    for line in path.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        samples += count
+        # "function (/long/path/package/module.py:line)" -> "function (package/module.py:line)"
+        frames = [
+            frame.split(" (")[0] + " (" + "/".join(frame.split(" (")[-1].split("/")[-2:])
+            for frame in stack.split(";")
+        ]
+        own[frames[-1]] += count
+        for frame in {f for f, full in zip(frames, stack.split(";"), strict=True) if _ours(full)}:
+            inclusive[frame] += count
+    return {
+        "samples": samples,
+        "own_top": [(frame, round(n / samples, 3)) for frame, n in own.most_common(top)],
+        "inclusive_top": [(frame, round(n / samples, 3)) for frame, n in inclusive.most_common(top * 2)],
+    }
+
+
+_OUR_AND_CLIENT_PACKAGES = ("imexdra/", "lightkube/", "grpc/", "httpx2/", "httpcore")
+
+
+def _ours(frame: str) -> bool:
+    return any(package in frame for package in _OUR_AND_CLIENT_PACKAGES)

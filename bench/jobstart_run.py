@@ -19,6 +19,7 @@ from benchlib import (
     DRIVER_NAMESPACE,
     OUR_CONTROLLER_COMMAND,
     ControllerProcess,
+    Profiler,
     apiserver_metrics,
     percentile,
 )
@@ -26,7 +27,6 @@ from jobstart_api import Api, job
 from jobstart_fleet import Fleet, install_api, node_mib
 from jobstart_watch import (
     JobStart,
-    Profiler,
     Simulator,
     api_deltas,
     checkpoint_poller,

@@ -10,14 +10,10 @@ import asyncio
 import contextlib
 import itertools
 import json
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from benchlib import (
@@ -339,54 +335,3 @@ def component_cpu(cluster: LocalCluster) -> dict[str, float]:
             kind = process.name.rsplit("-", 1)[-1] + "s" if process.name.startswith("node-") else process.name
             readings[kind] += cpu_seconds(process.popen.pid)
     return dict(readings)
-
-
-@dataclass
-class Profiler:
-    """py-spy recording a process (non-blocking sampling) into raw collapsed stacks."""
-
-    pid: int
-    output: Path
-    process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        py_spy = Path(sys.executable).parent / "py-spy"
-        argv = [str(py_spy), "record", "--pid", str(self.pid), "--rate", "100", "--nonblocking"]
-        argv += ["--format", "raw", "--output", str(self.output)]
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def stop(self) -> dict[str, Any]:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGINT)
-        self.process.wait(timeout=60)
-        return summarize_profile(self.output)
-
-
-def summarize_profile(path: Path, top: int = 12) -> dict[str, Any]:
-    """The hottest functions of a raw py-spy profile: by own samples and by samples below them."""
-    own: Counter[str] = Counter()
-    inclusive: Counter[str] = Counter()
-    samples = 0
-    if not path.exists():
-        return {"samples": 0}
-    for line in path.read_text().splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack:
-            continue
-        count = int(count_text)
-        samples += count
-        frames = [
-            frame.split(" (")[0] + " (" + frame.split(" (")[-1].split("/")[-1] for frame in stack.split(";")
-        ]
-        own[frames[-1]] += count
-        for frame in set(frames):
-            inclusive[frame] += count
-    return {
-        "samples": samples,
-        "own_top": [(frame, round(n / samples, 3)) for frame, n in own.most_common(top)],
-        "inclusive_top": [
-            (frame, round(n / samples, 3))
-            for frame, n in inclusive.most_common(top * 4)
-            if "imexdra" in frame or "lightkube" in frame or "grpc" in frame
-        ][:top],
-    }

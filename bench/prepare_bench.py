@@ -8,11 +8,14 @@ a simulated node (fake NVML, fake ``/proc/devices``), driver-managed, with upstr
 rate limit (5 QPS, burst 10).
 
 Each cycle prepares one claim (channel 0 on the node, so only one can be prepared at a time) and
-unprepares it. A prepare costs two API requests (GET claim, label the node) and an unprepare one
-(unlabel), so cycles are paced to stay within the client rate limit; otherwise the numbers would
-measure the throttle rather than the plugin. Reported: prepare (and unprepare) latency percentiles
-against the targets p50 <= 5 ms and p99 <= 50 ms, the plugin's peak RSS, as JSON on stdout and in
-``bench/results/prepare_bench.json``, with a plot in ``bench/results/prepare_bench.png``.
+unprepares it. A prepare costs two API requests (GET claim, label the node: an Update from the
+node the plugin last wrote, once its watch confirms that copy, else GET + Update) and an unprepare
+one (unlabel), so cycles are paced to stay within the client rate limit; otherwise the numbers would
+measure the throttle rather than the plugin. The requests the apiserver actually served per cycle
+are counted and reported (``api_requests_per_cycle``). Reported: prepare (and unprepare) latency
+percentiles against the targets p50 <= 5 ms and p99 <= 50 ms, the plugin's peak RSS, as JSON on
+stdout and in ``bench/results/prepare_bench.json``, with a plot in ``bench/results/prepare_bench.png``.
+``--profile`` records the plugin with py-spy during the cycles and adds the hottest functions.
 
 The API floor: after the plugin has stopped, the bench itself makes the same requests a prepare
 makes — GET the claim, then an Update of the node that adds the label (and, outside the timing, the
@@ -53,6 +56,9 @@ from benchlib import (
     DRIVER_NAMESPACE,
     PLUGIN_BIN,
     RESULTS,
+    Profiler,
+    Samples,
+    apiserver_metrics,
     cpu_seconds,
     install_crds,
     kubectl_apply,
@@ -185,6 +191,20 @@ async def api_floor(
     return floor_ms
 
 
+def requests_per_cycle(before: Samples, after: Samples, cycles: int) -> dict[str, float]:
+    """The plugin's API requests per prepare+unprepare cycle, by verb and resource (watches left out)."""
+    counts: dict[str, float] = {}
+    for (name, labels), value in after.items():
+        fields = dict(labels)
+        if name != "apiserver_request_total" or fields.get("verb") in ("WATCH", "CONNECT"):
+            continue
+        if fields.get("resource") not in ("nodes", "resourceclaims"):
+            continue
+        key = f"{fields['verb']} {fields['resource']}"
+        counts[key] = counts.get(key, 0.0) + value - before.get((name, labels), 0.0)
+    return {key: round(n / cycles, 2) for key, n in sorted(counts.items()) if n > 0}
+
+
 def summary(
     prepare_ms: list[float],
     unprepare_ms: list[float],
@@ -214,6 +234,8 @@ def summary(
         "meets_targets": p50 <= TARGET_P50_MS and p99 <= TARGET_P99_MS,
         "plugin_peak_rss_mib": round(rss, 1),
         "plugin_cpu_ms_per_cycle": round(args.cpu_ms_per_cycle, 2),
+        "api_requests_per_cycle": args.requests_per_cycle,
+        "plugin_profile": args.profile_summary,
         "kube_api_qps": args.kube_api_qps,
         "cycle_interval_s": round(args.interval, 3),
         "state_dir": args.state_dir,
@@ -246,7 +268,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             wait_for_socket(socket, process)
             time.sleep(2.0)  # let the watches list and the client's token bucket refill before measuring
             cpu_before = cpu_seconds(process.pid)
+            requests_before = apiserver_metrics(cluster)
+            profile_path = RESULTS / "prepare_bench_profile.txt"
+            profiler = Profiler(process.pid, profile_path, rate=1000) if args.profile else None
+            if profiler is not None:
+                profiler.start()
             prepare_ms, unprepare_ms = asyncio.run(cycle_claims(socket, claims, args.interval))
+            args.profile_summary = profiler.stop() if profiler is not None else None
+            args.requests_per_cycle = requests_per_cycle(
+                requests_before, apiserver_metrics(cluster), len(claims)
+            )
             args.cpu_ms_per_cycle = (cpu_seconds(process.pid) - cpu_before) / len(claims) * 1e3
             rss = peak_rss_mib(process.pid)
         finally:
@@ -291,6 +322,11 @@ def main() -> None:
         type=int,
         default=100,
         help="claims of other domains (each its own channel) held prepared on the node, channel isolation",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="record the plugin with py-spy at 1000 Hz while it prepares (summary in the results)",
     )
     args = parser.parse_args()
     # Pace cycles so the plugin's API requests stay within its client rate limit (see the docstring).

@@ -101,6 +101,64 @@ async def test_a_watching_labeler_skips_adds_its_cache_shows_done(
         runner.cancel()
 
 
+async def test_a_watching_labeler_writes_from_the_copy_the_watch_confirms(
+    cluster: LocalCluster, kube: AsyncClient, labeler: NodeLabeler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the watch shows the resourceVersion of its own last write, the next change is an Update
+    from that copy with no GET; after someone else's write the watch has seen, it GETs first."""
+    watching = NodeLabeler(kube, NODE, watch=True)
+    assert watching.informer is not None
+    informer = watching.informer
+    runner = asyncio.create_task(informer.run())
+    gets = 0
+    fetch = watching._get
+
+    async def counted() -> dict[str, Any]:
+        nonlocal gets
+        gets += 1
+        return await fetch()
+
+    def watched(key: str) -> str | None:
+        node = informer.store.get_by_name(NODE)
+        return ((node.metadata.labels or {}) if node and node.metadata else {}).get(key)
+
+    async def confirmed() -> bool:
+        """Whether the watch shows the labeler's last write within 5 s (the kubelet's status
+        updates, every 5 s here, may write the node in between; then it never does)."""
+        deadline = asyncio.get_running_loop().time() + 5
+        while watching._current() is None:
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    monkeypatch.setattr(watching, "_get", counted)
+    try:
+        await informer.wait_for_sync()
+        for _ in range(5):  # the kubelet may write between the confirmation and the Update: try again
+            await watching.add("domain-a")
+            if not await confirmed():
+                await watching.remove("domain-a")
+                continue
+            gets = 0
+            await watching.remove("domain-a")
+            assert LABEL not in node_labels(cluster, NODE)
+            if gets == 0:
+                break
+        else:
+            pytest.fail("a removal the watch confirmed read the node every time")
+        cluster.kubectl("label", "node", NODE, "imexdra-test/touched=yes")
+        await eventually("the foreign label watched", lambda: watched("imexdra-test/touched"), within=10)
+        gets = 0
+        await watching.add("domain-a")
+        assert gets >= 1
+        labels = node_labels(cluster, NODE)
+        assert (labels[LABEL], labels["imexdra-test/touched"]) == ("domain-a", "yes")
+    finally:
+        runner.cancel()
+        cluster.kubectl("label", "node", NODE, "imexdra-test/touched-")
+
+
 async def test_back_to_back_changes(cluster: LocalCluster, labeler: NodeLabeler) -> None:
     """add/remove/add in quick succession (each from the previous write's copy) ends labelled."""
     for _ in range(5):

@@ -14,7 +14,13 @@ attempted many times: with ``watch`` the node is watched by name, and an ``add``
 already done costs no request (the 256-node job-start bench made 4,793 GETs of nodes without it,
 docs/data-path.md §7.4). Only ``add``'s no-op is read from the cache: a cache that lags behind a removal
 is corrected by the next watch event and the next attempt; a ``remove`` skipped on a lagging cache
-would leave the label behind, so removals always read fresh.
+would leave the label behind, so a removal found unnecessary is confirmed by a fresh GET.
+
+The GET before a write is skipped when it could only repeat what this process already holds: the
+node as this process last read or wrote it, when the watch shows that very resourceVersion. The
+Update carries that resourceVersion, so the server still refuses it (409, retried from a fresh GET) if
+anything changed the node since; the watch check keeps those 409s to writes the watch has not
+delivered yet. This takes one round trip off every label change (prepare bench, docs/data-path.md §7.4).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from imexdra.api.constants import GPU_CLIQUE_NODE_LABEL_KEY, NODE_LABEL_KEY
 from imexdra.common.errors import RetryableError
 from imexdra.common.informer import Informer
 from imexdra.common.kube import collection_path, http_client, kube_errors, raise_for_status, retry_on_conflict
+from imexdra.common.store import resource_version
 
 _log = structlog.get_logger(__name__)
 
@@ -54,6 +61,8 @@ class NodeLabeler:
         self.informer: Informer[Node] | None = (
             Informer(client, Node, field_selector=f"metadata.name={node_name}") if watch else None
         )
+        #: The whole node as this process last read or wrote it (raw: an Update must send every field).
+        self._last: dict[str, Any] | None = None
 
     async def node_uid(self) -> str:
         """The node's UID, read fresh (a re-registered node gets a new one)."""
@@ -93,12 +102,24 @@ class NodeLabeler:
         return (labels or {}).get(NODE_LABEL_KEY)
 
     async def _set_label(self, change: Callable[[str | None], str | None], *, action: str) -> None:
-        """Apply ``change`` to the label: GET, then a full Update (a 409 is retried from a new GET)."""
+        """Apply ``change`` to the label: GET (unless ``_current`` has the node), then a full Update.
+
+        A 409 is retried from a fresh GET; so is a decision to change nothing made on a held copy.
+        """
+        fresh = False
 
         async def attempt() -> None:
-            node = await self._get()
+            nonlocal fresh
+            held = None if fresh else self._current()
+            fresh = True  # a retry after a 409 reads fresh
+            node = held if held is not None else await self._get()
             current = _label(node)
             wanted = change(current)
+            if wanted == current and held is not None:
+                # "Nothing to do" must not rest on a copy the watch may lag behind.
+                node = await self._get()
+                current = _label(node)
+                wanted = change(current)
             if wanted == current:
                 return
             labels = {k: v for k, v in (node["metadata"].get("labels") or {}).items() if k != NODE_LABEL_KEY}
@@ -112,21 +133,33 @@ class NodeLabeler:
         async with self._lock:
             await retry_on_conflict(attempt, action=action)
 
+    def _current(self) -> dict[str, Any] | None:
+        """The held node if the watch shows exactly its resourceVersion; else None (GET it)."""
+        if self._last is None or self.informer is None or not self.informer.has_synced():
+            return None
+        watched = self.informer.store.get_by_name(self.node_name)
+        if watched is None or resource_version(watched) != self._last["metadata"].get("resourceVersion"):
+            return None
+        return self._last
+
     async def _get(self) -> dict[str, Any]:
         action = f"get node {self.node_name}"
         with kube_errors(action):
             response = await self._http.get(self._path)
         await raise_for_status(response, action)
         node: dict[str, Any] = msgspec.json.decode(response.content)
+        self._last = node
         return node
 
     async def _put(self, node: dict[str, Any]) -> None:
         action = f"update node {self.node_name}"
+        self._last = None  # a failed Update leaves the server's copy unknown
         with kube_errors(action):
             response = await self._http.put(
                 self._path, content=msgspec.json.encode(node), headers={"Content-Type": "application/json"}
             )
         await raise_for_status(response, action)
+        self._last = msgspec.json.decode(response.content)
 
     async def set_gpu_clique(self, clique_id: str | None) -> None:
         """Merge-patch ``nvidia.com/gpu.clique`` to ``clique_id`` (None removes it)."""
