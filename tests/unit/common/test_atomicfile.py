@@ -63,3 +63,27 @@ def test_fsync_only_when_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert remove_file(target, durable=durable) is True
     assert not target.exists()
     assert len(synced) == (5 if durable else 0)  # two writes x (file + dir), one removal (dir)
+
+
+def test_a_full_disk_keeps_old_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No space for the new content: the error propagates, the old file and nothing else remains."""
+    target = tmp_path / "checkpoint.json"
+    write_atomic(target, b"old")
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(target, b"new")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.json"]
+
+
+@pytest.mark.parametrize("size", [0, 1, 4 << 20], ids=["empty", "one-byte", "4MiB"])
+def test_any_size_is_written_whole(tmp_path: Path, size: int) -> None:
+    """Empty files and files larger than one write() call are written whole."""
+    target = tmp_path / "spec.yaml"
+    data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    write_atomic(target, data, durable=False)
+    assert target.read_bytes() == data
