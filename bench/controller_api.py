@@ -19,7 +19,7 @@ from benchlib import ControllerProcess, Samples, apiserver_metrics, percentile, 
 from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.controller.transport import Transport, resource_path
+from imexdra.common.transport import Transport, resource_path
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 

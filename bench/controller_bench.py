@@ -77,7 +77,7 @@ from lightkube.resources.core_v1 import ConfigMap
 from plotting import write_controller_plot
 
 from imexdra.common.kube import load_config
-from imexdra.controller.transport import Transport, resource_path
+from imexdra.common.transport import Transport, resource_path
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 TARGET_P50_MS = 100.0

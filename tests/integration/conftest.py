@@ -15,6 +15,8 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
 from imexdra.api.constants import CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
+from imexdra.common.connection import connect
+from imexdra.common.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, HostImage, NodeSpec
 from tests.conftest import failure_count, progress, stop_cluster
@@ -79,6 +81,14 @@ def compute_domain_crds(cluster: LocalCluster) -> None:
         f"crd/{CRD_COMPUTE_DOMAINS}",
         f"crd/{CRD_COMPUTE_DOMAIN_CLIQUES}",
     )
+
+
+@pytest.fixture(scope="session")
+async def lean(cluster: LocalCluster) -> AsyncIterator[Transport]:
+    """The lean API transport (``common.transport``), authenticated as cluster admin."""
+    transport = connect(cluster.kubeconfig).transport()
+    yield transport
+    transport.close()
 
 
 @pytest.fixture(scope="session")

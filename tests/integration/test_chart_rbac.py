@@ -22,7 +22,9 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, NODE_LABEL_KEY
+from imexdra.common.connection import connect
 from imexdra.common.errors import DriverError
+from imexdra.common.transport import Transport
 from imexdra.daemon.podlabel import label_own_pod
 from imexdra.kubeletplugin.nodelabels import NodeLabeler
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -208,6 +210,14 @@ async def plugin_client(default_rbac: ChartRBAC) -> AsyncIterator[AsyncClient]:
     await client.close()
 
 
+@pytest.fixture
+async def plugin_transport(default_rbac: ChartRBAC) -> AsyncIterator[Transport]:
+    """The plugin's lean transport with the same account and token as ``plugin_client``."""
+    transport = connect(default_rbac.kubeconfig("kubeletPlugin", node="node-0")).transport()
+    yield transport
+    transport.close()
+
+
 def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
     """A node's labels."""
     labels: dict[str, str] = json.loads(
@@ -247,7 +257,7 @@ async def foreign_node_write_refused(client: AsyncClient) -> bool:
 
 
 async def test_plugin_labels_only_its_own_node(
-    cluster: LocalCluster, default_rbac: ChartRBAC, plugin_client: AsyncClient
+    cluster: LocalCluster, default_rbac: ChartRBAC, plugin_client: AsyncClient, plugin_transport: Transport
 ) -> None:
     """The plugin's NodeLabeler works on node-0 under the chart's RBAC; other labels and nodes are refused."""
     domain = "00000000-chart-rbac-test"
@@ -256,14 +266,14 @@ async def test_plugin_labels_only_its_own_node(
     await eventually(
         "the chart's node policy is enforced", lambda: foreign_node_write_refused(plugin_client), within=30
     )
-    own = NodeLabeler(plugin_client, "node-0")
+    own = NodeLabeler(plugin_transport, "node-0")
     try:
         await own.add(domain)
         assert node_labels(cluster, "node-0")[NODE_LABEL_KEY] == domain
         await own.remove(domain)
         assert NODE_LABEL_KEY not in node_labels(cluster, "node-0")
         with pytest.raises(DriverError, match="of its own node node-0"):
-            await NodeLabeler(plugin_client, "node-1").add(domain)
+            await NodeLabeler(plugin_transport, "node-1").add(domain)
         assert NODE_LABEL_KEY not in node_labels(cluster, "node-1")
 
         def control_plane_label(node: Node) -> None:

@@ -28,9 +28,10 @@ from lightkube.resources.core_v1 import Event as CoreEvent
 from lightkube.types import PatchType
 from prometheus_client import REGISTRY
 
+from imexdra.common.connection import make_client
 from imexdra.common.events import EventAggregator, EventRecorder
 from imexdra.common.informer import EventHandler, Informer, enqueue
-from imexdra.common.kube import http_client, load_config, make_client, microtime
+from imexdra.common.kube import http_client, load_config, microtime
 from imexdra.common.leaderelection import LeaderElectionConfig, LeaderElector, LeadershipLostError
 from imexdra.common.restmetrics import server_host
 from imexdra.common.store import index_by_label

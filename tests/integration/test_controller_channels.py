@@ -32,11 +32,10 @@ from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.config.common import ImexIsolation
 from imexdra.api.constants import AllocationMode
 from imexdra.api.featuregates import resolve_feature_gates
+from imexdra.common.connection import connect
 from imexdra.common.events import EventRecorder
-from imexdra.common.kube import load_config, make_client
 from imexdra.controller.config import CONTROLLER_NAME, ControllerConfig
 from imexdra.controller.controller import Controller
-from imexdra.controller.transport import Transport
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import events_of, install_controller_identity, labelled
@@ -87,8 +86,9 @@ async def running(
 ) -> AsyncIterator[Controller]:
     """An in-process controller with ``isolation``; on exit (``clean_up``) it deletes every test domain."""
     config = config_for(isolation)
-    client = make_client(field_manager=CONTROLLER_NAME, kubeconfig=kubeconfig)
-    transport = Transport(load_config(kubeconfig))
+    connection = connect(kubeconfig)
+    client = connection.client(field_manager=CONTROLLER_NAME)
+    transport = connection.transport()
     controller = Controller(
         client, transport, config, EventRecorder(client, controller=CONTROLLER_NAME, instance=config.pod_name)
     )

@@ -19,6 +19,7 @@ from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, DRIVER_NAME
 from imexdra.common.pulse import Pulse
+from imexdra.common.transport import Transport
 from imexdra.dra.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.applyconfig import DomainInfo
 from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache
@@ -47,9 +48,9 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
 
 
 @pytest.fixture
-async def labeler(kube: AsyncClient) -> AsyncIterator[NodeLabeler]:
+async def labeler(kube: AsyncClient, lean: Transport) -> AsyncIterator[NodeLabeler]:
     """A NodeLabeler for node-1; the label is removed afterwards."""
-    yield NodeLabeler(kube, NODE)
+    yield NodeLabeler(lean, NODE)
     await kube.patch(NodeResource, NODE, {"metadata": {"labels": {LABEL: None}}})
 
 
@@ -71,11 +72,15 @@ async def test_label_add_remove_and_conflict(cluster: LocalCluster, labeler: Nod
 
 
 async def test_a_watching_labeler_skips_adds_its_cache_shows_done(
-    cluster: LocalCluster, kube: AsyncClient, labeler: NodeLabeler, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster,
+    kube: AsyncClient,
+    lean: Transport,
+    labeler: NodeLabeler,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With its Node watched, an add the cache shows done makes no request; a label someone removed
     is seen by the watch and added again."""
-    watching = NodeLabeler(kube, NODE, watch=True)
+    watching = NodeLabeler(lean, NODE, watch=kube)
     assert watching.informer is not None
     runner = asyncio.create_task(watching.informer.run())
     try:
@@ -102,11 +107,15 @@ async def test_a_watching_labeler_skips_adds_its_cache_shows_done(
 
 
 async def test_a_watching_labeler_writes_from_the_copy_the_watch_confirms(
-    cluster: LocalCluster, kube: AsyncClient, labeler: NodeLabeler, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster,
+    kube: AsyncClient,
+    lean: Transport,
+    labeler: NodeLabeler,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Once the watch shows the resourceVersion of its own last write, the next change is an Update
     from that copy with no GET; after someone else's write the watch has seen, it GETs first."""
-    watching = NodeLabeler(kube, NODE, watch=True)
+    watching = NodeLabeler(lean, NODE, watch=kube)
     assert watching.informer is not None
     informer = watching.informer
     runner = asyncio.create_task(informer.run())

@@ -1,15 +1,13 @@
 """The one place that builds Kubernetes API clients and turns their failures into our error tree.
 
-- :func:`make_client` builds a lightkube ``AsyncClient`` from a kubeconfig path, ``$KUBECONFIG`` or the
-  in-cluster service account (in that order, like client-go's ``BuildConfigFromFlags``), with bounded
-  timeouts, an optional client-side QPS/burst limit and client-go's per-request metrics
-  (``common.restmetrics``), through a wrapper around httpx's transport.
+- :func:`load_config` resolves a kubeconfig path, ``$KUBECONFIG`` or the in-cluster service account (in
+  that order, like client-go's ``BuildConfigFromFlags``); ``common.connection`` builds the clients on it.
 - :func:`kube_errors` / :func:`wrap_api_error` map API and transport failures onto
   ``RetryableError``/``PermanentError`` subclasses that keep the HTTP status, reason and Retry-After.
 - :func:`retry_on_conflict` re-runs a read-modify-write on 409 Conflict with short jittered backoff.
 - :func:`http_client` and :func:`collection_path` are the only accessors of lightkube internals (the
   informer needs raw streaming requests that lightkube does not offer, docs/architecture.md §6), and
-  :func:`make_client` the only writer of httpx's transports; lightkube is pinned exactly and a unit
+  ``common.connection`` the only writer of httpx's transports; lightkube is pinned exactly and a unit
   test guards these attributes.
 """
 
@@ -18,11 +16,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx2
 from lightkube import ALL_NS, ApiError, AsyncClient, KubeConfig, SingleConfig
@@ -30,8 +27,7 @@ from lightkube import ConfigError as LightkubeConfigError
 from lightkube.core import resource as lkr
 
 from imexdra.common.errors import ConfigError, DriverError, PermanentError, RetryableError
-from imexdra.common.ratelimit import TokenBucket, exponential_delay
-from imexdra.common.restmetrics import RestClientMetrics, server_host
+from imexdra.common.ratelimit import exponential_delay
 
 T = TypeVar("T")
 
@@ -197,109 +193,6 @@ def load_config(kubeconfig: Path | None = None, *, context: str | None = None) -
     if config is None:
         raise ConfigError(f"kubeconfig {path} has no current context", field="kubeconfig")
     return config
-
-
-class _CountingStream(httpx2.AsyncByteStream):
-    """A response body that reports its size once it is read to the end or closed."""
-
-    def __init__(self, stream: httpx2.AsyncByteStream, done: Callable[[int], None]) -> None:
-        self._stream = stream
-        self._done: Callable[[int], None] | None = done
-        self._size = 0
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            self._size += len(chunk)
-            yield chunk
-
-    async def aclose(self) -> None:
-        if self._done is not None:
-            done, self._done = self._done, None
-            done(self._size)
-        await self._stream.aclose()
-
-
-class _MeteredTransport(httpx2.AsyncBaseTransport):
-    """httpx's transport wrapped: the client-side QPS limit and the ``rest_client_*`` metrics.
-
-    A transport rather than event hooks: hooks never see a request that got no response, and run before
-    the body is read, so neither ``code="<error>"`` nor client-go's duration (body included) is possible.
-    """
-
-    def __init__(
-        self, inner: httpx2.AsyncBaseTransport, metrics: RestClientMetrics, bucket: TokenBucket | None
-    ) -> None:
-        self._inner = inner
-        self._metrics = metrics
-        self._bucket = bucket
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        method = request.method
-        # Watches are neither throttled nor timed: they stay open as long as the server allows.
-        watch = request.url.params.get("watch") == "true"
-        started = time.monotonic()
-        if not watch:
-            await self._metrics.throttle(self._bucket, method)
-        sent = int(request.headers.get("content-length") or 0)
-        try:
-            response = await self._inner.handle_async_request(request)
-        except Exception:  # no response: refused, reset, timed out (cancellation is not counted)
-            self._metrics.result(method, None)
-            if not watch:
-                self._metrics.completed(method, time.monotonic() - started, sent=sent, received=None)
-            raise
-        self._metrics.result(method, response.status_code)
-        if not watch and isinstance(response.stream, httpx2.AsyncByteStream):
-
-            def done(received: int) -> None:
-                self._metrics.completed(method, time.monotonic() - started, sent=sent, received=received)
-
-            response.stream = _CountingStream(response.stream, done)
-        return response
-
-    async def __aenter__(self) -> _MeteredTransport:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        await self._inner.__aexit__(*exc_info)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def make_client(
-    *,
-    field_manager: str,
-    kubeconfig: Path | None = None,
-    context: str | None = None,
-    qps: float | None = None,
-    burst: int = 10,
-    timeout: httpx2.Timeout = DEFAULT_TIMEOUT,
-) -> AsyncClient:
-    """Build the component's API client.
-
-    Args:
-        field_manager: recorded as the writer of every field we set (server-side apply, managedFields).
-        kubeconfig: explicit kubeconfig file; otherwise see :func:`load_config`.
-        context: kubeconfig context to use instead of the current one.
-        qps: client-side limit on non-watch requests per second (upstream's ``--kube-api-qps``); None = off.
-        burst: requests allowed at once above ``qps`` (``--kube-api-burst``).
-        timeout: per-request timeouts; watches use their own read timeout.
-
-    """
-    config = load_config(kubeconfig, context=context)
-    client = AsyncClient(config=config, timeout=timeout, field_manager=field_manager, lazy=False)
-    metrics = RestClientMetrics(server_host(config.cluster.server))
-    bucket = TokenBucket(rate=qps, burst=burst) if qps else None
-    http = http_client(client)
-    # httpx keeps the direct transport and one per proxy mount (from the environment); meter them all.
-    http._transport = _MeteredTransport(http._transport, metrics, bucket)
-    http._mounts = {
-        pattern: None if transport is None else _MeteredTransport(transport, metrics, bucket)
-        for pattern, transport in http._mounts.items()
-    }
-    return client
 
 
 def http_client(client: AsyncClient) -> httpx2.AsyncClient:

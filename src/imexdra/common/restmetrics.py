@@ -73,16 +73,21 @@ def server_host(server: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RestClientMetrics:
-    """Records one client's requests to one API server (``host``) in the families above."""
+    """Paces one component's requests to one API server (``host``) and records them in the families above.
+
+    ``bucket`` is the component's client-side QPS limit (None: unlimited); every client of a component
+    shares this object, so the limit holds for all of them together, as client-go's per-config limiter.
+    """
 
     host: str
+    bucket: TokenBucket | None = None
 
-    async def throttle(self, bucket: TokenBucket | None, verb: str) -> None:
-        """Wait for ``bucket`` (if any) to grant a request and record the wait, zero included."""
-        if bucket is None:
+    async def throttle(self, verb: str) -> None:
+        """Wait for the bucket (if any) to grant a request and record the wait, zero included."""
+        if self.bucket is None:
             return
         started = time.monotonic()
-        delay = bucket.reserve()
+        delay = self.bucket.reserve()
         if delay > 0:
             await asyncio.sleep(delay)
         RATE_LIMITER_DURATION.labels(verb=verb, host=self.host).observe(time.monotonic() - started)

@@ -36,6 +36,7 @@ from imexdra.api.config.common import ImexIsolation
 from imexdra.common.events import EventRecorder
 from imexdra.common.informer import EventHandler
 from imexdra.common.store import KubeObject, object_key
+from imexdra.common.transport import Transport
 from imexdra.common.workqueue import WorkQueue, run_workers
 from imexdra.controller.caches import Caches, domain_label, own_uid
 from imexdra.controller.claimholds import ChannelClaim
@@ -45,7 +46,6 @@ from imexdra.controller.isolation import ChannelAssigner
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.reconciler import Reconciler
 from imexdra.controller.switching import ChannelKindDomains
-from imexdra.controller.transport import Transport
 from imexdra.controller.writes import Writer
 
 #: Delay of a sweep requested by an event (coalesces a burst of stale objects into one sweep).

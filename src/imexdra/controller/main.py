@@ -33,9 +33,9 @@ from imexdra.api.config.controller import (
     leader_election_options,
 )
 from imexdra.api.featuregates import FeatureGates, log_feature_gates
+from imexdra.common.connection import connect
 from imexdra.common.errors import ConfigError
 from imexdra.common.events import EventRecorder
-from imexdra.common.kube import load_config, make_client
 from imexdra.common.leaderelection import (
     LeaderElectionConfig,
     LeaderElector,
@@ -47,7 +47,6 @@ from imexdra.common.tasks import stop_on_signals, supervise
 from imexdra.common.termination import write_termination_message
 from imexdra.controller.config import CONTROLLER_NAME, ControllerConfig
 from imexdra.controller.controller import Controller
-from imexdra.controller.transport import Transport
 
 _log = structlog.get_logger(__name__)
 
@@ -119,15 +118,12 @@ async def run(
 ) -> None:
     """Serve metrics and probes, and run the controller (under leader election if enabled) until stopped."""
     stop = stop_on_signals()
-    client = make_client(
-        field_manager=CONTROLLER_NAME,
-        kubeconfig=kube_client.kubeconfig,
-        qps=kube_client.kube_api_qps,
-        burst=kube_client.kube_api_burst,
+    # One connection: the informers' client and the writes' transport share one QPS bucket.
+    connection = connect(
+        kube_client.kubeconfig, qps=kube_client.kube_api_qps, burst=kube_client.kube_api_burst
     )
-    transport = Transport(
-        load_config(kube_client.kubeconfig), qps=kube_client.kube_api_qps, burst=kube_client.kube_api_burst
-    )
+    client = connection.client(field_manager=CONTROLLER_NAME)
+    transport = connection.transport()
     events = EventRecorder(client, controller=CONTROLLER_NAME, instance=config.pod_name)
     controller = Controller(client, transport, config, events)
     probes = Probes()

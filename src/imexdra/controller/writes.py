@@ -27,10 +27,10 @@ from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, NODE_LABEL_KEY
 from imexdra.common.errors import RetryableError
 from imexdra.common.kube import ApiStatusError, is_not_found, status_code
 from imexdra.common.store import KubeObject, object_key
+from imexdra.common.transport import Transport, resource_path
 from imexdra.controller.config import CONTROLLER_NAME
 from imexdra.controller.metrics import API_WRITES
 from imexdra.controller.overlay import Overlay
-from imexdra.controller.transport import Transport, resource_path
 
 R = TypeVar("R", bound=KubeObject)
 

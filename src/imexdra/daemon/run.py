@@ -30,8 +30,8 @@ from imexdra.api.config.common import KubeClientSettings
 from imexdra.api.config.daemon import DaemonSettings
 from imexdra.api.featuregates import FeatureGates, Gate
 from imexdra.common.atomicfile import write_atomic
+from imexdra.common.connection import make_client
 from imexdra.common.errors import ConfigError
-from imexdra.common.kube import make_client
 from imexdra.common.tasks import stop_on_signals, supervise
 from imexdra.daemon.imexbinaries import ImexBinaries, find_imex_binaries
 from imexdra.daemon.imexconfig import DEFAULT_TEMPLATE, dns_nodes_config, render_imex_config

@@ -10,28 +10,26 @@ clusters, which this driver (Kubernetes >= 1.34 with DRA GA) does not target.
 from __future__ import annotations
 
 import msgspec
-from lightkube import AsyncClient
 from lightkube.resources import resource_v1
 
-from imexdra.common.kube import collection_path, http_client, kube_errors, raise_for_status
+from imexdra.common.transport import Transport, resource_path
 from imexdra.dra.driver import ClaimGetter
 from imexdra.dra.resourceclaim import ResourceClaim, parse_claim
 
 
-def api_claim_getter(client: AsyncClient) -> ClaimGetter:
-    """A ``ClaimGetter`` over ``client``.
+def api_claim_getter(transport: Transport) -> ClaimGetter:
+    """A ``ClaimGetter`` over ``transport`` (one GET per prepare: the lean path, docs/architecture.md §6).
 
     Failures raise ``ApiStatusError`` (404 → ``is_not_found``); a body that is not a ResourceClaim
     raises ``MalformedClaimError``.
     """
-    http = http_client(client)
 
     async def get_claim(namespace: str, name: str) -> ResourceClaim:
-        action = f"get ResourceClaim {namespace}/{name}"
-        path = f"{collection_path(client, resource_v1.ResourceClaim, namespace)}/{name}"
-        with kube_errors(action):
-            response = await http.get(path)
-        await raise_for_status(response, action)
-        return parse_claim(msgspec.json.decode(response.content))
+        response = await transport.request(
+            "GET",
+            resource_path(resource_v1.ResourceClaim, name, namespace=namespace),
+            action=f"get ResourceClaim {namespace}/{name}",
+        )
+        return parse_claim(msgspec.json.decode(response.body))
 
     return get_claim

@@ -25,13 +25,13 @@ claim, on the job's critical path).
 from __future__ import annotations
 
 import msgspec
-from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
 
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, DEVICE_CLASS_DAEMON
 from imexdra.common.errors import DriverError, PermanentError, RetryableError
-from imexdra.common.kube import collection_path, http_client, kube_errors, raise_for_status
+from imexdra.common.kube import ApiStatusError, is_not_found
+from imexdra.common.transport import Transport, resource_path
 from imexdra.dra.resourceclaim import ResourceClaim, ResourceClaimConsumerReference
 
 
@@ -79,10 +79,10 @@ def _consumer_text(consumer: ResourceClaimConsumerReference) -> str:
 class DaemonPodOwners:
     """``DaemonClaimOwners`` against the API server (pods and DaemonSets of the driver namespace)."""
 
-    def __init__(self, client: AsyncClient, namespace: str) -> None:
-        self._http = http_client(client)
+    def __init__(self, transport: Transport, namespace: str) -> None:
+        self._transport = transport
         self._namespace = namespace
-        self._paths = {kind.__name__: collection_path(client, kind, namespace) for kind in (Pod, DaemonSet)}
+        self._kinds = {kind.__name__: kind for kind in (Pod, DaemonSet)}
 
     async def check(self, claim: ResourceClaim, domain_uid: str) -> None:
         """Return when only ``domain_uid``'s daemon pods hold ``claim``; raise otherwise."""
@@ -119,12 +119,13 @@ class DaemonPodOwners:
     async def _get(self, kind: str, name: str) -> _Object | None:
         """The named ``kind`` (Pod or DaemonSet) of the driver namespace, or None when it does not exist."""
         action = f"get {kind} {self._namespace}/{name}"
+        path = resource_path(self._kinds[kind], name, namespace=self._namespace)
         try:
-            with kube_errors(action):
-                response = await self._http.get(f"{self._paths[kind]}/{name}")
-            if response.status_code == 404:
+            response = await self._transport.request("GET", path, action=action)
+            return _decoder.decode(response.body)
+        except ApiStatusError as error:
+            if is_not_found(error):
                 return None
-            await raise_for_status(response, action)
-            return _decoder.decode(response.content)
+            raise RetryableError(str(error)) from error
         except (DriverError, msgspec.ValidationError) as error:
             raise RetryableError(f"{action}: {error}") from error

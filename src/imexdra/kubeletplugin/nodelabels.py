@@ -37,8 +37,9 @@ from lightkube.resources.core_v1 import Node
 from imexdra.api.constants import GPU_CLIQUE_NODE_LABEL_KEY, NODE_LABEL_KEY
 from imexdra.common.errors import RetryableError
 from imexdra.common.informer import Informer
-from imexdra.common.kube import collection_path, http_client, kube_errors, raise_for_status, retry_on_conflict
+from imexdra.common.kube import retry_on_conflict
 from imexdra.common.store import resource_version
+from imexdra.common.transport import Transport, resource_path
 
 _log = structlog.get_logger(__name__)
 
@@ -48,18 +49,21 @@ class LabelConflictError(RetryableError):
 
 
 class NodeLabeler:
-    """The labels of the node, as raw JSON (no typed models: a Node is large and this path is hot)."""
+    """The labels of the node, as raw JSON (no typed models: a Node is large and this path is hot).
 
-    def __init__(self, client: AsyncClient, node_name: str, *, watch: bool = False) -> None:
-        self._client = client
-        self._http = http_client(client)
-        self._path = f"{collection_path(client, Node, None)}/{node_name}"
+    Requests go through the lean ``transport``; ``watch``, when given, is the client the node's watch
+    runs on.
+    """
+
+    def __init__(self, transport: Transport, node_name: str, *, watch: AsyncClient | None = None) -> None:
+        self._transport = transport
+        self._path = resource_path(Node, node_name)
         self.node_name = node_name
         #: One label change at a time: two prepares of one node would otherwise race each other to a 409.
         self._lock = asyncio.Lock()
         #: The node, watched by name (``watch``); the plugin runs it.
         self.informer: Informer[Node] | None = (
-            Informer(client, Node, field_selector=f"metadata.name={node_name}") if watch else None
+            Informer(watch, Node, field_selector=f"metadata.name={node_name}") if watch is not None else None
         )
         #: The whole node as this process last read or wrote it (raw: an Update must send every field).
         self._last: dict[str, Any] | None = None
@@ -143,35 +147,27 @@ class NodeLabeler:
         return self._last
 
     async def _get(self) -> dict[str, Any]:
-        action = f"get node {self.node_name}"
-        with kube_errors(action):
-            response = await self._http.get(self._path)
-        await raise_for_status(response, action)
-        node: dict[str, Any] = msgspec.json.decode(response.content)
+        response = await self._transport.request("GET", self._path, action=f"get node {self.node_name}")
+        node: dict[str, Any] = msgspec.json.decode(response.body)
         self._last = node
         return node
 
     async def _put(self, node: dict[str, Any]) -> None:
-        action = f"update node {self.node_name}"
         self._last = None  # a failed Update leaves the server's copy unknown
-        with kube_errors(action):
-            response = await self._http.put(
-                self._path, content=msgspec.json.encode(node), headers={"Content-Type": "application/json"}
-            )
-        await raise_for_status(response, action)
-        self._last = msgspec.json.decode(response.content)
+        response = await self._transport.request(
+            "PUT", self._path, body=node, action=f"update node {self.node_name}"
+        )
+        self._last = msgspec.json.decode(response.body)
 
     async def set_gpu_clique(self, clique_id: str | None) -> None:
         """Merge-patch ``nvidia.com/gpu.clique`` to ``clique_id`` (None removes it)."""
-        patch: dict[str, Any] = {"metadata": {"labels": {GPU_CLIQUE_NODE_LABEL_KEY: clique_id}}}
-        action = f"patch node {self.node_name} label {GPU_CLIQUE_NODE_LABEL_KEY}"
-        with kube_errors(action):
-            response = await self._http.patch(
-                self._path,
-                content=msgspec.json.encode(patch),
-                headers={"Content-Type": "application/merge-patch+json"},
-            )
-        await raise_for_status(response, action)
+        await self._transport.request(
+            "PATCH",
+            self._path,
+            body={"metadata": {"labels": {GPU_CLIQUE_NODE_LABEL_KEY: clique_id}}},
+            content_type="application/merge-patch+json",
+            action=f"patch node {self.node_name} label {GPU_CLIQUE_NODE_LABEL_KEY}",
+        )
 
 
 def _label(node: dict[str, Any]) -> str | None:

@@ -34,9 +34,10 @@ from imexdra.api.config.common import KubeClientSettings, MetricsSettings
 from imexdra.api.config.kubelet_plugin import KubeletPluginSettings
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.api.featuregates import FeatureGates, Gate
-from imexdra.common.kube import make_client
+from imexdra.common.connection import connect
 from imexdra.common.metrics import Probes, start_http_server
 from imexdra.common.tasks import supervise
+from imexdra.common.transport import Transport
 from imexdra.devices.hostimex import CtlHostImex
 from imexdra.devices.nvml import Nvml
 from imexdra.devices.procfs import HostImexDevices
@@ -103,16 +104,28 @@ async def run(config: PluginConfig, stop: asyncio.Event | None = None) -> None:
         hardware.check_channel_pool(config.hardware)
     if not config.host_managed and config.gates.enabled(Gate.IMEX_DAEMONS_WITH_DNS_NAMES):
         await asyncio.to_thread(hardware.check_driver_version, nvml)
-    client = make_client(
-        field_manager=FIELD_MANAGER,
-        kubeconfig=config.kube_client.kubeconfig,
+    # One connection: the typed client (watches, slices, Events) and the lean transport (the claim reads
+    # and node label writes of every prepare) share its credentials and QPS bucket.
+    connection = connect(
+        config.kube_client.kubeconfig,
         qps=config.kube_client.kube_api_qps,
         burst=config.kube_client.kube_api_burst,
     )
+    client = connection.client(field_manager=FIELD_MANAGER)
+    transport = connection.transport()
     try:
-        await _serve(config, client, nvml, devices, stop)
+        await _serve(config, _Api(client, transport), nvml, devices, stop)
     finally:
+        transport.close()
         await client.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Api:
+    """The plugin's two clients of one connection."""
+
+    client: AsyncClient
+    transport: Transport
 
 
 @dataclass(slots=True)
@@ -129,11 +142,10 @@ class _Parts:
     get_claim: ClaimGetter
 
 
-async def _assemble(
-    config: PluginConfig, client: AsyncClient, nvml: Nvml, devices: HostImexDevices
-) -> _Parts:
+async def _assemble(config: PluginConfig, api: _Api, nvml: Nvml, devices: HostImexDevices) -> _Parts:
     """Startup steps 5-8 (docs/data-path.md §14): clique ID, base CDI spec, checkpoint, prepare machinery."""
-    labeler = NodeLabeler(client, config.node_name, watch=not config.host_managed)
+    client = api.client
+    labeler = NodeLabeler(api.transport, config.node_name, watch=None if config.host_managed else client)
     cliques = CliqueTracker(nvml, config.gates, on_change=_gpu_clique_labeller(config, labeler))
     await asyncio.to_thread(cliques.discover)
     base = hardware.build_base_spec(config.hardware, runs_imex_daemons=not config.host_managed)
@@ -142,7 +154,7 @@ async def _assemble(
     boot_id = read_boot_id(config.boot_id_path) if config.boot_id_path else read_boot_id()
     metrics.sync_prepared_devices(config.node_name, await store.initialize(boot_id))
     domains = ComputeDomainCache(client, config.node_name)
-    get_claim = api_claim_getter(client)
+    get_claim = api_claim_getter(api.transport)
     readiness = CliqueReadiness(
         client,
         domains,
@@ -161,7 +173,7 @@ async def _assemble(
         domains=domains,
         labels=labeler,
         readiness=readiness,
-        daemon_owners=DaemonPodOwners(client, config.namespace),
+        daemon_owners=DaemonPodOwners(api.transport, config.namespace),
         host_imex=CtlHostImex(
             driver_root=config.kubelet.container_driver_root, socket=config.kubelet.imex_host_socket_path
         ),
@@ -213,9 +225,9 @@ def _services(config: PluginConfig, parts: _Parts) -> dict[str, Coroutine[Any, A
 
 
 async def _serve(
-    config: PluginConfig, client: AsyncClient, nvml: Nvml, devices: HostImexDevices, stop: asyncio.Event
+    config: PluginConfig, api: _Api, nvml: Nvml, devices: HostImexDevices, stop: asyncio.Event
 ) -> None:
-    parts = await _assemble(config, client, nvml, devices)
+    parts = await _assemble(config, api, nvml, devices)
     driver = ImexDriver(parts.state, config.paths.prepare_lock, wake=parts.domains.changes)
     server = KubeletPluginServer(driver=driver, get_claim=parts.get_claim, paths=config.paths)
     async with contextlib.AsyncExitStack() as stack:

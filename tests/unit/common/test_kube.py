@@ -14,12 +14,10 @@ from imexdra.common.kube import (
     PermanentApiError,
     RetryableApiError,
     collection_path,
-    http_client,
     is_conflict,
     is_not_found,
     kube_errors,
     load_config,
-    make_client,
     microtime,
     retry_after,
     retry_on_conflict,
@@ -202,19 +200,6 @@ def test_load_config_missing_file(tmp_path: pathlib.Path) -> None:
     """A kubeconfig path that does not exist names the kubeconfig field."""
     with pytest.raises(ConfigError, match="kubeconfig"):
         load_config(tmp_path / "missing")
-
-
-async def test_make_client_meters_lightkube_s_transports(tmp_path: pathlib.Path) -> None:
-    """The internals we rely on exist (guard for the exact pin): httpx client, its transport and mounts."""
-    path = tmp_path / "kc"
-    path.write_text(KUBECONFIG)
-    client = make_client(field_manager="test", kubeconfig=path, qps=5, burst=10)
-    http = http_client(client)
-    assert isinstance(http, httpx2.AsyncClient)
-    assert str(http.base_url) == "https://127.0.0.1:6443"
-    assert type(http._transport).__name__ == "_MeteredTransport"
-    assert all(t is None or type(t).__name__ == "_MeteredTransport" for t in http._mounts.values())
-    await client.close()
 
 
 @pytest.mark.parametrize(

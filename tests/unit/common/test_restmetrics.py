@@ -11,7 +11,8 @@ import pytest
 from lightkube.resources.core_v1 import ConfigMap
 from prometheus_client import REGISTRY
 
-from imexdra.common.kube import PermanentApiError, RetryableApiError, http_client, kube_errors, make_client
+from imexdra.common.connection import connect, make_client
+from imexdra.common.kube import PermanentApiError, RetryableApiError, http_client, kube_errors
 from imexdra.common.ratelimit import TokenBucket
 from imexdra.common.restmetrics import (
     LATENCY_BUCKETS,
@@ -88,11 +89,10 @@ def test_completed_fills_duration_and_size_histograms() -> None:
 async def test_rate_limiter_wait_is_observed() -> None:
     """The token bucket's wait lands in rest_client_rate_limiter_duration_seconds, zero waits included."""
     host = unique_host()
-    metrics = RestClientMetrics(host)
-    bucket = TokenBucket(rate=20, burst=1)
-    await metrics.throttle(bucket, "POST")  # the burst token: no wait
-    await metrics.throttle(bucket, "POST")  # one token at 20/s: about 50 ms
-    await metrics.throttle(None, "POST")  # no limit configured: nothing to observe
+    metrics = RestClientMetrics(host, TokenBucket(rate=20, burst=1))
+    await metrics.throttle("POST")  # the burst token: no wait
+    await metrics.throttle("POST")  # one token at 20/s: about 50 ms
+    await RestClientMetrics(host).throttle("POST")  # no limit configured: nothing to observe
     labels = {"verb": "POST", "host": host}
     assert sample("rest_client_rate_limiter_duration_seconds_count", **labels) == 2
     assert sample("rest_client_rate_limiter_duration_seconds_bucket", le="0.005", **labels) == 1
@@ -177,3 +177,21 @@ async def test_watches_count_as_get_and_are_not_timed(tmp_path: pathlib.Path, ap
     labels = {"verb": "GET", "host": host}
     assert sample("rest_client_request_duration_seconds_count", **labels) == 0
     assert sample("rest_client_rate_limiter_duration_seconds_count", **labels) == 0
+
+
+async def test_a_connection_s_two_clients_share_one_bucket(tmp_path: pathlib.Path, api_port: int) -> None:
+    """The lean transport and the lightkube client of one connection draw from one QPS bucket: with
+    qps=2 and burst=1, the client's request after the transport's waits about half a second."""
+    host = f"127.0.0.1:{api_port}"
+    connection = connect(kubeconfig(tmp_path, api_port), qps=2, burst=1)
+    transport = connection.transport()
+    client = connection.client(field_manager="t")
+    try:
+        await transport.request("GET", "/api/v1/namespaces/ns/configmaps/a")
+        await client.get(ConfigMap, "a", namespace="ns")
+    finally:
+        transport.close()
+        await client.close()
+    labels = {"verb": "GET", "host": host}
+    assert sample("rest_client_rate_limiter_duration_seconds_count", **labels) == 2
+    assert 0.3 <= sample("rest_client_rate_limiter_duration_seconds_sum", **labels) < 2.0

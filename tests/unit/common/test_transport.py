@@ -1,10 +1,12 @@
-"""The controller's lean HTTP transport against a scripted local HTTP server."""
+"""The lean HTTP transport against a scripted local HTTP server."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from lightkube.config.kubeconfig import SingleConfig
@@ -14,9 +16,9 @@ from lightkube.resources.core_v1 import Node
 from prometheus_client import REGISTRY
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.common.errors import ConfigError
 from imexdra.common.kube import PermanentApiError, RetryableApiError
-from imexdra.controller.transport import Transport, resource_path
+from imexdra.common.transport import Transport, resource_path
+from tests.support.connectproxy import connect_proxy
 
 Reply = Callable[[bytes], bytes]
 
@@ -86,14 +88,14 @@ async def server() -> AsyncIterator[Server]:
     listener.close()
 
 
-def transport(server: Server, user: User | None = None) -> Transport:
+def transport(server: Server, user: User | None = None, proxy: str | None = None) -> Transport:
     config = SingleConfig(
         context_name="t",
         context=Context(cluster="c"),
         cluster=Cluster(server=f"http://127.0.0.1:{server.port}"),
         user=user,
     )
-    return Transport(config)
+    return Transport(config, proxy=proxy)
 
 
 async def test_keeps_connections_alive_and_sends_json(server: Server) -> None:
@@ -206,14 +208,38 @@ async def test_requests_are_recorded_like_client_go_s(server: Server) -> None:
     assert sample("rest_client_requests_total", **failed) == before + 1
 
 
-def test_exec_credentials_are_refused() -> None:
-    """Credential plugins are not supported and say so at start."""
-    user = User(auth_provider={"name": "oidc"})
-    config = SingleConfig(
-        context_name="t", context=Context(cluster="c"), cluster=Cluster(server="http://h:1"), user=user
-    )
-    with pytest.raises(ConfigError, match="not supported"):
-        Transport(config)
+async def test_a_401_is_sent_again_with_a_fresh_token(server: Server, tmp_path: Path) -> None:
+    """A 401 with a token file behind it re-reads the file and sends the request once more."""
+    token = tmp_path / "token"
+    token.write_text("old")
+    server.replies = [reply(401), reply(200)]
+    lean = transport(server, User(token_file=str(token)))
+    await lean.request("GET", "/x")  # reads "old": within the minute, the 401 is what makes it read again
+    token.write_text("new")
+    server.replies = [reply(401), reply(200)]
+    await lean.request("GET", "/y")
+    assert [b"Bearer new" in r for r in server.requests] == [False, False, False, True]
+
+
+async def test_requests_go_through_an_http_connect_proxy(server: Server) -> None:
+    """With a proxy, each connection is a CONNECT tunnel (with the proxy's basic credentials)."""
+    server.replies = [reply(200, b"{}"), reply(200, b"{}")]
+    async with connect_proxy() as proxy:
+        lean = transport(server, proxy=proxy.url.replace("http://", "http://me:s%3Acret@"))
+        await lean.request("GET", "/x")
+        await lean.request("GET", "/y")
+        lean.close()
+    assert proxy.targets == [f"127.0.0.1:{server.port}"]  # one tunnel, kept alive
+    assert proxy.authorizations == ["Basic " + base64.b64encode(b"me:s:cret").decode()]
+    assert len(server.requests) == 2
+
+
+async def test_a_refused_tunnel_is_a_retryable_error(server: Server) -> None:
+    """A proxy answering CONNECT with 407 fails the request as a transport error that says so."""
+    async with connect_proxy() as proxy:
+        proxy.refuse = True
+        with pytest.raises(RetryableApiError, match="proxy refused CONNECT"):
+            await transport(server, proxy=proxy.url).request("GET", "/x")
 
 
 @pytest.mark.parametrize(

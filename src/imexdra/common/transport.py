@@ -1,18 +1,19 @@
-"""A lean HTTP/1.1 keep-alive transport for the controller's API writes.
+"""A lean HTTP/1.1 keep-alive transport for the API requests on hot paths.
 
 Why: through lightkube and httpx2 one API request costs about 4 ms of CPU on the target machine (URL
 parsing three times, anyio and httpcore layers); the same request over a plain TLS stream costs about
-0.3 ms and a third of the latency. Every ComputeDomain costs the controller several writes, so for
-bursts of hundreds of domains the controller sends its writes here (docs/architecture.md §6). Reads stay on
-the informers (``common.informer``); Events and the Lease stay on the common client.
+0.3 ms and a third of the latency. The controller sends its writes here (bursts of hundreds of domains,
+several writes each) and the kubelet plugin its per-prepare claim reads and node label writes
+(docs/architecture.md §6). Built by ``common.connection``, which gives it the same credentials, proxy,
+QPS bucket and metrics as the component's lightkube client.
 
 Scope, deliberately small: JSON bodies, ``Content-Length`` or chunked responses, a pool of persistent
 connections (a request finding a pooled connection closed by the server is sent on the next or a fresh
-one), the kubeconfig's TLS and credentials (client certificates, bearer token, token file re-read every
-minute as projected ServiceAccount tokens rotate, basic auth); exec and auth-provider plugins are
-refused at start. Failures are the common ``ApiStatusError`` types (401 and 403 retryable, see
-``_RETRYABLE_AUTH``); requests are paced by a ``--kube-api-qps``/``--kube-api-burst`` token bucket and
-recorded in client-go's ``rest_client_*`` families (``common.restmetrics``), exactly as the common
+one), the kubeconfig's TLS, an HTTP CONNECT proxy, and the ``common.credentials`` header (a 401 with a
+token file or exec plugin behind it is sent once more with a fresh credential, as client-go does).
+Failures are the common ``ApiStatusError`` types (401 and 403 retryable, see ``_RETRYABLE_AUTH``);
+requests are paced by the connection's ``--kube-api-qps``/``--kube-api-burst`` token bucket and
+recorded in client-go's ``rest_client_*`` families (``common.restmetrics``), exactly as the lightkube
 client's are.
 """
 
@@ -23,11 +24,10 @@ import base64
 import logging
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import msgspec
 from lightkube.config.client_adapter import verify_cluster
@@ -35,10 +35,9 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
 from lightkube.core import resource as lkr
 
-from imexdra.common.errors import ConfigError
+from imexdra.common.credentials import Credentials
 from imexdra.common.kube import PermanentApiError, RetryableApiError, is_retryable_status
 from imexdra.common.logging import REQUEST_LOGGER
-from imexdra.common.ratelimit import TokenBucket
 from imexdra.common.restmetrics import RestClientMetrics, server_host
 
 _requests_log = logging.getLogger(REQUEST_LOGGER)
@@ -49,7 +48,6 @@ _requests_log = logging.getLogger(REQUEST_LOGGER)
 #: burst of domains reconciled then was dropped until the 10-minute resync); RBAC applied after the
 #: controller started, and rotated tokens, are the same. Upstream's controller requeues every error.
 _RETRYABLE_AUTH = frozenset({401, 403})
-_TOKEN_FILE_REFRESH_SECONDS = 60.0
 _MAX_IDLE_CONNECTIONS = 32
 _TRANSPORT_ERRORS = (
     OSError,
@@ -68,33 +66,6 @@ class Response:
     body: bytes
 
 
-class _Credentials:
-    """The Authorization header of a kubeconfig user (None: client certificate, or anonymous)."""
-
-    def __init__(self, user: User | None, abs_file: Callable[[str], Any]) -> None:
-        self._header: str | None = None
-        self._token_file: Path | None = None
-        self._read_at = -_TOKEN_FILE_REFRESH_SECONDS
-        if user is None:
-            return
-        if user.exec is not None or user.auth_provider is not None:
-            raise ConfigError("exec and auth-provider credentials are not supported by the controller")
-        if user.token_file is not None:
-            self._token_file = Path(abs_file(user.token_file))
-        elif user.token is not None:
-            self._header = f"Bearer {user.token}"
-        elif user.username and user.password:
-            basic = base64.b64encode(f"{user.username}:{user.password}".encode()).decode()
-            self._header = f"Basic {basic}"
-
-    def header(self) -> str | None:
-        """The current header value (a token file is re-read once a minute)."""
-        if self._token_file is not None and time.monotonic() - self._read_at >= _TOKEN_FILE_REFRESH_SECONDS:
-            self._header = f"Bearer {self._token_file.read_text().strip()}"
-            self._read_at = time.monotonic()
-        return self._header
-
-
 @dataclass(slots=True)
 class _Connection:
     reader: asyncio.StreamReader
@@ -109,7 +80,13 @@ class Transport:
     """Sends requests to one API server over pooled persistent connections."""
 
     def __init__(
-        self, config: SingleConfig, *, qps: float | None = None, burst: int = 10, timeout: float = 30.0
+        self,
+        config: SingleConfig,
+        *,
+        credentials: Credentials | None = None,
+        metrics: RestClientMetrics | None = None,
+        proxy: str | None = None,
+        timeout: float = 30.0,
     ) -> None:
         url = urlsplit(config.cluster.server)
         self._host = url.hostname or "localhost"
@@ -118,9 +95,9 @@ class Transport:
         self._ssl: ssl.SSLContext | None = None
         if url.scheme == "https":
             self._ssl = verify_cluster(config.cluster, config.user or User(), config.abs_file)
-        self._credentials = _Credentials(config.user, config.abs_file)
-        self._bucket = TokenBucket(rate=qps, burst=burst) if qps else None
-        self._metrics = RestClientMetrics(server_host(config.cluster.server))
+        self._credentials = credentials or Credentials(config.user, config.abs_file)
+        self._metrics = metrics or RestClientMetrics(server_host(config.cluster.server))
+        self._proxy = urlsplit(proxy) if proxy else None
         self._timeout = timeout
         self._idle: list[_Connection] = []
 
@@ -137,14 +114,31 @@ class Transport:
         query: Mapping[str, str] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        action: str | None = None,
     ) -> Response:
-        """Send one request; raise an ``ApiStatusError`` unless the server answers 2xx."""
-        started = time.monotonic()
-        await self._metrics.throttle(self._bucket, method)
-        payload = b"" if body is None else msgspec.json.encode(body)
+        """Send one request; raise an ``ApiStatusError`` unless the server answers 2xx.
+
+        ``action`` names the request in error messages (e.g. "label node gb200-01"; default the
+        method and path); ``body`` is encoded as JSON unless it is ``bytes`` already.
+        """
+        payload = b"" if body is None else body if isinstance(body, bytes) else msgspec.json.encode(body)
         target = f"{self._prefix}{path}" + (f"?{urlencode(query)}" if query else "")
-        head = self._head(method, target, len(payload), content_type if body is not None else None)
-        action = f"{method} {path}"
+        action = action or f"{method} {path}"
+        kind = content_type if body is not None else None
+        status, headers, answer = await self._send(method, target, payload, kind, action)
+        if status == 401 and self._credentials.refreshable:
+            self._credentials.invalidate()  # a rotated token file, an expired exec token: once more
+            status, headers, answer = await self._send(method, target, payload, kind, action)
+        if 200 <= status < 300:
+            return Response(status, answer)
+        raise _status_error(action, status, headers, answer)
+
+    async def _send(
+        self, method: str, target: str, payload: bytes, content_type: str | None, action: str
+    ) -> tuple[int, dict[str, str], bytes]:
+        started = time.monotonic()
+        await self._metrics.throttle(method)
+        head = self._head(method, target, len(payload), content_type, await self._credentials.header())
         try:
             async with asyncio.timeout(self._timeout):
                 status, headers, answer = await self._exchange(head + payload)
@@ -155,11 +149,11 @@ class Transport:
         self._metrics.result(method, status)
         self._metrics.completed(method, time.monotonic() - started, sent=len(payload), received=len(answer))
         _requests_log.info('HTTP Request: %s %s "%d"', method, target, status)  # shown from verbosity 6
-        if 200 <= status < 300:
-            return Response(status, answer)
-        raise _status_error(action, status, headers, answer)
+        return status, headers, answer
 
-    def _head(self, method: str, target: str, length: int, content_type: str | None) -> bytes:
+    def _head(
+        self, method: str, target: str, length: int, content_type: str | None, authorization: str | None
+    ) -> bytes:
         lines = [
             f"{method} {target} HTTP/1.1",
             f"Host: {self._host}:{self._port}",
@@ -169,7 +163,6 @@ class Transport:
         ]
         if content_type is not None:
             lines.append(f"Content-Type: {content_type}")
-        authorization = self._credentials.header()
         if authorization is not None:
             lines.append(f"Authorization: {authorization}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
@@ -180,10 +173,29 @@ class Transport:
                 return await self._round_trip(self._idle.pop(), message, reused=True)
             except _StaleConnectionError:
                 continue
-        reader, writer = await asyncio.open_connection(
-            self._host, self._port, ssl=self._ssl, server_hostname=self._host if self._ssl else None
-        )
-        return await self._round_trip(_Connection(reader, writer), message, reused=False)
+        return await self._round_trip(await self._connect(), message, reused=False)
+
+    async def _connect(self) -> _Connection:
+        if self._proxy is None:
+            reader, writer = await asyncio.open_connection(
+                self._host, self._port, ssl=self._ssl, server_hostname=self._host if self._ssl else None
+            )
+            return _Connection(reader, writer)
+        reader, writer = await asyncio.open_connection(self._proxy.hostname, self._proxy.port or 80)
+        try:
+            await _tunnel(reader, writer, f"{self._host}:{self._port}", self._proxy_authorization())
+            if self._ssl is not None:
+                await writer.start_tls(self._ssl, server_hostname=self._host)
+        except BaseException:
+            writer.close()
+            raise
+        return _Connection(reader, writer)
+
+    def _proxy_authorization(self) -> str | None:
+        if self._proxy is None or self._proxy.username is None:
+            return None
+        secret = f"{unquote(self._proxy.username)}:{unquote(self._proxy.password or '')}"
+        return f"Basic {base64.b64encode(secret.encode()).decode()}"
 
     async def _round_trip(
         self, connection: _Connection, message: bytes, *, reused: bool
@@ -210,6 +222,23 @@ class Transport:
                 self._idle.append(connection)
             else:
                 connection.writer.close()
+
+
+async def _tunnel(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, authority: str, authorization: str | None
+) -> None:
+    """Ask an HTTP proxy for a tunnel to ``authority`` (``CONNECT``); raise unless it answers 2xx."""
+    lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
+    if authorization is not None:
+        lines.append(f"Proxy-Authorization: {authorization}")
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+    await writer.drain()
+    status_line = await reader.readline()
+    while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+        pass  # the proxy's headers
+    parts = status_line.split(None, 2)
+    if len(parts) < 2 or not parts[1].startswith(b"2"):
+        raise ConnectionRefusedError(f"proxy refused CONNECT {authority}: {status_line.strip()[:120]!r}")
 
 
 async def _read_response(
