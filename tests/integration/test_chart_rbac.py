@@ -213,7 +213,8 @@ async def plugin_client(default_rbac: ChartRBAC) -> AsyncIterator[AsyncClient]:
 @pytest.fixture
 async def plugin_transport(default_rbac: ChartRBAC) -> AsyncIterator[Transport]:
     """The plugin's lean transport with the same account and token as ``plugin_client``."""
-    transport = connect(default_rbac.kubeconfig("kubeletPlugin", node="node-0")).transport()
+    connection = connect(default_rbac.kubeconfig("kubeletPlugin", node="node-0"))
+    transport = connection.transport(user_agent="imexdra-tests")
     yield transport
     transport.close()
 

@@ -75,7 +75,7 @@ async def test_both_clients_authenticate_through_exec_and_proxy(
     async with connect_proxy() as proxy:
         connection = connect(exec_kubeconfig(cluster, tmp_path, token, proxy.url))
         assert connection.proxy == proxy.url
-        transport = connection.transport()
+        transport = connection.transport(user_agent="imexdra-tests")
         client = connection.client(field_manager="connection-test")
         try:
             review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}

@@ -88,7 +88,7 @@ async def running(
     config = config_for(isolation)
     connection = connect(kubeconfig)
     client = connection.client(field_manager=CONTROLLER_NAME)
-    transport = connection.transport()
+    transport = connection.transport(user_agent=CONTROLLER_NAME)
     controller = Controller(
         client, transport, config, EventRecorder(client, controller=CONTROLLER_NAME, instance=config.pod_name)
     )

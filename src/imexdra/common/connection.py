@@ -47,10 +47,18 @@ class Connection:
     proxy: str | None
     metrics: RestClientMetrics
 
-    def transport(self, *, timeout: float = 30.0) -> Transport:
-        """A lean keep-alive transport (close it with ``Transport.close``)."""
+    def transport(self, *, user_agent: str, timeout: float = 30.0) -> Transport:
+        """A lean keep-alive transport (close it with ``Transport.close``).
+
+        ``user_agent`` names the component in the API server's audit log and request metrics.
+        """
         return Transport(
-            self.config, credentials=self.credentials, metrics=self.metrics, proxy=self.proxy, timeout=timeout
+            self.config,
+            credentials=self.credentials,
+            metrics=self.metrics,
+            proxy=self.proxy,
+            timeout=timeout,
+            user_agent=user_agent,
         )
 
     def client(self, *, field_manager: str, timeout: httpx2.Timeout = DEFAULT_TIMEOUT) -> AsyncClient:

@@ -87,6 +87,7 @@ class Transport:
         metrics: RestClientMetrics | None = None,
         proxy: str | None = None,
         timeout: float = 30.0,
+        user_agent: str = "imexdra",
     ) -> None:
         url = urlsplit(config.cluster.server)
         self._host = url.hostname or "localhost"
@@ -99,6 +100,7 @@ class Transport:
         self._metrics = metrics or RestClientMetrics(server_host(config.cluster.server))
         self._proxy = urlsplit(proxy) if proxy else None
         self._timeout = timeout
+        self._user_agent = user_agent
         self._idle: list[_Connection] = []
 
     def close(self) -> None:
@@ -157,7 +159,7 @@ class Transport:
         lines = [
             f"{method} {target} HTTP/1.1",
             f"Host: {self._host}:{self._port}",
-            "User-Agent: compute-domain-controller",
+            f"User-Agent: {self._user_agent}",
             "Accept: application/json",
             f"Content-Length: {length}",
         ]

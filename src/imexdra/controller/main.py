@@ -123,7 +123,7 @@ async def run(
         kube_client.kubeconfig, qps=kube_client.kube_api_qps, burst=kube_client.kube_api_burst
     )
     client = connection.client(field_manager=CONTROLLER_NAME)
-    transport = connection.transport()
+    transport = connection.transport(user_agent=CONTROLLER_NAME)
     events = EventRecorder(client, controller=CONTROLLER_NAME, instance=config.pod_name)
     controller = Controller(client, transport, config, events)
     probes = Probes()

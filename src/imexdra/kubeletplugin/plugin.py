@@ -112,7 +112,7 @@ async def run(config: PluginConfig, stop: asyncio.Event | None = None) -> None:
         burst=config.kube_client.kube_api_burst,
     )
     client = connection.client(field_manager=FIELD_MANAGER)
-    transport = connection.transport()
+    transport = connection.transport(user_agent=FIELD_MANAGER)
     try:
         await _serve(config, _Api(client, transport), nvml, devices, stop)
     finally:

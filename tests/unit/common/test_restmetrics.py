@@ -184,7 +184,7 @@ async def test_a_connection_s_two_clients_share_one_bucket(tmp_path: pathlib.Pat
     qps=2 and burst=1, the client's request after the transport's waits about half a second."""
     host = f"127.0.0.1:{api_port}"
     connection = connect(kubeconfig(tmp_path, api_port), qps=2, burst=1)
-    transport = connection.transport()
+    transport = connection.transport(user_agent="imexdra-tests")
     client = connection.client(field_manager="t")
     try:
         await transport.request("GET", "/api/v1/namespaces/ns/configmaps/a")
