@@ -19,7 +19,8 @@ stdout and in ``bench/results/prepare_bench.json``, with a plot in ``bench/resul
 
 The API floor: after the plugin has stopped, the bench itself makes the same requests a prepare
 makes — GET the claim, then an Update of the node that adds the label (and, outside the timing, the
-Update that removes it) — with the same client library and pacing, for up to 300 claims. Its p50
+Update that removes it) — through the same lean transport (``common.transport``) and pacing, for up
+to 300 claims. Its p50
 next to the prepare p50 says how much of a prepare is the API server's round trips and how much is
 the plugin's own work (checkpoint, CDI spec, gRPC, locking), reported as ``plugin_own_p50_ms``.
 
@@ -50,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import msgspec
 from benchlib import (
     CLIQUE,
     DRIVER,
@@ -67,13 +69,11 @@ from benchlib import (
     simulated_node,
     wait_for_socket,
 )
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 from plotting import write_prepare_plot
 from prepare_isolation import allocate_claims, isolation_phase
 
 from imexdra.api.constants import NODE_LABEL_KEY
-from imexdra.common.kube import http_client
+from imexdra.common.connection import connect
 from imexdra.dra._pb import dra_v1_pb2 as dra
 from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra_sim.builders import compute_domain
@@ -166,28 +166,25 @@ async def api_floor(
     cluster: LocalCluster, claims: list[tuple[str, str]], domain_uid: str, interval: float
 ) -> list[float]:
     """The time of a prepare's two requests (GET claim, label the node) alone; ms per claim."""
-    client = AsyncClient(KubeConfig.from_file(str(cluster.kubeconfig)))
-    http = http_client(client)
+    transport = connect(cluster.kubeconfig).transport(user_agent="prepare-bench")
     label = NODE_LABEL_KEY
-    node = (await http.get(f"/api/v1/nodes/{NODE}")).json()
+    node_path = f"/api/v1/nodes/{NODE}"
+    node = msgspec.json.decode((await transport.request("GET", node_path)).body)
     floor_ms: list[float] = []
     try:
         for name, _uid in claims[:API_FLOOR_CLAIMS]:
             started = time.monotonic()
             node["metadata"].setdefault("labels", {})[label] = domain_uid
             t0 = time.perf_counter()
-            (await http.get(f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{name}")).json()
-            response = await http.put(f"/api/v1/nodes/{NODE}", json=node)
+            claim_path = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{name}"
+            msgspec.json.decode((await transport.request("GET", claim_path)).body)
+            node = msgspec.json.decode((await transport.request("PUT", node_path, body=node)).body)
             floor_ms.append((time.perf_counter() - t0) * 1e3)
-            response.raise_for_status()
-            node = response.json()
             del node["metadata"]["labels"][label]
-            response = await http.put(f"/api/v1/nodes/{NODE}", json=node)
-            response.raise_for_status()
-            node = response.json()
+            node = msgspec.json.decode((await transport.request("PUT", node_path, body=node)).body)
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
     finally:
-        await client.close()
+        transport.close()
     return floor_ms
 
 
