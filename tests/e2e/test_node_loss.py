@@ -1,4 +1,4 @@
-"""Node loss, as racks lose nodes (seed 002's promise): a tray dies with everything on it.
+"""Node loss, as racks lose nodes (docs/node-loss.md): a tray dies with everything on it.
 
 ``LocalCluster.lose_node`` SIGKILLs the node's kubelet, runtime and every process on it at once; the
 control plane learns of it only by the kubelet's silence (the rack marks silent nodes Unknown after
