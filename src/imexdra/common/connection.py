@@ -77,16 +77,19 @@ class Connection:
             timeout=timeout,
             field_manager=field_manager,
             lazy=False,
-            trust_env=False,  # the proxy is resolved here, once, for both clients
             proxy=self.proxy,
         )
         http = http_client(client)
         http.auth = CredentialsAuth(self.credentials)
+        # The proxy is resolved here, once, for both clients: without one, drop the mounts httpx made
+        # from the environment itself (it would proxy loopback, and knows no NO_PROXY CIDRs). Its
+        # environment is otherwise kept, for SSL_CERT_FILE/SSL_CERT_DIR as the transport honours them.
+        mounts = http._mounts if self.proxy is not None else {}
         # httpx keeps the direct transport and one per proxy mount; meter them all.
         http._transport = _MeteredTransport(http._transport, self.metrics)
         http._mounts = {
             pattern: None if transport is None else _MeteredTransport(transport, self.metrics)
-            for pattern, transport in http._mounts.items()
+            for pattern, transport in mounts.items()
         }
         return client
 

@@ -64,6 +64,23 @@ async def test_make_client_meters_lightkube_s_transports(tmp_path: pathlib.Path)
     await client.close()
 
 
+async def test_the_client_proxies_exactly_as_the_connection_decided(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lightkube's httpx client gets the connection's proxy and none of its own from the environment:
+    with HTTPS_PROXY set, a loopback server is reached directly, a kubeconfig proxy-url through it."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://env-proxy:3128")
+    direct = make_client(field_manager="t", kubeconfig=kubeconfig(tmp_path, "https://127.0.0.1:6443"))
+    assert http_client(direct)._mounts == {}
+    await direct.close()
+    path = kubeconfig(tmp_path, "https://127.0.0.1:6443", ', proxy-url: "http://kc-proxy:8080"')
+    proxied = make_client(field_manager="t", kubeconfig=path)
+    mounts = http_client(proxied)._mounts
+    assert len(mounts) == 1
+    assert [type(t).__name__ for t in mounts.values()] == ["_MeteredTransport"]
+    await proxied.close()
+
+
 def test_proxy_from_the_kubeconfig_wins(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cluster's proxy-url is used even for a loopback server and over HTTPS_PROXY."""
     monkeypatch.setenv("HTTPS_PROXY", "http://env-proxy:3128")
