@@ -19,11 +19,21 @@ import (
 // the base CDI spec mounts (/usr/bin/nvidia-imex) that is a shadow an unmounted container would run.
 // Instead the target's directory gets a per-container overlay, in this mount namespace only: the
 // host's directory below, a scratch tmpfs above, and the mount point is created in the scratch layer.
+// The root directory cannot be overlaid (the container's own mounts hang below it), so a mount point
+// directly under / (the chart's /alt-proc-devices) is an empty file on the host, as inOverlay makes
+// missing directories there; it shadows nothing a program runs.
 func fileMountPoint(target string, overlaid map[string]bool) error {
 	if _, err := os.Lstat(target); err == nil {
 		return nil
 	} else if !os.IsNotExist(err) {
 		return err
+	}
+	if filepath.Dir(target) == "/" {
+		f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
 	}
 	target, err := inOverlay(target, overlaid)
 	if err != nil {
