@@ -6,7 +6,8 @@ Each does only what the real component would do.
   the ``daemon-0`` device in a ResourceSlice and answers NodePrepareResources for it, so the daemon
   pods the DaemonSet controller creates are scheduled, prepared and run (fakecri fakes the container
   and answers the exec probes with success, so they become Ready through the real probe path).
-- ``daemon_slice`` is the ResourceSlice the plugin would publish for a node's daemon device.
+- ``daemon_slice`` is the ResourceSlice the plugin would publish for a node's daemon device;
+  ``publish_daemon_devices`` publishes it (with the DeviceClass) on a node as a fresh plugin would.
 
 The kubelets of API-only nodes are ``imexdra_sim.apinodes.FakeKubelet`` (the benchmarks use it too).
 """
@@ -14,6 +15,7 @@ The kubelets of API-only nodes are ``imexdra_sim.apinodes.FakeKubelet`` (the ben
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,10 @@ from imexdra.dra._pb import dra_v1_pb2 as dra
 from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
 from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+from imexdra_sim.builders import daemon_device_class
+from imexdra_sim.localcluster.cluster import LocalCluster
+from tests.integration.pluginharness import remove_slices
+from tests.support.kubectl import apply
 
 
 def daemon_slice(node: str, node_uid: str | None = None) -> dict[str, Any]:
@@ -43,6 +49,20 @@ def daemon_slice(node: str, node_uid: str | None = None) -> dict[str, Any]:
             "devices": [{"name": "daemon-0", "attributes": {"type": {"string": "daemon"}, "id": {"int": 0}}}],
         },
     }
+
+
+def publish_daemon_devices(
+    cluster: LocalCluster, nodes: Sequence[str], node_uids: Mapping[str, str] | None = None
+) -> None:
+    """The daemon DeviceClass and each node's daemon slice, on nodes cleared of the driver's slices.
+
+    An earlier module's real plugin may have left its pool on a node (under channel isolation, 16
+    slices at a later generation); the scheduler reads only a pool's newest generation, so the
+    stand-in's slice (generation 1) beside it would never be allocated from.
+    """
+    for node in nodes:
+        remove_slices(cluster, node)
+    apply(cluster, daemon_device_class(), *(daemon_slice(n, (node_uids or {}).get(n)) for n in nodes))
 
 
 @dataclass

@@ -24,7 +24,7 @@ from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra_sim.apinodes import FakeKubelet
-from imexdra_sim.builders import compute_domain_model, daemon_device_class
+from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
     ControllerProcess,
@@ -33,8 +33,7 @@ from tests.integration.controller_harness import (
     label_as_daemon,
     leftovers,
 )
-from tests.integration.controller_standins import daemon_slice
-from tests.support.kubectl import apply
+from tests.integration.controller_standins import daemon_slice, publish_daemon_devices
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -54,7 +53,7 @@ async def kubelet(cluster: LocalCluster, kube: AsyncClient) -> AsyncIterator[Fak
     cluster.create_namespace(USER_NS)
     fake = FakeKubelet(kube, NODES, DRIVER_NS)
     await fake.register()
-    apply(cluster, daemon_device_class(), *(daemon_slice(n) for n in NODES))
+    publish_daemon_devices(cluster, NODES)
     heartbeat = asyncio.create_task(fake.run())
     yield fake
     heartbeat.cancel()

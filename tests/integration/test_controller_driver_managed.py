@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra_sim.builders import compute_domain_model, daemon_device_class
+from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
     ControllerProcess,
@@ -41,7 +41,7 @@ from tests.integration.controller_harness import (
     label_as_daemon,
     leftovers,
 )
-from tests.integration.controller_standins import DaemonDevicePlugin, daemon_slice
+from tests.integration.controller_standins import DaemonDevicePlugin, daemon_slice, publish_daemon_devices
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import eventually
 
@@ -67,7 +67,7 @@ async def daemon_devices(cluster: LocalCluster, kube: AsyncClient) -> AsyncItera
         await plugin.start()
     await asyncio.wait_for(asyncio.gather(*(p.registered.wait() for p in plugins)), timeout=30)
     uids = {n: cluster.kubectl("get", "node", n, "-o", "jsonpath={.metadata.uid}").stdout for n in NODES}
-    apply(cluster, daemon_device_class(), *(daemon_slice(n, uids[n]) for n in NODES))
+    publish_daemon_devices(cluster, NODES, uids)
     yield plugins
     cluster.kubectl("delete", "resourceslices", *(daemon_slice(n)["metadata"]["name"] for n in NODES))
     for plugin in plugins:

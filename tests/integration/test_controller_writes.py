@@ -29,7 +29,7 @@ from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra_sim.apinodes import FakeKubelet
-from imexdra_sim.builders import compute_domain_model, daemon_device_class
+from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import progress
 from tests.integration.controller_harness import (
@@ -42,8 +42,8 @@ from tests.integration.controller_harness import (
     metric,
     request_delta,
 )
-from tests.integration.controller_standins import daemon_slice
-from tests.support.kubectl import apply, get_json
+from tests.integration.controller_standins import daemon_slice, publish_daemon_devices
+from tests.support.kubectl import get_json
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -71,7 +71,7 @@ async def kubelet(cluster: LocalCluster, kube: AsyncClient) -> AsyncIterator[Fak
     cluster.create_namespace(USER_NS)
     fake = FakeKubelet(kube, NODES, DRIVER_NS)
     await fake.register()
-    apply(cluster, daemon_device_class(), *(daemon_slice(n) for n in NODES))
+    publish_daemon_devices(cluster, NODES)
     task = asyncio.create_task(fake.run())
     yield fake
     task.cancel()
