@@ -82,7 +82,6 @@ class DaemonPodOwners:
     def __init__(self, transport: Transport, namespace: str) -> None:
         self._transport = transport
         self._namespace = namespace
-        self._kinds = {kind.__name__: kind for kind in (Pod, DaemonSet)}
 
     async def check(self, claim: ResourceClaim, domain_uid: str) -> None:
         """Return when only ``domain_uid``'s daemon pods hold ``claim``; raise otherwise."""
@@ -99,13 +98,13 @@ class DaemonPodOwners:
         if consumer.resource != "pods" or consumer.api_group:
             raise _refused(claim, f"it is reserved for {_consumer_text(consumer)}, which is not a pod")
         name, uid = consumer.name, consumer.uid
-        pod = await self._get("Pod", name) if name else None
+        pod = await self._get(Pod, name) if name else None
         if pod is None or pod.metadata.uid != uid:
             raise _refused(claim, f"the pod {name} it is reserved for (UID {uid}) no longer exists")
         owner = next((ref for ref in pod.metadata.owner_references if ref.controller), None)
         if owner is None or owner.kind != "DaemonSet" or owner.api_version != "apps/v1":
             raise _refused(claim, f"pod {name} is not controlled by a DaemonSet")
-        daemonset = await self._get("DaemonSet", owner.name)
+        daemonset = await self._get(DaemonSet, owner.name)
         if daemonset is None or daemonset.metadata.uid != owner.uid:
             raise _refused(claim, f"DaemonSet {owner.name} of pod {name} no longer exists")
         labelled = daemonset.metadata.labels.get(COMPUTE_DOMAIN_LABEL_KEY)
@@ -116,10 +115,10 @@ class DaemonPodOwners:
                 f"ComputeDomain {domain_uid} ({COMPUTE_DOMAIN_LABEL_KEY}={labelled or '<unset>'})",
             )
 
-    async def _get(self, kind: str, name: str) -> _Object | None:
+    async def _get(self, kind: type[Pod | DaemonSet], name: str) -> _Object | None:
         """The named ``kind`` (Pod or DaemonSet) of the driver namespace, or None when it does not exist."""
-        action = f"get {kind} {self._namespace}/{name}"
-        path = resource_path(self._kinds[kind], name, namespace=self._namespace)
+        action = f"get {kind.__name__} {self._namespace}/{name}"
+        path = resource_path(kind, name, namespace=self._namespace)
         try:
             response = await self._transport.request("GET", path, action=action)
             return _decoder.decode(response.body)
