@@ -76,8 +76,8 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap
 from plotting import write_controller_plot
 
-from imexdra.common.kube import load_config
-from imexdra.common.transport import Transport, resource_path
+from imexdra.common.connection import connect
+from imexdra.common.transport import resource_path
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 TARGET_P50_MS = 100.0
@@ -133,7 +133,7 @@ async def apiserver_write_capacity(cluster: LocalCluster, prefix: str, count: in
     A calibration: a burst costs the apiserver 4 writes per host-managed domain (the user's create and
     the controller's 3), so ``4 x domains / capacity`` is the floor no controller can beat on this machine.
     """
-    transport = Transport(load_config(cluster.kubeconfig))
+    transport = connect(cluster.kubeconfig).transport(user_agent="imexdra-bench")
     gate = asyncio.Semaphore(50)
     path = resource_path(ConfigMap, namespace=NAMESPACE)
 
@@ -151,7 +151,7 @@ async def apiserver_write_capacity(cluster: LocalCluster, prefix: str, count: in
 async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> dict[str, Any]:
     """Every phase against the controller ``command`` starts; the domains are all gone at the end."""
     client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="imexdra-bench")
-    user = User(Transport(load_config(cluster.kubeconfig)))
+    user = User(connect(cluster.kubeconfig).transport(user_agent="imexdra-bench"))
     observer = Observer(client)
     watcher = asyncio.create_task(observer.run())
     conflicts_before = conflicts_seen(cluster)
@@ -226,7 +226,7 @@ async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> 
 async def channel_phase(cluster: LocalCluster, args: argparse.Namespace, label: str) -> dict[str, Any]:
     """Phase 4 with a watch and a user of its own (``run`` closes its own at the end of phases 1-3)."""
     client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="imexdra-bench")
-    user = User(Transport(load_config(cluster.kubeconfig)))
+    user = User(connect(cluster.kubeconfig).transport(user_agent="imexdra-bench"))
     observer = Observer(client)
     watcher = asyncio.create_task(observer.run())
     try:

@@ -1,24 +1,28 @@
 """A component's connection against the real kube-apiserver with a user the way clusters give them.
 
 The user is an exec credential plugin (``client.authentication.k8s.io/v1``, a real executable that
-prints a ServiceAccount token) and the cluster is reached through an HTTP CONNECT proxy named by the
-kubeconfig's ``proxy-url``: both clients of one connection (the lean transport and lightkube's) must
-authenticate as that ServiceAccount, through the proxy.
+prints a ServiceAccount token, or a client certificate issued by the cluster's CA) and the cluster is
+reached through the proxy the kubeconfig's ``proxy-url`` names (HTTP CONNECT, CONNECT over TLS, or
+SOCKS5): both clients of one connection (the lean transport and lightkube's) must authenticate as that
+user, through the proxy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from lightkube import AsyncClient
 from lightkube.resources.authentication_v1 import SelfSubjectReview
 
-from imexdra.common.connection import connect
+from imexdra.common.connection import Connection, connect
+from imexdra.common.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import service_account_token
 from tests.support.connectproxy import connect_proxy
@@ -39,19 +43,15 @@ def account(cluster: LocalCluster) -> Iterator[tuple[str, str]]:
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
-def exec_kubeconfig(cluster: LocalCluster, directory: Path, token: str, proxy: str) -> Path:
-    """The admin kubeconfig with its user replaced by an exec plugin printing ``token``, and a proxy-url."""
+def exec_kubeconfig(cluster: LocalCluster, directory: Path, script: str, proxy: str | None) -> Path:
+    """The admin kubeconfig with its user replaced by the exec plugin ``script``, and a proxy-url."""
     plugin = directory / "credential-plugin"
-    credential = {
-        "apiVersion": "client.authentication.k8s.io/v1",
-        "kind": "ExecCredential",
-        "status": {"token": token},
-    }
-    plugin.write_text(f"#!/bin/sh\nprintf '%s' '{json.dumps(credential)}'\n")
+    plugin.write_text(script)
     plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
     config = yaml.safe_load(cluster.kubeconfig.read_text())
     for entry in config["clusters"]:
-        entry["cluster"]["proxy-url"] = proxy
+        if proxy is not None:
+            entry["cluster"]["proxy-url"] = proxy
     for entry in config["users"]:
         entry["user"] = {
             "exec": {
@@ -65,29 +65,96 @@ def exec_kubeconfig(cluster: LocalCluster, directory: Path, token: str, proxy: s
     return path
 
 
+def printing(credential: dict[str, object]) -> str:
+    """A plugin script that prints ``credential``'s ExecCredential."""
+    answer = {"apiVersion": EXEC_API, "kind": "ExecCredential", "status": credential}
+    return f"#!/bin/sh\nprintf '%s' '{json.dumps(answer)}'\n"
+
+
+REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+
+
+async def username_via_transport(transport: Transport) -> str:
+    """Who the API server says the lean transport's user is (a SelfSubjectReview)."""
+    answer = json.loads((await transport.request("POST", REVIEW_PATH, body=REVIEW)).body)
+    return str(answer["status"]["userInfo"]["username"])
+
+
+async def username_via_client(client: AsyncClient) -> str:
+    """Who the API server says the lightkube client's user is (a SelfSubjectReview)."""
+    typed = await client.create(SelfSubjectReview())
+    assert typed.status is not None and typed.status.userInfo is not None
+    return str(typed.status.userInfo.username)
+
+
+@contextlib.asynccontextmanager
+async def both_clients(connection: Connection) -> AsyncIterator[tuple[Transport, AsyncClient]]:
+    """The connection's lean transport and lightkube client, closed afterwards."""
+    transport = connection.transport(user_agent="imexdra-tests")
+    client = connection.client(field_manager="connection-test")
+    try:
+        yield transport, client
+    finally:
+        transport.close()
+        await client.close()
+
+
+@pytest.mark.parametrize("scheme", ["http", "https", "socks5"])
 async def test_both_clients_authenticate_through_exec_and_proxy(
-    cluster: LocalCluster, account: tuple[str, str], tmp_path: Path
+    cluster: LocalCluster,
+    account: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scheme: str,
 ) -> None:
     """SelfSubjectReviews sent by the transport and by lightkube both name the exec plugin's
-    ServiceAccount, and both went through the proxy (CONNECT to the API server)."""
+    ServiceAccount, and both went through the proxy (a tunnel each to the API server); through an
+    https proxy the API server's TLS runs inside the proxy's."""
     namespace, token = account
     expected = f"system:serviceaccount:{namespace}:exec-user"
-    async with connect_proxy() as proxy:
-        connection = connect(exec_kubeconfig(cluster, tmp_path, token, proxy.url))
+    async with connect_proxy(scheme, pki=tmp_path / "proxy-pki") as proxy:
+        if scheme == "https":
+            monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "proxy-pki" / "ca.crt"))
+        connection = connect(exec_kubeconfig(cluster, tmp_path, printing({"token": token}), proxy.url))
         assert connection.proxy == proxy.url
-        transport = connection.transport(user_agent="imexdra-tests")
-        client = connection.client(field_manager="connection-test")
-        try:
-            review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-            answer = json.loads((await transport.request("POST", REVIEW_PATH, body=review)).body)
-            assert answer["status"]["userInfo"]["username"] == expected
-            through_transport = len(proxy.targets)
-            typed = await client.create(SelfSubjectReview())
-            assert typed.status is not None and typed.status.userInfo is not None
-            assert typed.status.userInfo.username == expected
-        finally:
-            transport.close()
-            await client.close()
+        async with both_clients(connection) as (transport, client):
+            assert await username_via_transport(transport) == expected
+            assert await username_via_client(client) == expected
     authority = cluster.apiserver_url.removeprefix("https://")
-    assert through_transport == 1
     assert proxy.targets == [authority, authority]
+
+
+async def test_an_exec_client_certificate_and_its_rotation(cluster: LocalCluster, tmp_path: Path) -> None:
+    """An exec plugin that returns client certificates (already expired, so it runs for every request)
+    alternates between two users: each client's next request is made on a new connection carrying the
+    new certificate, so the API server names the user of the latest run every time — for each client,
+    first one user and then the other."""
+    pki = cluster.pki
+    assert pki is not None
+    runs = tmp_path / "runs"
+    credentials = []
+    for user in ("cert-user-a", "cert-user-b"):
+        pair = pki.issue(f"{user}-{secrets.token_hex(2)}", common_name=user)
+        answer = {
+            "apiVersion": EXEC_API,
+            "kind": "ExecCredential",
+            "status": {
+                "clientCertificateData": pair.cert.read_text(),
+                "clientKeyData": pair.key.read_text(),
+                "expirationTimestamp": "2020-01-01T00:00:00Z",
+            },
+        }
+        credentials.append(tmp_path / f"{user}.json")
+        credentials[-1].write_text(json.dumps(answer))
+    script = (
+        "#!/bin/sh\n"
+        f"echo run >> {runs}\n"
+        f"if [ $(($(wc -l < {runs}) % 2)) -eq 1 ]; then cat {credentials[0]}; else cat {credentials[1]}; fi\n"
+    )
+    connection = connect(exec_kubeconfig(cluster, tmp_path, script, None))
+    async with both_clients(connection) as (transport, client):
+        assert await username_via_transport(transport) == "cert-user-a"  # run 1
+        assert await username_via_client(client) == "cert-user-b"  # run 2
+        assert await username_via_client(client) == "cert-user-a"  # run 3
+        assert await username_via_transport(transport) == "cert-user-b"  # run 4
+    assert connection.credentials.certificate_generation == 4

@@ -1,12 +1,12 @@
 """A component's connection to the API server: the one place that builds its clients.
 
 :func:`connect` resolves the kubeconfig once (``common.kube.load_config``: a path, ``$KUBECONFIG`` or the
-in-cluster service account), its credentials (``common.credentials``: tokens, token files, exec and
-auth-provider plugins), its proxy (the cluster's ``proxy-url``, else ``HTTPS_PROXY``/``HTTP_PROXY`` and
-``NO_PROXY``; loopback is never proxied, as in Go's ``http.ProxyFromEnvironment``) and the client-side
-``--kube-api-qps``/``--kube-api-burst`` limit with its ``rest_client_*`` metrics. The two clients it
-hands out share all of these, so a component has one QPS bucket and one credential, whichever it uses
-(docs/architecture.md §6):
+in-cluster service account), its TLS context (``common.kube.tls_context``), its credentials
+(``common.credentials``: tokens, token files, exec plugins with tokens or client certificates, the oidc
+auth-provider), its proxy (``common.proxy``: the cluster's ``proxy-url``, else the environment's;
+http, https and socks5) and the client-side ``--kube-api-qps``/``--kube-api-burst`` limit with its
+``rest_client_*`` metrics. The two clients it hands out share all of these, so a component has one QPS
+bucket, one TLS context and one credential, whichever it uses (docs/architecture.md §6):
 
 - :meth:`Connection.transport` — the lean keep-alive transport (``common.transport``) for hot paths:
   the controller's writes, the plugin's claim reads and node label writes.
@@ -16,23 +16,21 @@ hands out share all of these, so a component has one QPS bucket and one credenti
 
 from __future__ import annotations
 
+import ssl
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from ipaddress import ip_address, ip_network
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx2
-import yaml
 from lightkube import AsyncClient, SingleConfig
 from lightkube.config.models import User
 
 from imexdra.common.credentials import Credentials, CredentialsAuth
-from imexdra.common.errors import ConfigError
-from imexdra.common.kube import DEFAULT_TIMEOUT, http_client, load_config
+from imexdra.common.kube import DEFAULT_TIMEOUT, http_client, load_config, tls_context
+from imexdra.common.oidc import KubeconfigUser
+from imexdra.common.proxy import httpx_proxy, proxy_url
 from imexdra.common.ratelimit import TokenBucket
 from imexdra.common.restmetrics import RestClientMetrics, server_host
 from imexdra.common.transport import Transport
@@ -40,9 +38,10 @@ from imexdra.common.transport import Transport
 
 @dataclass(frozen=True, slots=True)
 class Connection:
-    """What every client of one component shares: endpoint and TLS, credentials, proxy, QPS bucket."""
+    """What every client of one component shares: endpoint, TLS, credentials, proxy, QPS bucket."""
 
     config: SingleConfig
+    tls: ssl.SSLContext | None
     credentials: Credentials
     proxy: str | None
     metrics: RestClientMetrics
@@ -54,6 +53,7 @@ class Connection:
         """
         return Transport(
             self.config,
+            tls=self.tls,
             credentials=self.credentials,
             metrics=self.metrics,
             proxy=self.proxy,
@@ -63,35 +63,26 @@ class Connection:
 
     def client(self, *, field_manager: str, timeout: httpx2.Timeout = DEFAULT_TIMEOUT) -> AsyncClient:
         """Lightkube's typed client; ``field_manager`` is recorded as the writer of every field it sets."""
-        # The credentials are ours (CredentialsAuth below); lightkube only gets what TLS needs, so it
-        # neither refuses an exec or auth-provider user nor adds a second Authorization header.
-        user = self.config.user or User()
-        tls_only = User(
-            client_cert=user.client_cert,
-            client_cert_data=user.client_cert_data,
-            client_key=user.client_key,
-            client_key_data=user.client_key_data,
-        )
+        # TLS, proxy and credentials are the connection's: lightkube gets an httpx transport built on
+        # them and no user of its own, so it neither refuses an exec or auth-provider user nor adds a
+        # second Authorization header; trust_env=False keeps httpx from proxying on its own.
         client = AsyncClient(
-            config=self.config._replace(user=tls_only),
+            config=self.config._replace(user=User()),
             timeout=timeout,
             field_manager=field_manager,
             lazy=False,
-            proxy=self.proxy,
+            trust_env=False,
+            transport=_MeteredTransport(self._httpx_transport, self.metrics, self.credentials),
         )
-        http = http_client(client)
-        http.auth = CredentialsAuth(self.credentials)
-        # The proxy is resolved here, once, for both clients: without one, drop the mounts httpx made
-        # from the environment itself (it would proxy loopback, and knows no NO_PROXY CIDRs). Its
-        # environment is otherwise kept, for SSL_CERT_FILE/SSL_CERT_DIR as the transport honours them.
-        mounts = http._mounts if self.proxy is not None else {}
-        # httpx keeps the direct transport and one per proxy mount; meter them all.
-        http._transport = _MeteredTransport(http._transport, self.metrics)
-        http._mounts = {
-            pattern: None if transport is None else _MeteredTransport(transport, self.metrics)
-            for pattern, transport in mounts.items()
-        }
+        http_client(client).auth = CredentialsAuth(self.credentials)
         return client
+
+    def _httpx_transport(self) -> httpx2.AsyncBaseTransport:
+        return httpx2.AsyncHTTPTransport(
+            verify=self.tls if self.tls is not None else True,
+            proxy=httpx_proxy(self.proxy) if self.proxy is not None else None,
+            trust_env=False,
+        )
 
 
 def connect(
@@ -108,9 +99,13 @@ def connect(
     """
     config = load_config(kubeconfig, context=context)
     bucket = TokenBucket(rate=qps, burst=burst) if qps else None
+    tls = tls_context(config)
+    user = config.context.user
+    origin = KubeconfigUser(Path(config.fname), user) if config.fname and user else None
     return Connection(
         config=config,
-        credentials=Credentials(config.user, config.abs_file),
+        tls=tls,
+        credentials=Credentials(config.user, config.abs_file, tls=tls, origin=origin),
         proxy=proxy_url(config),
         metrics=RestClientMetrics(server_host(config.cluster.server), bucket),
     )
@@ -129,75 +124,6 @@ def make_client(
     return connect(kubeconfig, context=context, qps=qps, burst=burst).client(
         field_manager=field_manager, timeout=timeout
     )
-
-
-def proxy_url(config: SingleConfig) -> str | None:
-    """The HTTP proxy to reach ``config``'s server through, or None for a direct connection."""
-    explicit = _cluster_field(config, "proxy-url")
-    url = urlsplit(config.cluster.server)
-    host = url.hostname or ""
-    if explicit:
-        chosen: str | None = explicit
-    elif _is_loopback(host):
-        chosen = None
-    else:
-        proxies = urllib.request.getproxies_environment()  # lower case wins, as in Go
-        chosen = None if _bypassed(host, url.port, proxies.get("no", "")) else proxies.get(url.scheme)
-    if chosen and urlsplit(chosen).scheme != "http":
-        raise ConfigError(
-            f"proxy {chosen!r}: only http:// proxies (HTTP CONNECT) are supported; "
-            "reach an https or socks proxy through a local HTTP CONNECT proxy",
-            field="kubeconfig",
-        )
-    return chosen or None
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
-    """Whether ``NO_PROXY`` exempts ``host``: ``*``, an IP, a CIDR, or a domain and its subdomains."""
-    for raw in no_proxy.split(","):
-        entry = raw.strip().lower()
-        if not entry:
-            continue
-        if entry == "*":
-            return True
-        if "/" in entry:
-            try:
-                if ip_address(host) in ip_network(entry, strict=False):
-                    return True
-            except ValueError:
-                pass
-            continue
-        name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
-        if entry_port and entry_port != str(port):
-            continue
-        name = name.strip("[]").lstrip("*").lstrip(".")
-        if host.lower() == name or host.lower().endswith(f".{name}"):
-            return True
-    return False
-
-
-def _cluster_field(config: SingleConfig, key: str) -> str | None:
-    """A field of the context's cluster that lightkube's model does not keep (e.g. ``proxy-url``)."""
-    if config.fname is None:
-        return None
-    try:
-        raw = yaml.safe_load(Path(config.fname).read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return None  # load_config has read it already; a file changed since is read again next start
-    for entry in raw.get("clusters") or ():
-        if isinstance(entry, dict) and entry.get("name") == config.context.cluster:
-            value = (entry.get("cluster") or {}).get(key)
-            return str(value) if value else None
-    return None
 
 
 class _CountingStream(httpx2.AsyncByteStream):
@@ -227,11 +153,25 @@ class _MeteredTransport(httpx2.AsyncBaseTransport):
     the body is read, so neither ``code="<error>"`` nor client-go's duration (body included) is possible.
     """
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport, metrics: RestClientMetrics) -> None:
-        self._inner = inner
+    def __init__(
+        self,
+        make: Callable[[], httpx2.AsyncBaseTransport],
+        metrics: RestClientMetrics,
+        credentials: Credentials,
+    ) -> None:
+        self._make = make
+        self._inner = make()
         self._metrics = metrics
+        self._credentials = credentials
+        self._generation = credentials.certificate_generation
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if self._credentials.certificate_generation != self._generation:
+            # An exec plugin's new client certificate: connections made with the old one are closed
+            # (watches on them end and are resumed by their informers), as client-go does.
+            self._generation = self._credentials.certificate_generation
+            stale, self._inner = self._inner, self._make()
+            await stale.aclose()
         method = request.method
         # Watches are neither throttled nor timed: they stay open as long as the server allows.
         watch = request.url.params.get("watch") == "true"

@@ -1,7 +1,8 @@
 """The one place that builds Kubernetes API clients and turns their failures into our error tree.
 
 - :func:`load_config` resolves a kubeconfig path, ``$KUBECONFIG`` or the in-cluster service account (in
-  that order, like client-go's ``BuildConfigFromFlags``); ``common.connection`` builds the clients on it.
+  that order, like client-go's ``BuildConfigFromFlags``), :func:`tls_context` its TLS;
+  ``common.connection`` builds the clients on them.
 - :func:`kube_errors` / :func:`wrap_api_error` map API and transport failures onto
   ``RetryableError``/``PermanentError`` subclasses that keep the HTTP status, reason and Retry-After.
 - :func:`retry_on_conflict` re-runs a read-modify-write on 409 Conflict with short jittered backoff.
@@ -16,14 +17,18 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
+import ssl
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlsplit
 
 import httpx2
 from lightkube import ALL_NS, ApiError, AsyncClient, KubeConfig, SingleConfig
 from lightkube import ConfigError as LightkubeConfigError
+from lightkube.config.client_adapter import verify_cluster
+from lightkube.config.models import User
 from lightkube.core import resource as lkr
 
 from imexdra.common.errors import ConfigError, DriverError, PermanentError, RetryableError
@@ -193,6 +198,17 @@ def load_config(kubeconfig: Path | None = None, *, context: str | None = None) -
     if config is None:
         raise ConfigError(f"kubeconfig {path} has no current context", field="kubeconfig")
     return config
+
+
+def tls_context(config: SingleConfig) -> ssl.SSLContext | None:
+    """The TLS context for ``config``'s server (its CA, its client certificate), None for plain HTTP.
+
+    One per connection: both of its clients use it, and an exec plugin's client certificate is loaded
+    into it (``common.credentials``).
+    """
+    if urlsplit(config.cluster.server).scheme != "https":
+        return None
+    return verify_cluster(config.cluster, config.user or User(), config.abs_file)
 
 
 def http_client(client: AsyncClient) -> httpx2.AsyncClient:

@@ -9,8 +9,9 @@ QPS bucket and metrics as the component's lightkube client.
 
 Scope, deliberately small: JSON bodies, ``Content-Length`` or chunked responses, a pool of persistent
 connections (a request finding a pooled connection closed by the server is sent on the next or a fresh
-one), the kubeconfig's TLS, an HTTP CONNECT proxy, and the ``common.credentials`` header (a 401 with a
-token file or exec plugin behind it is sent once more with a fresh credential, as client-go does).
+one), the connection's TLS context, its proxy (``common.proxy``), and the ``common.credentials``
+header (a 401 with a refreshable credential behind it is sent once more with a fresh one, as client-go
+does; an exec plugin's new client certificate closes the pooled connections made with the old one).
 Failures are the common ``ApiStatusError`` types (401 and 403 retryable, see ``_RETRYABLE_AUTH``);
 requests are paced by the connection's ``--kube-api-qps``/``--kube-api-burst`` token bucket and
 recorded in client-go's ``rest_client_*`` families (``common.restmetrics``), exactly as the lightkube
@@ -20,24 +21,22 @@ client's are.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote, urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import msgspec
-from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
-from lightkube.config.models import User
 from lightkube.core import resource as lkr
 
 from imexdra.common.credentials import Credentials
 from imexdra.common.kube import PermanentApiError, RetryableApiError, is_retryable_status
 from imexdra.common.logging import REQUEST_LOGGER
+from imexdra.common.proxy import dial
 from imexdra.common.restmetrics import RestClientMetrics, server_host
 
 _requests_log = logging.getLogger(REQUEST_LOGGER)
@@ -83,22 +82,28 @@ class Transport:
         self,
         config: SingleConfig,
         *,
+        tls: ssl.SSLContext | None = None,
         credentials: Credentials | None = None,
         metrics: RestClientMetrics | None = None,
         proxy: str | None = None,
         timeout: float = 30.0,
         user_agent: str = "imexdra",
     ) -> None:
+        """Build a transport; components get theirs from ``common.connection``.
+
+        The defaults (own credentials, no QPS limit) serve tests against a plain-HTTP server.
+        """
         url = urlsplit(config.cluster.server)
         self._host = url.hostname or "localhost"
         self._port = url.port or (443 if url.scheme == "https" else 80)
         self._prefix = url.path.rstrip("/")
-        self._ssl: ssl.SSLContext | None = None
-        if url.scheme == "https":
-            self._ssl = verify_cluster(config.cluster, config.user or User(), config.abs_file)
+        self._ssl = tls
+        if url.scheme == "https" and tls is None:
+            raise ValueError(f"{config.cluster.server}: an https server needs the connection's TLS context")
         self._credentials = credentials or Credentials(config.user, config.abs_file)
+        self._generation = self._credentials.certificate_generation
         self._metrics = metrics or RestClientMetrics(server_host(config.cluster.server))
-        self._proxy = urlsplit(proxy) if proxy else None
+        self._proxy = proxy
         self._timeout = timeout
         self._user_agent = user_agent
         self._idle: list[_Connection] = []
@@ -141,6 +146,9 @@ class Transport:
         started = time.monotonic()
         await self._metrics.throttle(method)
         head = self._head(method, target, len(payload), content_type, await self._credentials.header())
+        if self._credentials.certificate_generation != self._generation:
+            self._generation = self._credentials.certificate_generation
+            self.close()  # made with the previous client certificate
         try:
             async with asyncio.timeout(self._timeout):
                 status, headers, answer = await self._exchange(head + payload)
@@ -183,21 +191,14 @@ class Transport:
                 self._host, self._port, ssl=self._ssl, server_hostname=self._host if self._ssl else None
             )
             return _Connection(reader, writer)
-        reader, writer = await asyncio.open_connection(self._proxy.hostname, self._proxy.port or 80)
-        try:
-            await _tunnel(reader, writer, f"{self._host}:{self._port}", self._proxy_authorization())
-            if self._ssl is not None:
+        reader, writer = await dial(self._proxy, self._host, self._port)
+        if self._ssl is not None:
+            try:
                 await writer.start_tls(self._ssl, server_hostname=self._host)
-        except BaseException:
-            writer.close()
-            raise
+            except BaseException:
+                writer.close()
+                raise
         return _Connection(reader, writer)
-
-    def _proxy_authorization(self) -> str | None:
-        if self._proxy is None or self._proxy.username is None:
-            return None
-        secret = f"{unquote(self._proxy.username)}:{unquote(self._proxy.password or '')}"
-        return f"Basic {base64.b64encode(secret.encode()).decode()}"
 
     async def _round_trip(
         self, connection: _Connection, message: bytes, *, reused: bool
@@ -224,23 +225,6 @@ class Transport:
                 self._idle.append(connection)
             else:
                 connection.writer.close()
-
-
-async def _tunnel(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, authority: str, authorization: str | None
-) -> None:
-    """Ask an HTTP proxy for a tunnel to ``authority`` (``CONNECT``); raise unless it answers 2xx."""
-    lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
-    if authorization is not None:
-        lines.append(f"Proxy-Authorization: {authorization}")
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
-    await writer.drain()
-    status_line = await reader.readline()
-    while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-        pass  # the proxy's headers
-    parts = status_line.split(None, 2)
-    if len(parts) < 2 or not parts[1].startswith(b"2"):
-        raise ConnectionRefusedError(f"proxy refused CONNECT {authority}: {status_line.strip()[:120]!r}")
 
 
 async def _read_response(

@@ -9,9 +9,10 @@ import pytest
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import Cluster, Context, User
 
-from imexdra.common.connection import connect, make_client, proxy_url
+from imexdra.common.connection import connect, make_client
 from imexdra.common.errors import ConfigError
 from imexdra.common.kube import http_client
+from imexdra.common.proxy import proxy_url
 
 KUBECONFIG = """
 apiVersion: v1
@@ -49,9 +50,9 @@ def config(server: str) -> SingleConfig:
     )
 
 
-async def test_make_client_meters_lightkube_s_transports(tmp_path: pathlib.Path) -> None:
-    """The internals we rely on exist (guard for the exact pin): httpx client, its transport and mounts;
-    our credentials are its auth."""
+async def test_make_client_meters_lightkube_s_transport(tmp_path: pathlib.Path) -> None:
+    """The internals we rely on exist (guard for the exact pin): lightkube's httpx client, its one
+    transport (ours, metered) and no proxy mounts of its own; our credentials are its auth."""
     client = make_client(
         field_manager="test", kubeconfig=kubeconfig(tmp_path, "https://127.0.0.1:6443"), qps=5
     )
@@ -59,7 +60,7 @@ async def test_make_client_meters_lightkube_s_transports(tmp_path: pathlib.Path)
     assert isinstance(http, httpx2.AsyncClient)
     assert str(http.base_url) == "https://127.0.0.1:6443"
     assert type(http._transport).__name__ == "_MeteredTransport"
-    assert all(t is None or type(t).__name__ == "_MeteredTransport" for t in http._mounts.values())
+    assert http._mounts == {}
     assert type(http.auth).__name__ == "CredentialsAuth"
     await client.close()
 
@@ -71,14 +72,21 @@ async def test_the_client_proxies_exactly_as_the_connection_decided(
     with HTTPS_PROXY set, a loopback server is reached directly, a kubeconfig proxy-url through it."""
     monkeypatch.setenv("HTTPS_PROXY", "http://env-proxy:3128")
     direct = make_client(field_manager="t", kubeconfig=kubeconfig(tmp_path, "https://127.0.0.1:6443"))
-    assert http_client(direct)._mounts == {}
+    assert type(http_client(direct)._transport._inner._pool).__name__ == "AsyncConnectionPool"
     await direct.close()
-    path = kubeconfig(tmp_path, "https://127.0.0.1:6443", ', proxy-url: "http://kc-proxy:8080"')
+    path = kubeconfig(tmp_path, "https://127.0.0.1:6443", ', proxy-url: "socks5://kc-proxy:1080"')
     proxied = make_client(field_manager="t", kubeconfig=path)
-    mounts = http_client(proxied)._mounts
-    assert len(mounts) == 1
-    assert [type(t).__name__ for t in mounts.values()] == ["_MeteredTransport"]
+    assert type(http_client(proxied)._transport._inner._pool).__name__ == "AsyncSOCKSProxy"
     await proxied.close()
+
+
+def test_one_tls_context_for_both_clients_and_the_credentials(tmp_path: pathlib.Path) -> None:
+    """An https connection has one TLS context, the one the transport and credentials are given."""
+    connection = connect(kubeconfig(tmp_path, "https://127.0.0.1:6443"))
+    assert connection.tls is not None
+    assert connection.transport(user_agent="t")._ssl is connection.tls
+    assert connection.credentials._tls is connection.tls
+    assert connect(kubeconfig(tmp_path, "http://127.0.0.1:8080")).tls is None
 
 
 def test_proxy_from_the_kubeconfig_wins(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,8 +119,15 @@ def test_proxy_from_the_environment(
     assert proxy_url(config(server)) == expected
 
 
-def test_only_http_connect_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A socks or https proxy is refused with what would work."""
-    monkeypatch.setenv("HTTPS_PROXY", "socks5://proxy:1080")
-    with pytest.raises(ConfigError, match="only http:// proxies"):
+@pytest.mark.parametrize("url", ["http://p:3128", "https://p:3129", "socks5://p:1080", "socks5h://p:1080"])
+def test_proxy_schemes_client_go_accepts(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    """http, https, socks5 and socks5h proxies are taken as they are."""
+    monkeypatch.setenv("HTTPS_PROXY", url)
+    assert proxy_url(config("https://api.example.com:6443")) == url
+
+
+def test_other_proxy_schemes_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scheme no client speaks is refused with the ones that work."""
+    monkeypatch.setenv("HTTPS_PROXY", "socks4://proxy:1080")
+    with pytest.raises(ConfigError, match="must be one of http, https, socks5, socks5h"):
         proxy_url(config("https://api.example.com:6443"))

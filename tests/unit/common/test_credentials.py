@@ -7,6 +7,7 @@ import base64
 import datetime as dt
 import json
 import pathlib
+import ssl
 import stat
 
 import httpx2
@@ -15,6 +16,7 @@ from lightkube.config.models import NameValue, User, UserExec
 
 from imexdra.common.credentials import CredentialError, Credentials, CredentialsAuth
 from imexdra.common.errors import ConfigError
+from imexdra_sim.localcluster.pki import ClusterPKI
 
 V1 = "client.authentication.k8s.io/v1"
 
@@ -104,13 +106,47 @@ async def test_exec_plugin_failures_say_what_happened(tmp_path: pathlib.Path) ->
 
 
 async def test_exec_plugin_answers_that_are_not_used(tmp_path: pathlib.Path) -> None:
-    """A client certificate instead of a token, and an unknown apiVersion, are refused with advice."""
-    cert = exec_plugin(tmp_path, status={"token": "", "clientCertificateData": "PEM", "clientKeyData": "KEY"})
-    with pytest.raises(ConfigError, match=r"returned a client certificate.*status\.token"):
-        await credentials(User(exec=cert)).header()
+    """A certificate without its key, and an unknown apiVersion, are refused with what is wrong."""
+    half = exec_plugin(tmp_path, status={"token": "", "clientCertificateData": "PEM"})
+    with pytest.raises(CredentialError, match="certificate without its key"):
+        await credentials(User(exec=half)).header()
     old = UserExec(apiVersion="client.authentication.k8s.io/v1alpha1", command="x")
     with pytest.raises(ConfigError, match=r"v1alpha1.*supported: .*v1, .*v1beta1"):
         credentials(User(exec=old))
+
+
+def client_certificate(tmp_path: pathlib.Path) -> dict[str, object]:
+    """An ExecCredential status holding a client certificate and key (PEM) and no token."""
+    pair = ClusterPKI(tmp_path / "pki").issue("exec-user", common_name="exec-user")
+    return {
+        "token": "",
+        "clientCertificateData": pair.cert.read_text(),
+        "clientKeyData": pair.key.read_text(),
+    }
+
+
+async def test_an_exec_client_certificate_is_loaded_into_the_tls_context(tmp_path: pathlib.Path) -> None:
+    """A certificate answer sends no header, loads into the connection's TLS context and moves the
+    certificate generation on (each run), so clients drop connections made with the previous one."""
+    tls = ssl.create_default_context()
+    creds = Credentials(User(exec=exec_plugin(tmp_path, status=client_certificate(tmp_path))), str, tls=tls)
+    assert await creds.header() is None
+    assert creds.certificate_generation == 1
+    assert await creds.header() is None  # no expiry: not run again
+    creds.invalidate()
+    assert await creds.header() is None
+    assert creds.certificate_generation == 2
+
+
+async def test_an_exec_client_certificate_that_cannot_be_used(tmp_path: pathlib.Path) -> None:
+    """Garbage PEM is a retryable error naming the plugin; a certificate for a plain-HTTP server is
+    refused with what would work."""
+    garbage = exec_plugin(tmp_path, status={"token": "", "clientCertificateData": "x", "clientKeyData": "y"})
+    with pytest.raises(CredentialError, match="do not load"):
+        await Credentials(User(exec=garbage), str, tls=ssl.create_default_context()).header()
+    good = exec_plugin(tmp_path, status=client_certificate(tmp_path))
+    with pytest.raises(ConfigError, match="server is not https"):
+        await credentials(User(exec=good)).header()
 
 
 def jwt(expires: dt.datetime) -> str:

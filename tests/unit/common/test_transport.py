@@ -234,11 +234,44 @@ async def test_requests_go_through_an_http_connect_proxy(server: Server) -> None
     assert len(server.requests) == 2
 
 
-async def test_a_refused_tunnel_is_a_retryable_error(server: Server) -> None:
-    """A proxy answering CONNECT with 407 fails the request as a transport error that says so."""
-    async with connect_proxy() as proxy:
+async def test_requests_go_through_a_socks5_proxy(server: Server) -> None:
+    """A socks5 proxy gets the server's host and port and the URL's username and password."""
+    server.replies = [reply(200, b"{}"), reply(200, b"{}")]
+    async with connect_proxy("socks5") as proxy:
+        lean = transport(server, proxy=proxy.url.replace("socks5://", "socks5://me:pw@"))
+        await lean.request("GET", "/x")
+        await lean.request("GET", "/y")
+        lean.close()
+    assert proxy.targets == [f"127.0.0.1:{server.port}"]
+    assert proxy.authorizations == ["me:pw"]
+    assert len(server.requests) == 2
+
+
+async def test_requests_go_through_an_https_proxy(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An https proxy is reached over TLS, verified against the system trust (SSL_CERT_FILE here)."""
+    server.replies = [reply(200, b"{}")]
+    async with connect_proxy("https", pki=tmp_path) as proxy:
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.crt"))
+        lean = transport(server, proxy=proxy.url)
+        await lean.request("GET", "/x")
+        lean.close()
+        monkeypatch.delenv("SSL_CERT_FILE")
+        with pytest.raises(RetryableApiError, match="CERTIFICATE_VERIFY_FAILED"):
+            await transport(server, proxy=proxy.url).request("GET", "/y")
+    assert proxy.targets == [f"127.0.0.1:{server.port}"]
+
+
+@pytest.mark.parametrize(
+    ("scheme", "message"), [("http", "proxy refused CONNECT"), ("socks5", "could not connect")]
+)
+async def test_a_refused_tunnel_is_a_retryable_error(server: Server, scheme: str, message: str) -> None:
+    """A proxy refusing the tunnel (CONNECT 407, SOCKS5 "not allowed") fails the request as a transport
+    error that says so."""
+    async with connect_proxy(scheme) as proxy:
         proxy.refuse = True
-        with pytest.raises(RetryableApiError, match="proxy refused CONNECT"):
+        with pytest.raises(RetryableApiError, match=message):
             await transport(server, proxy=proxy.url).request("GET", "/x")
 
 
