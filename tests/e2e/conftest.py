@@ -59,6 +59,9 @@ HOST_MANAGED = rack.RackConfig(nodes=3, host_managed=True, no_fabric_nodes=(2,))
 UPSTREAM_VALUES = Path(__file__).parents[1] / "data" / "upstream-default-values.yaml"
 DRIVER_MANAGED = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES,))
 REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd")
+#: The seeds' workloads at 4 trays: a full rack's 18 saturate the 2-core CI machine (README, "The seed
+#: workloads, as written").
+SEED_RACK = rack.RackConfig(nodes=4)
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +74,12 @@ def host_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
 def real_nodes_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """Two nodes in one clique on containerd + runc, driver-managed IMEX, the project's image."""
     yield from _rack(REAL_NODES, pytestconfig)
+
+
+@pytest.fixture(scope="module")
+def seed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Four GB200 trays in one clique (fakecri), driver-managed IMEX."""
+    yield from _rack(SEED_RACK, pytestconfig)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from imexdra.api.constants import DRIVER_NAME
 from imexdra.common.logformat import parse_line
 from imexdra.kubeletplugin.cdifiles import claim_spec_path
 from imexdra.kubeletplugin.checkpoint import unmarshal
-from imexdra_sim import demo, rack
+from imexdra_sim import demo, rack, seedworkloads
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import service_account_kubeconfig
@@ -33,7 +33,7 @@ WORKER_SELECTOR = "training.kubeflow.org/job-role=worker"
 #: The pod e2e tests run against a domain: the one builder, with the seed's image (the rack's runtime
 #: pulls real images) and the seed's claim name, at the cluster's default grace period.
 channel_pod = functools.partial(
-    builders.channel_pod, image=demo.SEED_IMAGE, claim="imex-channel", grace_seconds=None
+    builders.channel_pod, image=seedworkloads.IMAGE, claim="imex-channel", grace_seconds=None
 )
 
 
@@ -48,14 +48,18 @@ def injected_channel_devices(cluster: LocalCluster, pod: dict[str, Any]) -> list
 def run_seed_job(cluster: LocalCluster, workers: int) -> list[dict[str, Any]]:
     """Submit the seed's ComputeDomain and MPIJob and wait until every worker runs; return the workers."""
     cluster.create_namespace(demo.WORKLOAD_NAMESPACE)
-    apply(cluster, demo.compute_domain(), demo.mpi_job(workers))
+    job = seedworkloads.mpijob(demo.CLAIM_TEMPLATE, namespace=demo.WORKLOAD_NAMESPACE, workers=workers)
+    apply(cluster, demo.compute_domain(), job)
 
     def running_workers() -> list[dict[str, Any]] | None:
         pods = get_json(cluster, "pods", "-n", demo.WORKLOAD_NAMESPACE, "-l", WORKER_SELECTOR)["items"]
         running = [p for p in pods if p["status"].get("phase") == "Running"]
         return running if len(running) == workers else None
 
-    result: list[dict[str, Any]] = wait_until(f"{workers} MPI workers Running", running_workers, timeout=240)
+    timeout = 120 + 10 * workers  # containerd nodes: every worker's sandbox, IMEX daemon and claim
+    result: list[dict[str, Any]] = wait_until(
+        f"{workers} MPI workers Running", running_workers, timeout=timeout
+    )
     return result
 
 

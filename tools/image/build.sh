@@ -5,10 +5,11 @@
 #       kubelet's sandbox image: Kubernetes' own pause.c (from the k8s.io/kubernetes module the cluster
 #       is built from), compiled static, as its Makefile does
 #   .../images/ubuntu.tar    docker.io/library/ubuntu:22.04 — a STAND-IN under the name the seeds use:
-#       Debian's busybox-static and its applets, nothing else (it says so in /etc/imexdra-stand-in)
+#       Debian's busybox-static and its applets (it says so in /etc/imexdra-stand-in), and seed 002's
+#       workload program `mnnvl-workload` (workload-stand-in: checks and shows the IMEX channel and says
+#       it is a stand-in)
 #   .../images/nvbandwidth.tar   ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163 — the seed MPIJob's
-#       image, a STAND-IN too: busybox, and a program that checks and shows the IMEX channel and says it
-#       is not nvbandwidth (nvbandwidth-stand-in)
+#       image, a STAND-IN too: busybox, and the same check as nvbandwidth-stand-in
 #   .../images/coredns.tar   registry.k8s.io/coredns/coredns:v$COREDNS_VERSION, the cluster DNS, from the
 #       binary tools/k8s/build.sh built from CoreDNS's Go module
 #   .../images/imexdra.tar   the project's component image under the reference the chart uses by default
@@ -189,16 +190,19 @@ if current ubuntu "$stamp"; then
 else
   log "ubuntu:22.04 stand-in: building from $BUSYBOX_DEB"
   busybox_root "$work/ubuntu" "Ubuntu (docker.io/library/ubuntu:22.04)"
+  # Seed 002's Deployment runs `mnnvl-workload` from this image: the hardware boundary's GPU program.
+  install -m 0755 "$here/workload-stand-in" "$work/ubuntu/usr/local/bin/mnnvl-workload"
   "$python" "$here/ociarchive.py" --rootfs "$work/ubuntu" --ref docker.io/library/ubuntu:22.04 \
-    --out "$out/ubuntu.tar" --cmd '["/bin/sh"]' --env PATH=/bin \
+    --out "$out/ubuntu.tar" --cmd '["/bin/sh"]' --env PATH=/usr/local/bin:/bin \
     --label org.opencontainers.image.description="imexdra stand-in for ubuntu:22.04 (busybox)"
   echo "$stamp" > "$out/ubuntu.stamp"
 fi
 
 # The seed MPIJob's image (seed 001, CoreWeave's GB200 example): launcher and workers. Its program is
 # the hardware boundary, so the stand-in checks the IMEX channel and says it is a stand-in
-# (nvbandwidth-stand-in); /bin/bash runs busybox's sh, for the launcher's `/bin/bash -c`; the MPI
-# Operator starts workers as `/usr/sbin/sshd -De`, which here says it is no ssh server and runs the check.
+# (workload-stand-in, installed as nvbandwidth-stand-in); /bin/bash runs busybox's sh, for the
+# launcher's `/bin/bash -c`; the MPI Operator starts workers as `/usr/sbin/sshd -De`, which here says
+# it is no ssh server and runs the check.
 NVBANDWIDTH_REF=ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163
 if current nvbandwidth "$stamp"; then
   log "nvbandwidth stand-in: up to date"
@@ -209,7 +213,7 @@ else
   printf '#!/bin/sh\n# busybox sh standing in for bash in the nvbandwidth stand-in\nexec /bin/sh "$@"\n' \
     > "$root/bin/bash"
   chmod 0755 "$root/bin/bash"
-  install -m 0755 "$here/nvbandwidth-stand-in" "$root/usr/local/bin/nvbandwidth-stand-in"
+  install -m 0755 "$here/workload-stand-in" "$root/usr/local/bin/nvbandwidth-stand-in"
   mkdir -p "$root/usr/sbin"
   printf '#!/bin/sh\necho "sshd STAND-IN (imexdra): no ssh server in this image; running the channel check"\n%s\n' \
     'exec /usr/local/bin/nvbandwidth-stand-in' > "$root/usr/sbin/sshd"
@@ -334,6 +338,13 @@ else
   for venv_step in "${venv_steps[@]}"; do
     chroot "$root" "${build_env[@]}" sh -c "$venv_step"
   done
+  # The archive fixes every mtime (ociarchive.py, for reproducible digests), so the timestamp-checked
+  # bytecode pip and Debian wrote would never match its source again: every Python start in a
+  # container would compile each module it imports (seconds of CPU per daemon probe, every second,
+  # on every node). Hash-checked bytecode is valid whatever the mtimes (PEP 552); the Dockerfile's
+  # image keeps its mtimes and needs none of this (docs/node-runtime.md §1).
+  chroot "$root" "${build_env[@]}" python3 -m compileall -q -f -j 0 --invalidation-mode checked-hash \
+    "/usr/lib/python$IMAGE_PYTHON_VERSION" /usr/lib/python3 "$IMAGE_VENV"
   log "imexdra: venv ready ($((SECONDS - step)) s); smoke test: each entry point --help"
   # The smoke test runs in the image's own environment (its PATH finds the console scripts).
   chroot "$root" env -i HOME=/root "${image_env[@]}" sh -c "$smoke_test"

@@ -38,6 +38,7 @@ from imexdra_sim.devices.fakeimex.hostservice import CONFIG_NAME, SOCKET_NAME, H
 from imexdra_sim.localcluster.addons import start_mpi_operator
 from imexdra_sim.localcluster.binaries import locate, nvml_mock_library
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.machine import GB200_TRAY
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, HostImage, Node, NodeSpec
 from imexdra_sim.localcluster.processes import ManagedProcess, free_port
 
@@ -85,7 +86,7 @@ class RackConfig:
 
 
 def node_specs(config: RackConfig) -> list[NodeSpec]:
-    """Simulated GB200 nodes, labelled as GPU Feature Discovery labels them."""
+    """Simulated GB200 nodes, labelled as GPU Feature Discovery labels them, each the size of a tray."""
     return [node_spec(config, i) for i in range(config.nodes)]
 
 
@@ -96,8 +97,8 @@ def node_spec(config: RackConfig, index: int) -> NodeSpec:
         labels["nvidia.com/gpu.clique"] = config.clique_id
     name = f"gb200-{index:02d}"
     if config.runtime == "containerd":
-        return NodeSpec(name=name, labels=labels, runtime="containerd")
-    return NodeSpec(name=name, labels=labels, pod_cidr=f"127.100.{index + 1}.0/24")
+        return NodeSpec(name=name, labels=labels, runtime="containerd", machine=GB200_TRAY)
+    return NodeSpec(name=name, labels=labels, pod_cidr=f"127.100.{index + 1}.0/24", machine=GB200_TRAY)
 
 
 def new_rack_cluster(config: RackConfig, run_dir: Path | None = None) -> LocalCluster:

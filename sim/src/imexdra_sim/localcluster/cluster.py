@@ -29,6 +29,7 @@ from imexdra_sim.localcluster import dns
 from imexdra_sim.localcluster.binaries import Binaries, locate
 from imexdra_sim.localcluster.containerd import kill_shims
 from imexdra_sim.localcluster.fabric import Fabric
+from imexdra_sim.localcluster.hostlimits import ensure_inotify_instances
 from imexdra_sim.localcluster.kubeconfig import write_kubeconfig
 from imexdra_sim.localcluster.nodes import (
     HostImage,
@@ -338,6 +339,7 @@ class LocalCluster:
     def _start_nodes(self, specs: Iterable[NodeSpec], *, timeout: float = 120) -> list[Node]:
         t0 = time.monotonic()
         starts = [self._node_start(spec) for spec in specs]
+        ensure_inotify_instances(len(self.nodes) + len(starts))
         # Nodes start concurrently: each one's start is mostly waiting, on its containerd root's copy
         # (localcluster.imagestore) and on its runtime's socket. Leaving the pool waits for every
         # thread, so a failed start (then stop()) never races a node still being started.

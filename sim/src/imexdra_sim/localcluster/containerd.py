@@ -26,6 +26,7 @@ from pathlib import Path
 
 from imexdra_sim.localcluster.binaries import Binaries, cache_root
 from imexdra_sim.localcluster.imagestore import populate_root
+from imexdra_sim.localcluster.machine import mount_commands
 from imexdra_sim.localcluster.processes import (
     ClusterStartError,
     ManagedProcess,
@@ -117,8 +118,11 @@ def cni_conflist(pod_cidr: str, ipam_dir: Path) -> dict[str, object]:
     }
 
 
-def _namespace_setup(kubelet_root: Path, binds: dict[str, Path]) -> list[str]:
-    """Argv prefix: new mount + network namespaces laid out as the node's host, then exec the rest."""
+def _namespace_setup(kubelet_root: Path, binds: dict[str, Path], machine: dict[str, Path]) -> list[str]:
+    """Argv prefix: new mount + network namespaces laid out as the node's host, then exec the rest.
+
+    ``machine``: bind mounts of the node's CPU and memory view (``localcluster.machine``; may be empty).
+    """
     lines = [
         "set -e",
         "ip link set lo up",
@@ -129,6 +133,7 @@ def _namespace_setup(kubelet_root: Path, binds: dict[str, Path]) -> list[str]:
     ]
     for target, source in binds.items():
         lines.append(f"mkdir -p {target} && mount --bind {source} {target}")
+    lines.extend(mount_commands(machine))
     # As on a real (systemd) node, mounts are shared: pods that mount host paths with propagation
     # (the kubelet plugin's driver root and plugin dirs) need a shared or slave source. The peer groups
     # are new ones of this namespace: nothing propagates back to the machine.
@@ -146,13 +151,15 @@ def start_containerd(
     kubelet_root: Path,
     pod_cidr: str,
     binds: dict[str, Path],
+    machine: dict[str, Path],
     binaries: Binaries,
     supervisor: Supervisor,
 ) -> ManagedProcess:
     """Give the node's containerd the images, start it in its namespaces, return the process.
 
     ``binds`` maps host paths (as the node's components name them, e.g. ``/var/run/cdi``) to the
-    node's own directories. The kubelet must join the returned process's mount namespace.
+    node's own directories; ``machine`` binds the node's CPU and memory view over the kernel's. The
+    kubelet must join the returned process's mount namespace.
     """
     archives = image_archives()
     directory.mkdir(parents=True, exist_ok=True)
@@ -165,7 +172,11 @@ def start_containerd(
     config.write_text(config_toml(directory, binaries))
     for source in binds.values():
         source.mkdir(parents=True, exist_ok=True)
-    argv = [*_namespace_setup(kubelet_root, binds), str(binaries.path("containerd")), f"--config={config}"]
+    argv = [
+        *_namespace_setup(kubelet_root, binds, machine),
+        str(binaries.path("containerd")),
+        f"--config={config}",
+    ]
     process = supervisor.start(f"{name}-containerd", argv, env={"PATH": binaries.search_path()})
     socket = directory / "containerd.sock"
     wait_until(f"{name} containerd socket", socket.exists, timeout=30, process=process)

@@ -17,6 +17,7 @@ from imexdra_sim.localcluster.binaries import Binaries
 from imexdra_sim.localcluster.containerd import shim_pids, start_containerd
 from imexdra_sim.localcluster.dns import CLUSTER_DNS_IP, CLUSTER_DOMAIN
 from imexdra_sim.localcluster.fabric import Fabric
+from imexdra_sim.localcluster.machine import Machine, mount_commands, write_machine
 from imexdra_sim.localcluster.processes import (
     ClusterStartError,
     ManagedProcess,
@@ -57,6 +58,8 @@ class NodeSpec:
     runtime: Literal["fakecri", "containerd"] = "fakecri"
     taints: tuple[str, ...] = ()
     """Taints the kubelet registers the node with, as ``key[=value]:Effect``."""
+    machine: Machine | None = None
+    """The CPUs and memory the node's kubelet finds (``localcluster.machine``); None: the test machine's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +210,7 @@ def start_node(
     node.directory.mkdir(parents=True, exist_ok=True)
     node.root_dir.mkdir(parents=True, exist_ok=True)
     node.host_dir.mkdir(parents=True, exist_ok=True)
+    machine = write_machine(node.spec.machine, node.directory / "machine") if node.spec.machine else {}
     namespaces: list[str] = []
     if node.spec.runtime == "containerd":
         if network is None or node.spec.pod_cidr:
@@ -221,6 +225,7 @@ def start_node(
             kubelet_root=node.root_dir,
             pod_cidr=node.pod_cidr,
             binds=host_path_map,
+            machine=machine,
             binaries=binaries,
             supervisor=supervisor,
         )
@@ -258,6 +263,7 @@ def start_node(
             host_path_map=host_path_map,
             cdi_dirs=cdi_dirs,
             apiserver_port=apiserver_port,
+            machine=machine,
         )
         node.pod_cidr = node.spec.pod_cidr
         node.processes.append(runtime)
@@ -296,8 +302,12 @@ def _start_fakecri(
     host_path_map: dict[str, Path],
     cdi_dirs: list[Path],
     apiserver_port: int,
+    machine: dict[str, Path],
 ) -> ManagedProcess:
-    """Start the node's fakecri in a private mount namespace; return it once its socket is up."""
+    """Start the node's fakecri in a private mount namespace; return it once its socket is up.
+
+    ``machine``: bind mounts that give the namespace the node's CPUs and memory (may be empty).
+    """
     exec_config = node.directory / "fakecri-images.json"
     exec_config.write_text(
         json.dumps(
@@ -334,19 +344,27 @@ def _start_fakecri(
         fakecri_argv.append(f"--pod-cidr={node.spec.pod_cidr}")
     if cdi_dirs:
         fakecri_argv.append("--cdi-dirs=" + ",".join(str(d) for d in cdi_dirs))
-    fakecri = supervisor.start(f"{node.name}-fakecri", [*_node_namespace(node), *fakecri_argv])
+    fakecri = supervisor.start(f"{node.name}-fakecri", [*_node_namespace(node, machine), *fakecri_argv])
     wait_until(f"{node.name} fakecri socket", node.cri_socket.exists, timeout=30, process=fakecri)
     return fakecri
 
 
-def _node_namespace(node: Node) -> list[str]:
+def _node_namespace(node: Node, machine: dict[str, Path]) -> list[str]:
     """Argv prefix that runs a command in a new private mount namespace: the simulated node's host.
 
     Inside it, ``/var/lib/kubelet`` is the node's own root dir, so paths a DRA plugin reports from
     inside its pod (``/var/lib/kubelet/plugins/<driver>/dra.sock``) mean the same to this node's kubelet,
-    as on a real node. Mounts the kubelet makes (volume tmpfs) stay in the namespace and vanish with it.
+    as on a real node, and ``machine``'s files stand for the kernel's CPU and memory view. Mounts the
+    kubelet makes (volume tmpfs) stay in the namespace and vanish with it.
     """
-    setup = 'mkdir -p /var/lib/kubelet && mount --bind "$0" /var/lib/kubelet && exec "$@"'
+    setup = " && ".join(
+        [
+            "mkdir -p /var/lib/kubelet",
+            'mount --bind "$0" /var/lib/kubelet',
+            *mount_commands(machine),
+            'exec "$@"',
+        ]
+    )
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", setup, str(node.root_dir)]
 
 
