@@ -1,9 +1,10 @@
 """The seeds' workloads as written, on simulated GB200 trays.
 
-Seed 000's MPIJob (4 GPUs, 110 CPUs and 960 GiB per worker, the launcher's 2 CPUs, the clique pod
-affinity) and seed 002's Deployment with its ``cd-0`` claim run as ``imexdra_sim.seedworkloads`` holds
-them, with one worker or replica per tray of the rack instead of 18 (README, "The seed workloads, as
-written": a full rack saturates the 2-core CI machine; ``make demo DEMO_ARGS="--nodes 18"`` runs 18).
+CoreWeave's GB200 MPIJob (4 GPUs, 110 CPUs and 960 GiB per worker, the launcher's 2 CPUs, the clique
+pod affinity) and NVIDIA's ComputeDomain Deployment with its ``cd-0`` claim run as
+``imexdra_sim.seedworkloads`` holds them, with one worker or replica per tray of the rack instead of 18
+(README, "The seed workloads, as written": a full rack saturates the 2-core CI machine; ``make demo
+DEMO_ARGS="--nodes 18"`` runs 18).
 The nodes are trays to their kubelets (docs/node-runtime.md §8), so the scheduler and each kubelet's
 admission take the seeds' requests as a real rack's would: one pod per tray. Every container is given
 its IMEX channel (the runtime's CDI devices) and the domain is Ready.
@@ -20,7 +21,7 @@ from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
 
 CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
-SEED_002_NAMESPACE = "seed-002"
+DEPLOYMENT_NAMESPACE = "mnnvl-workload"
 
 
 def trays(cluster: LocalCluster) -> int:
@@ -70,14 +71,14 @@ def test_the_seed_mpijob_runs_as_written(seed_rack: LocalCluster) -> None:
     )
 
 
-def test_seed_002_deployment_runs_as_written(seed_rack: LocalCluster) -> None:
+def test_the_computedomain_deployment_runs_as_written(seed_rack: LocalCluster) -> None:
     """One replica per tray, Running and given channel0; compute-domain-0 is Ready."""
     count = trays(seed_rack)
-    seed_rack.create_namespace(SEED_002_NAMESPACE)
-    apply(seed_rack, *seedworkloads.seed_002(SEED_002_NAMESPACE, replicas=count))
+    seed_rack.create_namespace(DEPLOYMENT_NAMESPACE)
+    apply(seed_rack, *seedworkloads.computedomain_deployment(DEPLOYMENT_NAMESPACE, replicas=count))
 
     def running() -> list[dict[str, Any]] | None:
-        pods = get_json(seed_rack, "pods", "-n", SEED_002_NAMESPACE, "-l", "job=ex1")["items"]
+        pods = get_json(seed_rack, "pods", "-n", DEPLOYMENT_NAMESPACE, "-l", "job=ex1")["items"]
         ready = [p for p in pods if p["status"].get("phase") == "Running"]
         return ready if len(ready) == count else None
 
@@ -85,16 +86,16 @@ def test_seed_002_deployment_runs_as_written(seed_rack: LocalCluster) -> None:
     assert len({p["spec"]["nodeName"] for p in pods}) == count
     for pod in pods:
         assert injected_channel_devices(seed_rack, pod) == [CHANNEL0]
-    ready = lambda: domain_ready(seed_rack, SEED_002_NAMESPACE, "compute-domain-0")  # noqa: E731
+    ready = lambda: domain_ready(seed_rack, DEPLOYMENT_NAMESPACE, "compute-domain-0")  # noqa: E731
     wait_until("compute-domain-0 Ready", ready, timeout=120)
     delete_and_wait(
         seed_rack,
-        SEED_002_NAMESPACE,
+        DEPLOYMENT_NAMESPACE,
         ("deployment", "example-mnnvl-workload"),
         ("computedomain", "compute-domain-0"),
     )
     wait_until(
         "the Deployment's pods gone",
-        lambda: not get_json(seed_rack, "pods", "-n", SEED_002_NAMESPACE, "-l", "job=ex1")["items"],
+        lambda: not get_json(seed_rack, "pods", "-n", DEPLOYMENT_NAMESPACE, "-l", "job=ex1")["items"],
         timeout=120,
     )

@@ -5,7 +5,7 @@
 #       kubelet's sandbox image: Kubernetes' own pause.c (from the k8s.io/kubernetes module the cluster
 #       is built from), compiled static, as its Makefile does
 #   .../images/ubuntu.tar    docker.io/library/ubuntu:22.04 — a STAND-IN under the name the seeds use:
-#       Debian's busybox-static and its applets (it says so in /etc/imexdra-stand-in), and seed 002's
+#       Debian's busybox-static and its applets (it says so in /etc/imexdra-stand-in), and the seed Deployment's
 #       workload program `mnnvl-workload` (workload-stand-in: checks and shows the IMEX channel and says
 #       it is a stand-in)
 #   .../images/nvbandwidth.tar   ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163 — the seed MPIJob's
@@ -190,7 +190,7 @@ if current ubuntu "$stamp"; then
 else
   log "ubuntu:22.04 stand-in: building from $BUSYBOX_DEB"
   busybox_root "$work/ubuntu" "Ubuntu (docker.io/library/ubuntu:22.04)"
-  # Seed 002's Deployment runs `mnnvl-workload` from this image: the hardware boundary's GPU program.
+  # The seed Deployment runs `mnnvl-workload` from this image: the hardware boundary's GPU program.
   install -m 0755 "$here/workload-stand-in" "$work/ubuntu/usr/local/bin/mnnvl-workload"
   "$python" "$here/ociarchive.py" --rootfs "$work/ubuntu" --ref docker.io/library/ubuntu:22.04 \
     --out "$out/ubuntu.tar" --cmd '["/bin/sh"]' --env PATH=/usr/local/bin:/bin \
@@ -198,7 +198,7 @@ else
   echo "$stamp" > "$out/ubuntu.stamp"
 fi
 
-# The seed MPIJob's image (seed 001, CoreWeave's GB200 example): launcher and workers. Its program is
+# The seed MPIJob's image (CoreWeave's GB200 example): launcher and workers. Its program is
 # the hardware boundary, so the stand-in checks the IMEX channel and says it is a stand-in
 # (workload-stand-in, installed as nvbandwidth-stand-in); /bin/bash runs busybox's sh, for the
 # launcher's `/bin/bash -c`; the MPI Operator starts workers as `/usr/sbin/sshd -De`, which here says

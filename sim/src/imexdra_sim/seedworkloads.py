@@ -1,11 +1,12 @@
 """The seeds' workloads as their documents print them, so the demo and the tests run them unchanged.
 
-``MPIJOB`` is CoreWeave's GB200 example (seeds 000/001: an MPIJob across a full NVL72 rack, 18 workers x
-4 GPUs, the launcher's and workers' cpu/memory requests, the clique pod affinity), character for
-character; the one placeholder the document asks the reader to fill, the claim template name, is filled
-by :func:`mpijob`. ``COMPUTE_DOMAIN_0`` and ``DEPLOYMENT`` are seed 002's ComputeDomain and its
-18-replica Deployment with the ``cd-0`` claim, its comments included (the document prints them without
-indentation; the structure is the one its text describes). The simulated nodes are GB200 trays to the kubelet
+``MPIJOB`` is CoreWeave's GB200 example (an MPIJob across a full NVL72 rack: 18 workers x 4 GPUs, the
+launcher's and workers' cpu/memory requests, the clique pod affinity), character for character; the
+one placeholder the document asks the reader to fill, the claim template name, is filled by
+:func:`mpijob`. ``COMPUTE_DOMAIN_0`` and ``DEPLOYMENT`` are the ComputeDomain and the 18-replica
+Deployment with the ``cd-0`` claim of NVIDIA's introduction to ComputeDomains, comments included (the
+post prints them without indentation; the structure is the one its text describes). README, "The seed
+workloads, as written", says where each comes from. The simulated nodes are GB200 trays to the kubelet
 (``localcluster.machine``), so these requests are scheduled and admitted as on a real rack. Where the
 demo must differ (fewer workers on a smaller rack), it says so: README §"The seed workloads".
 """
@@ -89,14 +90,14 @@ spec:
                 medium: Memory
               name: dshm
 """
-"""Seed 000's MPIJob, with its placeholder."""
+"""CoreWeave's GB200 MPIJob, with its placeholder."""
 
 RACK_WORKERS = 18
 """Workers of the seed MPIJob: one per tray of a full rack."""
 
 
 def mpijob(template: str, *, namespace: str, workers: int = RACK_WORKERS) -> dict[str, Any]:
-    """Seed 000's MPIJob using claim template ``template``.
+    """CoreWeave's GB200 MPIJob using claim template ``template``.
 
     ``namespace`` is where ``kubectl apply -n`` would put it; ``workers`` is below 18 only for racks of
     fewer trays.
@@ -118,7 +119,7 @@ spec:
     resourceClaimTemplate:
       name: compute-domain-0-rct
 """
-"""Seed 002's ComputeDomain."""
+"""The ComputeDomain of NVIDIA's introduction."""
 
 DEPLOYMENT = """
 apiVersion: apps/v1
@@ -170,11 +171,11 @@ spec:
           limits:
             nvidia.com/gpu: 4 # Request 4 GPUs.
 """
-"""Seed 002's Deployment (its program ``mnnvl-workload`` is the ubuntu stand-in's channel check)."""
+"""The Deployment of NVIDIA's introduction (``mnnvl-workload`` is the ubuntu stand-in's channel check)."""
 
 
-def seed_002(namespace: str, *, replicas: int = RACK_WORKERS) -> list[dict[str, Any]]:
-    """Seed 002's ComputeDomain and Deployment.
+def computedomain_deployment(namespace: str, *, replicas: int = RACK_WORKERS) -> list[dict[str, Any]]:
+    """The ComputeDomain and Deployment of NVIDIA's introduction.
 
     ``namespace`` is where ``kubectl apply -n`` would put them; ``replicas`` is below 18 only for racks
     of fewer trays.
