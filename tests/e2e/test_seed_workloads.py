@@ -12,6 +12,7 @@ its IMEX channel (the runtime's CDI devices) and the domain is Ready.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from imexdra_sim import demo, seedworkloads
@@ -86,7 +87,7 @@ def test_the_computedomain_deployment_runs_as_written(seed_rack: LocalCluster) -
     assert len({p["spec"]["nodeName"] for p in pods}) == count
     for pod in pods:
         assert injected_channel_devices(seed_rack, pod) == [CHANNEL0]
-    ready = lambda: domain_ready(seed_rack, DEPLOYMENT_NAMESPACE, "compute-domain-0")  # noqa: E731
+    ready = functools.partial(domain_ready, seed_rack, DEPLOYMENT_NAMESPACE, "compute-domain-0")
     wait_until("compute-domain-0 Ready", ready, timeout=120)
     delete_and_wait(
         seed_rack,

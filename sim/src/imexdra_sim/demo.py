@@ -9,6 +9,7 @@ A rack of fewer than 18 nodes runs as many workers as it has nodes; nothing else
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -145,7 +146,7 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
             cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([compute_domain(), job]))
             # A full rack on 2 cores is CPU-bound: 18 nodes' kubelets, IMEX daemons and their probes
             # (README, "The seed workloads, as written"); the waits grow with the rack.
-            workers_running = lambda: _workers_running(cluster, config.nodes)  # noqa: E731
+            workers_running = functools.partial(_workers_running, cluster, config.nodes)
             rack.wait_for("all workers Running", workers_running, timeout=120 + 20 * config.nodes)
             rack.wait_for(
                 "ComputeDomain Ready", lambda: _domain_ready(cluster), timeout=60 + 20 * config.nodes
