@@ -17,7 +17,7 @@ from typing import Any
 
 from imexdra_sim import demo, seedworkloads
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.e2e.helpers import WORKER_SELECTOR, injected_channel_devices, run_seed_job
+from tests.e2e.helpers import WORKER_SELECTOR, domain_status, injected_channel_devices, run_seed_job
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
 
@@ -32,8 +32,7 @@ def trays(cluster: LocalCluster) -> int:
 
 def domain_ready(cluster: LocalCluster, namespace: str, name: str) -> bool:
     """Whether the ComputeDomain's status says Ready."""
-    domain = get_json(cluster, "computedomain", name, "-n", namespace)
-    return bool(domain.get("status", {}).get("status") == "Ready")
+    return domain_status(cluster, namespace, name).get("status") == "Ready"
 
 
 def delete_and_wait(cluster: LocalCluster, namespace: str, *objects: tuple[str, str]) -> None:

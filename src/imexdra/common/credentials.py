@@ -153,7 +153,7 @@ class Credentials:
         if self._exec is not None:
             answer = await _run_exec(self._exec)
             if answer.certificate is not None:
-                self._load_certificate(*answer.certificate)
+                self._load_certificate(self._exec.command, *answer.certificate)
             return (f"Bearer {answer.token}" if answer.token else None), answer.lifetime
         if self._oidc is not None:
             if self._oidc.refreshable:
@@ -162,9 +162,7 @@ class Credentials:
             return f"Bearer {self._oidc.id_token}", max(self._oidc.lifetime(), 1.0)
         return None, float("inf")
 
-    def _load_certificate(self, certificate: str, key: str) -> None:
-        spec = self._exec
-        command = spec.command if spec is not None else "?"
+    def _load_certificate(self, command: str, certificate: str, key: str) -> None:
         if self._tls is None:
             raise ConfigError(
                 f"exec credential plugin {command!r} returned a client certificate, but the server "
