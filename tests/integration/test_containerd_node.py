@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 
@@ -250,3 +251,43 @@ async def test_channel_claim_is_a_real_char_device_injected_by_containerd_cdi(
     major = f"{DEFAULT_IMEX_CHANNELS_MAJOR:x}"
     assert f"/dev/nvidia-caps-imex-channels/channel0 character special file {major}:0" in logs.splitlines()
     assert logs.startswith("total 0\ncrw")
+
+
+def _container_ids(cluster: LocalCluster, namespace: str, pod: str) -> set[str]:
+    """The runtime IDs of ``pod``'s containers (``containerd://<id>`` in its status)."""
+    ids = pod_field(cluster, namespace, pod, "{.status.containerStatuses[*].containerID}")
+    return {entry.removeprefix("containerd://") for entry in ids.split()}
+
+
+def _cgroups_seen_by(cluster: LocalCluster, node: str) -> set[str]:
+    """The container cgroups under ``/sys/fs/cgroup/cpu/k8s.io`` as the node's own processes see them."""
+    runtime = cluster.node(node).processes[0].popen.pid
+    listing = subprocess.run(
+        ["nsenter", f"--mount=/proc/{runtime}/ns/mnt", "--", "ls", "/sys/fs/cgroup/cpu/k8s.io"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(listing.stdout.split())
+
+
+async def test_each_node_sees_only_its_own_cgroups(cd_cluster: LocalCluster, namespace: str) -> None:
+    """A node's cgroup hierarchies are its own subtree of the machine's (docs/node-runtime.md §9).
+
+    Its cAdvisor then watches its own containers only, not every node's on the machine.
+    """
+    placement = {"here": NODE, "there": OTHER_NODE}
+    for pod, node in placement.items():
+        apply(cd_cluster, script_pod(namespace, pod, "exec sleep 600", node=node))
+    await eventually(
+        "both pods Running",
+        lambda: all(pod_field(cd_cluster, namespace, p, "{.status.phase}") == "Running" for p in placement),
+    )
+    here, there = (_container_ids(cd_cluster, namespace, pod) for pod in placement)
+    seen_here, seen_there = (_cgroups_seen_by(cd_cluster, node) for node in placement.values())
+    assert here <= seen_here and not here & seen_there
+    assert there <= seen_there and not there & seen_here
+    cgroup = cd_cluster.node(NODE).cgroup
+    assert cgroup is not None
+    [own] = [path for path in cgroup.paths() if path.parts[:5] == ("/", "sys", "fs", "cgroup", "cpu")]
+    assert here <= {path.name for path in (own / "k8s.io").iterdir() if path.is_dir()}

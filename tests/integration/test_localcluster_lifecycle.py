@@ -1,7 +1,8 @@
-"""The local cluster's owner dying of SIGTERM still stops the cluster (no orphaned control plane).
+"""Stopping the local cluster leaves nothing on the machine: no process, no cgroup.
 
 A left-over control plane holds ports, memory and the MPI Operator's host-wide lock, which stalled a
-later rack until it was killed by hand; ``exit_on_sigterm`` makes ``with LocalCluster(...)`` unwind.
+later rack until it was killed by hand; ``exit_on_sigterm`` makes ``with LocalCluster(...)`` unwind
+even when its owner dies of SIGTERM. Left-over cgroups made every later containerd node slower.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import time
 
 import pytest
 
+from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.localcluster.nodes import NodeSpec
 from tests.processes import processes_mentioning
 
 pytestmark = pytest.mark.integration
@@ -47,3 +50,19 @@ def test_sigterm_to_the_owner_stops_every_cluster_process() -> None:
         if owner.poll() is None:  # a failure before the SIGTERM: let the owner clean up all the same
             owner.send_signal(signal.SIGTERM)
             owner.wait(timeout=60)
+
+
+def test_stopping_a_containerd_cluster_removes_its_cgroups() -> None:
+    """Killed shims leave their containers' cgroups; stop removes the run's whole subtree.
+
+    They used to stay on the machine, and every later node's cAdvisor watched them all
+    (docs/node-runtime.md §9).
+    """
+    cluster = LocalCluster(nodes_specs=[NodeSpec(name="cg-0", runtime="containerd")])
+    with cluster:
+        cgroups = [node.cgroup for node in (cluster.control_plane, *cluster.nodes) if node and node.cgroup]
+        assert len(cgroups) == 2
+        trees = {path.parent for cgroup in cgroups for path in cgroup.paths()}
+        # CoreDNS runs on the control-plane node: at least one container cgroup in each hierarchy.
+        assert all(any(tree.glob("*/k8s.io/*")) for tree in trees)
+    assert not [tree for tree in trees if tree.exists()]

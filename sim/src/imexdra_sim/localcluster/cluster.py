@@ -27,6 +27,7 @@ import yaml
 
 from imexdra_sim.localcluster import dns
 from imexdra_sim.localcluster.binaries import Binaries, locate
+from imexdra_sim.localcluster.cgroups import remove_stale_runs
 from imexdra_sim.localcluster.containerd import kill_shims
 from imexdra_sim.localcluster.fabric import Fabric
 from imexdra_sim.localcluster.hostlimits import ensure_inotify_instances
@@ -165,10 +166,17 @@ class LocalCluster:
             if node.spec.runtime == "containerd":
                 kill_shims(node.cri_socket)
         self._supervisor.stop_all()
+        self._remove_cgroups()
         if self.fabric is not None:
             self.fabric.close()
         if not self.keep_run_dir and self.run_dir is not None:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _remove_cgroups(self) -> None:
+        """Remove the run's cgroups (docs/node-runtime.md §9): killed shims leave their containers' behind."""
+        cgroups = [node.cgroup for node in [*self.nodes, self.control_plane] if node and node.cgroup]
+        if cgroups and not cgroups[0].remove_run():
+            log.warning("cgroups of this run still hold processes", run=str(self.run_dir))
 
     # -- control plane ---------------------------------------------------------------------------
 
@@ -183,6 +191,8 @@ class LocalCluster:
             # fabric, where they (through kube-proxy's Service rules) and the machine reach it.
             self.fabric = Fabric.create(self._supervisor)
             bind_address = advertise_address = self.fabric.host_ip
+            for leftover in remove_stale_runs(self.run_dir.name):
+                log.info("removed a dead run's cgroups", path=str(leftover))
         self.apiserver_url = f"https://{bind_address}:{api_port}"
         serving = pki.issue(
             "apiserver",

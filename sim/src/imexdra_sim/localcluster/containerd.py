@@ -25,6 +25,7 @@ import signal
 from pathlib import Path
 
 from imexdra_sim.localcluster.binaries import Binaries, cache_root
+from imexdra_sim.localcluster.cgroups import NodeCgroup
 from imexdra_sim.localcluster.imagestore import populate_root
 from imexdra_sim.localcluster.machine import mount_commands
 from imexdra_sim.localcluster.processes import (
@@ -118,13 +119,16 @@ def cni_conflist(pod_cidr: str, ipam_dir: Path) -> dict[str, object]:
     }
 
 
-def _namespace_setup(kubelet_root: Path, binds: dict[str, Path], machine: dict[str, Path]) -> list[str]:
-    """Argv prefix: new mount + network namespaces laid out as the node's host, then exec the rest.
+def _namespace_setup(
+    kubelet_root: Path, binds: dict[str, Path], machine: dict[str, Path], cgroup: NodeCgroup
+) -> list[str]:
+    """Argv prefix: into the node's cgroup, new cgroup/mount/network namespaces as its host, exec the rest.
 
     ``machine``: bind mounts of the node's CPU and memory view (``localcluster.machine``; may be empty).
     """
     lines = [
         "set -e",
+        *cgroup.mount_commands(),
         "ip link set lo up",
         'mkdir -p /var/lib/kubelet && mount --bind "$0" /var/lib/kubelet',
         "mkdir -p /run/containerd /var/run/netns",
@@ -140,8 +144,8 @@ def _namespace_setup(kubelet_root: Path, binds: dict[str, Path], machine: dict[s
     lines.append("mount --make-rshared /")
     lines.append('exec "$@"')
     script = "\n".join(lines)
-    unshare = ["unshare", "--mount", "--net", "--propagation", "private", "--"]
-    return [*unshare, "sh", "-c", script, str(kubelet_root)]
+    unshare = ["unshare", "--cgroup", "--mount", "--net", "--propagation", "private", "--"]
+    return [*cgroup.enter_argv(), *unshare, "sh", "-c", script, str(kubelet_root)]
 
 
 def start_containerd(
@@ -152,14 +156,16 @@ def start_containerd(
     pod_cidr: str,
     binds: dict[str, Path],
     machine: dict[str, Path],
+    cgroup: NodeCgroup,
     binaries: Binaries,
     supervisor: Supervisor,
 ) -> ManagedProcess:
     """Give the node's containerd the images, start it in its namespaces, return the process.
 
     ``binds`` maps host paths (as the node's components name them, e.g. ``/var/run/cdi``) to the
-    node's own directories; ``machine`` binds the node's CPU and memory view over the kernel's. The
-    kubelet must join the returned process's mount namespace.
+    node's own directories; ``machine`` binds the node's CPU and memory view over the kernel's;
+    ``cgroup`` is the node's subtree (created here). The kubelet must join the returned process's
+    cgroup and mount namespaces.
     """
     archives = image_archives()
     directory.mkdir(parents=True, exist_ok=True)
@@ -172,8 +178,9 @@ def start_containerd(
     config.write_text(config_toml(directory, binaries))
     for source in binds.values():
         source.mkdir(parents=True, exist_ok=True)
+    cgroup.create()
     argv = [
-        *_namespace_setup(kubelet_root, binds, machine),
+        *_namespace_setup(kubelet_root, binds, machine, cgroup),
         str(binaries.path("containerd")),
         f"--config={config}",
     ]

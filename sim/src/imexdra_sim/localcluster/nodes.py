@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 
 from imexdra_sim.localcluster.binaries import Binaries
+from imexdra_sim.localcluster.cgroups import NodeCgroup, node_cgroup
 from imexdra_sim.localcluster.containerd import shim_pids, start_containerd
 from imexdra_sim.localcluster.dns import CLUSTER_DNS_IP, CLUSTER_DOMAIN
 from imexdra_sim.localcluster.fabric import Fabric
@@ -82,6 +83,8 @@ class Node:
     processes: list[ManagedProcess] = field(default_factory=list)
     pod_cidr: str = ""
     """Where this node's pods get their addresses (set when the node starts)."""
+    cgroup: NodeCgroup | None = None
+    """A containerd node's own cgroup subtree (``localcluster.cgroups``; set when the node starts)."""
 
     @property
     def name(self) -> str:
@@ -212,6 +215,7 @@ def start_node(
     node.host_dir.mkdir(parents=True, exist_ok=True)
     machine = write_machine(node.spec.machine, node.directory / "machine") if node.spec.machine else {}
     namespaces: list[str] = []
+    in_cgroup: list[str] = []
     if node.spec.runtime == "containerd":
         if network is None or node.spec.pod_cidr:
             raise ClusterStartError(
@@ -219,6 +223,7 @@ def start_node(
                 "leave NodeSpec.pod_cidr empty"
             )
         node.pod_cidr = network.fabric.pod_cidr(network.index)
+        cgroup = node.cgroup = node_cgroup(node.directory.parent.name, node.name)
         runtime = start_containerd(
             node.containerd_dir,
             name=node.name,
@@ -226,16 +231,20 @@ def start_node(
             pod_cidr=node.pod_cidr,
             binds=host_path_map,
             machine=machine,
+            cgroup=cgroup,
             binaries=binaries,
             supervisor=supervisor,
         )
         network.fabric.attach(network.index, runtime.popen.pid)
         namespaces = [f"--net=/proc/{runtime.popen.pid}/ns/net"]
+        # Every process of the node lives in its cgroup; the kubelet also sees the node's hierarchies.
+        in_cgroup = cgroup.enter_argv()
         node.processes.append(runtime)
         node.processes.append(
             supervisor.start(
                 f"{node.name}-kube-proxy",
                 [
+                    *in_cgroup,
                     "nsenter",
                     *namespaces,
                     "--",
@@ -272,9 +281,11 @@ def start_node(
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     labels = ",".join(f"{k}={v}" for k, v in sorted(node.spec.labels.items()))
     kubelet_argv = [
+        *in_cgroup,
         # The kubelet joins the runtime's mount namespace, where /var/lib/kubelet is this node's root.
         "nsenter",
         f"--mount=/proc/{runtime.popen.pid}/ns/mnt",
+        *([f"--cgroup=/proc/{runtime.popen.pid}/ns/cgroup"] if in_cgroup else []),
         *namespaces,
         # Entering a mount namespace resets the working directory to "/"; keep the kubelet's relative
         # file operations (if any) inside its node directory, never on the test host's root.
