@@ -5,9 +5,21 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 venv="$top/.venv"
-python=${PYTHON:-python3}
-if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-  echo "ERROR: $python is older than 3.11" >&2; exit 1
+# The tests run on the Python the image ships (tools/image/contract.env), so what passes here runs there.
+image_python=$(sed -n "s/^IMAGE_PYTHON_VERSION='\(.*\)'$/\1/p" "$top/tools/image/contract.env")
+python=${PYTHON:-python$image_python}
+if ! command -v "$python" > /dev/null; then
+  echo "ERROR: $python not found: the tests run on the image's Python $image_python." >&2
+  echo "Install it (Debian: apt-get install python$image_python-venv) or set PYTHON to one." >&2
+  exit 1
+fi
+found=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ "$found" != "$image_python" ]; then
+  echo "ERROR: $python is Python $found; the image ships $image_python (tools/image/contract.env)." >&2; exit 1
+fi
+if [ -x "$venv/bin/python" ] && [ "$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" != "$image_python" ]; then
+  echo "[venv] $venv is not Python $image_python: making it again"
+  rm -rf "$venv"
 fi
 # The image's pins (deployments/container/constraints.txt) hold here too: the tests run on the
 # versions the image ships (docs/node-runtime.md).

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from imexdra_sim import rack
+from imexdra_sim import rack, seedworkloads
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import failure_count, progress
 
@@ -59,9 +59,9 @@ HOST_MANAGED = rack.RackConfig(nodes=3, host_managed=True, no_fabric_nodes=(2,))
 UPSTREAM_VALUES = Path(__file__).parents[1] / "data" / "upstream-default-values.yaml"
 DRIVER_MANAGED = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES,))
 REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd")
-#: The seeds' workloads at 4 trays: a full rack's 18 saturate the 2-core CI machine (README, "The seed
-#: workloads, as written").
-SEED_RACK = rack.RackConfig(nodes=4)
+#: The seeds' workloads on a full NVL72 rack: 18 trays, each a containerd node with its own cgroups
+#: (docs/node-runtime.md §9 says why that made 18 fit on the 2-core CI machine).
+SEED_RACK = rack.RackConfig(nodes=seedworkloads.RACK_WORKERS, runtime="containerd")
 
 
 @pytest.fixture(scope="module")

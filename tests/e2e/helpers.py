@@ -45,6 +45,23 @@ def injected_channel_devices(cluster: LocalCluster, pod: dict[str, Any]) -> list
     return demo.device_paths(node.host_dir / rack.CDI_ROOT.lstrip("/"), creates[-1]["cdi_devices"])
 
 
+def channels_in_logs(cluster: LocalCluster, pod: dict[str, Any]) -> list[str]:
+    """The IMEX channels a seed workload's container found as character devices, from its own log.
+
+    The workload stand-ins (tools/image/workload-stand-in) print one line per channel; waits until the
+    container has printed them.
+    """
+    name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
+    marker = re.compile(r"^IMEX channel (\S+): character device ", re.MULTILINE)
+
+    def found() -> list[str]:
+        logs = cluster.kubectl("logs", name, "-n", namespace, check=False).stdout
+        return [f"{CHANNEL_DEVICE_DIR}/{channel}" for channel in marker.findall(logs)]
+
+    channels: list[str] = wait_until(f"{name}'s channel listing", found, timeout=60)
+    return channels
+
+
 def run_seed_job(cluster: LocalCluster, workers: int) -> list[dict[str, Any]]:
     """Submit the seed's ComputeDomain and MPIJob and wait until every worker runs; return the workers."""
     cluster.create_namespace(demo.WORKLOAD_NAMESPACE)

@@ -1,11 +1,9 @@
 """The seeds' workloads as written, on simulated GB200 trays.
 
-CoreWeave's GB200 MPIJob (4 GPUs, 110 CPUs and 960 GiB per worker, the launcher's 2 CPUs, the clique
-pod affinity) and NVIDIA's ComputeDomain Deployment with its ``cd-0`` claim run as
-``imexdra_sim.seedworkloads`` holds them, with one worker or replica per tray of the rack instead of 18
-(README, "The seed workloads, as written": a full rack saturates the 2-core CI machine; ``make demo
-DEMO_ARGS="--nodes 18"`` runs 18).
-The nodes are trays to their kubelets (docs/node-runtime.md §8), so the scheduler and each kubelet's
+CoreWeave's GB200 MPIJob (18 workers of 4 GPUs, 110 CPUs and 960 GiB each, the launcher's 2 CPUs, the
+clique pod affinity) and NVIDIA's ComputeDomain Deployment (18 replicas, its ``cd-0`` claim) run as
+``imexdra_sim.seedworkloads`` holds them, on a full rack of 18 containerd trays, one worker or replica
+per tray. The nodes are trays to their kubelets (docs/node-runtime.md §8), so the scheduler and each kubelet's
 admission take the seeds' requests as a real rack's would: one pod per tray. Every container is given
 its IMEX channel (the runtime's CDI devices) and the domain is Ready.
 """
@@ -17,7 +15,7 @@ from typing import Any
 
 from imexdra_sim import demo, seedworkloads
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.e2e.helpers import WORKER_SELECTOR, domain_status, injected_channel_devices, run_seed_job
+from tests.e2e.helpers import WORKER_SELECTOR, channels_in_logs, domain_status, run_seed_job
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
 
@@ -59,7 +57,7 @@ def test_the_seed_mpijob_runs_as_written(seed_rack: LocalCluster) -> None:
     for worker in workers:
         [container] = worker["spec"]["containers"]
         assert container["resources"]["requests"] == {"cpu": "110", "memory": "960Gi", "nvidia.com/gpu": "4"}
-        assert injected_channel_devices(seed_rack, worker) == [CHANNEL0]
+        assert channels_in_logs(seed_rack, worker) == [CHANNEL0]
     wait_until(
         "the seed's domain Ready", lambda: domain_ready(seed_rack, namespace, demo.DOMAIN), timeout=120
     )
@@ -85,7 +83,7 @@ def test_the_computedomain_deployment_runs_as_written(seed_rack: LocalCluster) -
     pods = wait_until(f"{count} pods of example-mnnvl-workload Running", running, timeout=120 + 10 * count)
     assert len({p["spec"]["nodeName"] for p in pods}) == count
     for pod in pods:
-        assert injected_channel_devices(seed_rack, pod) == [CHANNEL0]
+        assert channels_in_logs(seed_rack, pod) == [CHANNEL0]
     ready = functools.partial(domain_ready, seed_rack, DEPLOYMENT_NAMESPACE, "compute-domain-0")
     wait_until("compute-domain-0 Ready", ready, timeout=120)
     delete_and_wait(

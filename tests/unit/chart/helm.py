@@ -7,6 +7,7 @@ without release ldflags assumes Kubernetes v1.20 and the chart needs >= 1.34.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import subprocess
@@ -142,7 +143,8 @@ def _merge_into(target: Object, source: Mapping[str, Any]) -> None:
         if isinstance(value, Mapping) and isinstance(target.get(key), dict):
             _merge_into(target[key], value)
         else:
-            target[key] = dict(value) if isinstance(value, Mapping) else value
+            # A copy all the way down: merging into it later must never change the caller's values.
+            target[key] = copy.deepcopy(value)
 
 
 def default_values() -> Object:

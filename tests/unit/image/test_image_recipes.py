@@ -268,3 +268,12 @@ def test_reference_is_the_charts_default_image(build: BuildConfig) -> None:
     if "." not in first and ":" not in first and first != "localhost":
         name = f"docker.io/{name}"
     assert build.one("--ref") == f"{name}:{tag}"
+
+
+def test_the_tests_run_on_the_images_python() -> None:
+    """This interpreter is the image's Python minor version (hack/venv.sh picks it), and mypy checks for it.
+
+    What passes here then runs in the image: no syntax, stdlib or wheel of another version.
+    """
+    assert f"{sys.version_info.major}.{sys.version_info.minor}" == CONTRACT["IMAGE_PYTHON_VERSION"]
+    assert PYPROJECT["tool"]["mypy"]["python_version"] == CONTRACT["IMAGE_PYTHON_VERSION"]
