@@ -44,6 +44,15 @@ def stop_cluster(
         progress(config, f"{what} logs kept in {cluster.run_dir}/logs")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--upstream-checkout``: tests/e2e/test_migration_upstream_chart.py installs that checkout's chart."""
+    parser.addoption(
+        "--upstream-checkout",
+        default="",
+        help="a checkout of NVIDIA/k8s-dra-driver-gpu; the upstream-chart migration test needs one",
+    )
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """Count failures for ``failure_count``."""

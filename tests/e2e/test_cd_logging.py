@@ -107,7 +107,7 @@ def test_controller_logs_its_configuration_at_level_0(level0: Logs) -> None:
     assert config["maxNodesPerIMEXDomain"] == 18
     assert config["leaderElection"] is True
     assert config["hostManagedIMEX"] is False
-    gates = level0.event("controller", "feature gates")["featureGates"]
+    gates = level0.event("controller", "Feature gates")["featureGates"]
     assert gates["HostManagedIMEX"] is False and gates["ComputeDomainCliques"] is True
 
 
@@ -120,9 +120,9 @@ def test_plugin_logs_its_configuration_at_level_0(level0: Logs) -> None:
     assert flags["klogVerbosity"] == 0
     assert flags["nodeName"] == NODE
     assert flags["imexMode"] == "driverManaged"
-    assert level0.event("plugin", "clique ID discovered")["clique_id"] == CLIQUE_ID
+    assert level0.event("plugin", "Clique ID discovered")["clique_id"] == CLIQUE_ID
     assert "Driver version validation passed" in text
-    assert level0.event("plugin", "feature gates")["featureGates"]["HostManagedIMEX"] is False
+    assert level0.event("plugin", "Feature gates")["featureGates"]["HostManagedIMEX"] is False
 
 
 def test_level_0_logs_per_domain_work_at_info_only(level0: Logs) -> None:

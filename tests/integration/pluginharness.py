@@ -268,7 +268,7 @@ class PluginProcess:
 
     async def wait_registered(self) -> None:
         await eventually(
-            "plugin registered with the kubelet", lambda: self.logged("registered with the kubelet")
+            "plugin registered with the kubelet", lambda: self.logged("Registered with the kubelet")
         )
 
     def metrics(self) -> str:

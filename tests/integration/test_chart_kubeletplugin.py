@@ -138,7 +138,7 @@ async def test_plugin_runs_with_the_charts_env_and_rbac(
     plugin = Plugin(chart_rbac, sim, token_node=NODE)
     try:
         await eventually(
-            "plugin registered with the kubelet", lambda: plugin.logged("registered with the kubelet")
+            "plugin registered with the kubelet", lambda: plugin.logged("Registered with the kubelet")
         )
 
         def published() -> bool:

@@ -64,9 +64,9 @@ async def ready_domain(kube: AsyncClient, name: str, **spec: object) -> ComputeD
 def test_resolved_gate_overrides_are_logged(controller: ControllerProcess) -> None:
     """Startup logs both forced gates and the effective map with HostManagedIMEX on."""
     events = controller.log_events()
-    forced = {e["gate"]: e["value"] for e in events if e.get("msg") == "feature gate forced"}
+    forced = {e["gate"]: e["value"] for e in events if e.get("msg") == "Feature gate forced"}
     assert forced == {"IMEXDaemonsWithDNSNames": False, "ComputeDomainCliques": False}
-    gates = next(e for e in events if e.get("msg") == "feature gates")["featureGates"]
+    gates = next(e for e in events if e.get("msg") == "Feature gates")["featureGates"]
     assert gates["HostManagedIMEX"] is True
     assert gates["ComputeDomainCliques"] is False
 

@@ -63,7 +63,7 @@ async def test_registers_and_publishes_its_resource_slice(
         ("channel-0", {"type": {"string": "channel"}, "id": {"int": 0}}),
         ("daemon-0", {"type": {"string": "daemon"}, "id": {"int": 0}}),
     ]
-    assert plugin.logged("feature gates")
+    assert plugin.logged("Feature gates")
     assert plugin.logged('"ComputeDomainCliques": true') or plugin.logged('"ComputeDomainCliques":true')
 
 
@@ -122,6 +122,6 @@ def test_a_broken_nvml_profile_stops_startup_with_the_reason(cluster: LocalClust
     output = process.output()
     # The library's own line names the file and the key, the plugin's names the NVML call and code.
     assert f"nvml-mock: {sim.nvml_profile}:1:" in output and "fabric.clique" in output
-    assert "using NVML library" in output
-    failure = next(line for line in output.splitlines() if "kubelet plugin failed" in line)
+    assert "Using NVML library" in output
+    failure = next(line for line in output.splitlines() if "Kubelet plugin failed" in line)
     assert "nvmlInitWithFlags" in failure and "code 999" in failure

@@ -110,7 +110,7 @@ async def test_slice_publishes_channel_zero_only(
             return [[d["name"] for d in s["spec"]["devices"]] for s in slices] == [["channel-0"]]
 
         await eventually("ResourceSlice with channel-0 only", channel_only)
-        assert plugin.logged("feature gate forced")
+        assert plugin.logged("Feature gate forced")
 
 
 async def test_single_channel_claim_runs_without_node_label(

@@ -183,15 +183,15 @@ def log_feature_gates(gates: FeatureGates) -> None:
 
     log = structlog.get_logger(__name__)
     for alias in gates.deprecated_aliases:
-        log.warning("deprecated feature gate name", gate=alias, replacement=ALIASES[alias].value)
+        log.warning("Deprecated feature gate name", gate=alias, replacement=ALIASES[alias].value)
     for override in gates.overrides:
         log.info(
-            "feature gate forced", gate=override.gate.value, value=override.value, reason=override.reason
+            "Feature gate forced", gate=override.gate.value, value=override.value, reason=override.reason
         )
     # One map value, as upstream prints its gate map at startup: operators and upstream's tests grep
     # for the JSON-style ``"MPSSupport":false`` (docs/logging.md).
     effective = {gate.value: value for gate, value in sorted(gates.values.items())}
-    log.info("feature gates", featureGates=effective)
+    log.info("Feature gates", featureGates=effective)
 
 
 def _parse(spec: str) -> tuple[dict[Gate, bool], tuple[str, ...]]:

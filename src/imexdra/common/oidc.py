@@ -16,7 +16,6 @@ import asyncio
 import base64
 import binascii
 import datetime as dt
-import logging
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,12 +24,13 @@ from typing import Any, TypeVar
 
 import httpx2
 import msgspec
+import structlog
 import yaml
 
 from imexdra.common.atomicfile import write_atomic
 from imexdra.common.errors import ConfigError, RetryableError
 
-_log = logging.getLogger(__name__)
+_log = structlog.get_logger(__name__)
 _T = TypeVar("_T")
 #: An id-token is refreshed this long before its ``exp``, so a request never carries one that expires
 #: in flight.
@@ -132,7 +132,11 @@ class OidcProvider:
                 await asyncio.to_thread(_persist, self._origin, updates)
             except (OSError, yaml.YAMLError, ValueError) as error:
                 # The new token works for this process; the next one refreshes again.
-                _log.warning("could not write the refreshed oidc tokens to %s: %s", self._origin.path, error)
+                _log.warning(
+                    "Could not write the refreshed oidc tokens",
+                    kubeconfig=str(self._origin.path),
+                    error=str(error),
+                )
 
     async def _call(
         self, http: httpx2.AsyncClient, method: str, url: str, form: dict[str, str] | None

@@ -112,10 +112,10 @@ class Reconciler:
         deleting = cd.metadata.deletionTimestamp is not None
         # Upstream's "Processing added or updated ComputeDomain"; the work queue binds the key.
         # Upstream's wording and level: its e2e test greps this line at -v=2.
-        action = (
-            "Processing deleted ComputeDomain" if deleting else "Processing added or updated ComputeDomain"
-        )
-        _log.info(action, v=2, generation=cd.metadata.generation)
+        if deleting:
+            _log.info("Processing deleted ComputeDomain", v=2, generation=cd.metadata.generation)
+        else:
+            _log.info("Processing added or updated ComputeDomain", v=2, generation=cd.metadata.generation)
         try:
             if deleting:
                 return await self._finalize(cd)

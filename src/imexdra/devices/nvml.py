@@ -145,7 +145,7 @@ def clique_id(gpus: Sequence[Gpu], *, strict: bool = True, tolerate_incomplete: 
             continue
         fabric = gpu.fabric
         if fabric is None or fabric.state == FabricState.NOT_SUPPORTED:
-            _log.info("no-clique fallback: NVLink fabric not supported", device=gpu.index, uuid=gpu.uuid)
+            _log.info("No-clique fallback: NVLink fabric not supported", device=gpu.index, uuid=gpu.uuid)
             continue
         where = f"device {gpu.index}/{gpu.uuid}"
         if fabric.state != FabricState.COMPLETED:

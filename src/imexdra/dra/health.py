@@ -81,7 +81,7 @@ async def plugin_answers(paths: SocketPaths, *, rpc_timeout: float = CHECK_TIMEO
             stub = v1beta1_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
             await stub.NodePrepareResources(v1beta1.NodePrepareResourcesRequest(), timeout=rpc_timeout)
     except grpc.aio.AioRpcError as error:
-        _log.warning("health check failed", code=error.code().name, details=error.details())
+        _log.warning("Health check failed", code=error.code().name, details=error.details())
         return False
     return True
 
@@ -109,7 +109,7 @@ class HealthServer:
         self.port = server.add_insecure_port(f"{self._host}:{self.port}")
         await server.start()
         self._server = server
-        _log.info("health server listening", address=self._host, port=self.port)
+        _log.info("Health server listening", address=self._host, port=self.port)
 
     async def stop(self) -> None:
         """Stop gracefully (1 s grace)."""

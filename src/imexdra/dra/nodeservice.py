@@ -66,7 +66,7 @@ class DraService:
         for ref, claim in zip(refs, fetched, strict=True):
             if isinstance(claim, MalformedClaimError):
                 # Permanent for this claim alone, as any other bad input of one claim is.
-                log.error("malformed ResourceClaim", claim=str(ref), error=str(claim))
+                log.error("Malformed ResourceClaim", claim=str(ref), error=str(claim))
                 malformed[ref.uid] = PrepareResult(error=claim)
             elif isinstance(claim, BaseException):
                 raise RequestError(f"get resource claims: {claim}") from claim
@@ -130,7 +130,7 @@ def _requested_only(results: Mapping[str, _R], refs: list[ClaimRef], log: Any) -
     wanted = {ref.uid for ref in refs}
     unexpected = sorted(set(results) - wanted)
     if unexpected:
-        log.warning("driver returned results for claims not in the request", claims=unexpected)
+        log.warning("Driver returned results for claims not in the request", claims=unexpected)
     return {uid: result for uid, result in results.items() if uid in wanted}
 
 

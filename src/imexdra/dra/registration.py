@@ -59,10 +59,10 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         self.status = RegistrationStatus(registered=request.plugin_registered, error=request.error)
         if not request.plugin_registered:
             self.registered.clear()
-            _log.error("kubelet refused plugin registration", error=request.error)
+            _log.error("Kubelet refused plugin registration", error=request.error)
             await context.abort(grpc.StatusCode.UNKNOWN, f"failed registration process: {request.error}")
         self.registered.set()
-        _log.info("registered with the kubelet", driver=self._info.name, endpoint=self._info.endpoint)
+        _log.info("Registered with the kubelet", driver=self._info.name, endpoint=self._info.endpoint)
         return reg.RegistrationStatusResponse()
 
 

@@ -79,7 +79,7 @@ class KubeletPluginServer:
             await self.stop()
             raise
         _log.info(
-            "kubelet plugin serving",
+            "Kubelet plugin serving",
             dra_socket=str(paths.dra_socket),
             registration_socket=str(paths.registration_socket),
         )
@@ -131,7 +131,7 @@ def _clear_socket_path(socket: Path) -> None:
     if socket.is_dir():
         raise ConfigError(f"a directory is in the way of socket {socket}")
     if _remove_socket(socket):
-        _log.info("removed stale socket", socket=str(socket))
+        _log.info("Removed stale socket", socket=str(socket))
 
 
 def _remove_socket(socket: Path) -> bool:

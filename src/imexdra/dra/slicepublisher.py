@@ -226,7 +226,7 @@ class SlicePublisher:
             if not is_not_found(error):
                 raise
         self.informer.store.delete(name)
-        _log.info("obsolete ResourceSlice deleted", name=name)
+        _log.info("Obsolete ResourceSlice deleted", name=name)
 
 
 def _essentials(spec: dict[str, Any]) -> dict[str, Any]:

@@ -116,6 +116,6 @@ def remove_orphaned_domain_dirs(domains_dir: Path, known_uids: set[str]) -> list
     for entry in sorted(domains_dir.iterdir()):
         if entry.is_dir() and entry.name not in known_uids:
             shutil.rmtree(entry, ignore_errors=True)
-            _log.info("removed directory of a deleted ComputeDomain", path=str(entry))
+            _log.info("Removed directory of a deleted ComputeDomain", path=str(entry))
             removed.append(entry.name)
     return removed

@@ -184,7 +184,7 @@ class CliqueReadiness:
             with kube_errors(f"get ComputeDomainClique {self._namespace}/{name}"):
                 clique = await self._client.get(ComputeDomainClique, name, namespace=self._namespace)
         except DriverError as error:
-            _log.debug("clique not readable; not ready", clique=name, error=str(error))
+            _log.debug("Clique not readable; not ready", clique=name, error=str(error))
             return False
         return self._daemon_status(clique) == ComputeDomainStatusValue.READY
 

@@ -76,7 +76,7 @@ class HardwareSettings:
 def open_nvml(settings: HardwareSettings) -> Nvml:
     """The NVML backend: ``libnvidia-ml.so.1`` under the container driver root, through nvidia-ml-py."""
     library = find_nvml_library(settings.container_driver_root)
-    _log.info("using NVML library", path=str(library))
+    _log.info("Using NVML library", path=str(library))
     return PynvmlNvml(library_path=library)
 
 
@@ -149,7 +149,7 @@ def build_base_spec(settings: HardwareSettings, *, runs_imex_daemons: bool = Tru
     missing = [name for name in IMEX_BINARIES if name not in binaries]
     if missing and runs_imex_daemons:
         _log.warning(
-            "driver programs not found in the driver root; IMEX daemons on this node cannot start",
+            "Driver programs not found in the driver root; IMEX daemons on this node cannot start",
             missing=missing,
             driver_root=str(settings.container_driver_root),
         )
@@ -175,7 +175,7 @@ class CliqueTracker:
     def discover(self) -> str:
         """Initial discovery; any error is fatal to startup."""
         self.current = clique_id(self._nvml.gpus(), strict=self._strict)
-        _log.info("clique ID discovered", clique_id=self.current or "(none: no NVLink fabric)")
+        _log.info("Clique ID discovered", clique_id=self.current or "(none: no NVLink fabric)")
         return self.current
 
     async def refresh(self) -> None:
@@ -183,10 +183,10 @@ class CliqueTracker:
         try:
             found = await asyncio.to_thread(lambda: clique_id(self._nvml.gpus(), strict=self._strict))
         except Exception as error:
-            _log.warning("clique ID refresh failed", error=str(error))
+            _log.warning("Clique ID refresh failed", error=str(error))
             return
         if found and found != self.current:
-            _log.info("clique ID changed", old=self.current, new=found)
+            _log.info("Clique ID changed", old=self.current, new=found)
             self.current = found
         if self._on_change is not None and self.current:
             await self._on_change(self.current)

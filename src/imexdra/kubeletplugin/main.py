@@ -115,6 +115,6 @@ def main(
     try:
         asyncio.run(run(config))
     except (DriverError, OSError) as error:
-        log.error("kubelet plugin failed", error=f"{type(error).__name__}: {error}")
+        log.error("Kubelet plugin failed", error=f"{type(error).__name__}: {error}")
         write_termination_message(f"kubelet plugin failed: {error}")
         sys.exit(1)

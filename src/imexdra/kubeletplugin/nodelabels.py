@@ -131,7 +131,7 @@ class NodeLabeler:
                 labels[NODE_LABEL_KEY] = wanted
             await self._put({**node, "metadata": {**node["metadata"], "labels": labels}})
             _log.info(
-                "node label changed", node=self.node_name, label=NODE_LABEL_KEY, old=current, new=wanted
+                "Node label changed", node=self.node_name, label=NODE_LABEL_KEY, old=current, new=wanted
             )
 
         async with self._lock:

@@ -234,7 +234,7 @@ async def _serve(
         await server.start()
         stack.push_async_callback(server.stop)
         await _start_endpoints(config, stack, parts.domains)
-        _log.info("kubelet plugin started", node=config.node_name, host_managed=config.host_managed)
+        _log.info("Kubelet plugin started", node=config.node_name, host_managed=config.host_managed)
         await supervise(_services(config, parts), stop=stop, grace=10.0)
     _log.info("shutdown")
 
@@ -297,7 +297,7 @@ def _stop_on_signals() -> asyncio.Event:
 
 
 def _stopping(event: asyncio.Event, signum: signal.Signals) -> None:
-    _log.info("stop requested", signal=signum.name)
+    _log.info("Stop requested", signal=signum.name)
     event.set()
 
 
@@ -311,7 +311,7 @@ def dump_stacks(path: Path = STACK_DUMP) -> None:
                 out.write(f"\nasyncio task {task.get_name()}:\n")
                 task.print_stack(file=out)
     except OSError as error:
-        _log.warning("stack dump to file failed; writing to stderr", path=str(path), error=str(error))
+        _log.warning("Stack dump to file failed; writing to stderr", path=str(path), error=str(error))
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         return
-    _log.info("stacks dumped", path=str(path))
+    _log.info("Stacks dumped", path=str(path))

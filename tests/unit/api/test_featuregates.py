@@ -297,15 +297,15 @@ def test_log_feature_gates_reports_alias_overrides_and_values() -> None:
     warnings = [entry for entry in logs if entry["log_level"] == "warning"]
     assert warnings == [
         {
-            "event": "deprecated feature gate name",
+            "event": "Deprecated feature gate name",
             "gate": "HostManagedIMEXDaemon",
             "replacement": "HostManagedIMEX",
             "log_level": "warning",
         }
     ]
-    forced = [entry["gate"] for entry in logs if entry["event"] == "feature gate forced"]
+    forced = [entry["gate"] for entry in logs if entry["event"] == "Feature gate forced"]
     assert forced == ["IMEXDaemonsWithDNSNames", "ComputeDomainCliques"]
-    summary = next(entry for entry in logs if entry["event"] == "feature gates")
+    summary = next(entry for entry in logs if entry["event"] == "Feature gates")
     assert summary["featureGates"]["HostManagedIMEX"] is True
     assert summary["featureGates"]["ComputeDomainCliques"] is False
 

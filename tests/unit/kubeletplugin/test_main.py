@@ -103,10 +103,10 @@ def test_startup_logs_gates_then_fails_without_channel_major(
     result = run([], env)
     assert result.exit_code == 1, result.output
     lines = {entry["msg"]: entry for entry in map(json.loads, result.output.splitlines())}
-    assert lines["feature gates"]["featureGates"]["HostManagedIMEX"] is forced
-    assert ("feature gate forced" in lines) == forced
+    assert lines["Feature gates"]["featureGates"]["HostManagedIMEX"] is forced
+    assert ("Feature gate forced" in lines) == forced
     assert lines["Flags"]["nodeName"] == "node-a"
-    assert "nvidia-caps-imex-channels" in lines["kubelet plugin failed"]["error"]
+    assert "nvidia-caps-imex-channels" in lines["Kubelet plugin failed"]["error"]
     message = termination_log.read_text()
     assert message.startswith("kubelet plugin failed: ") and "nvidia-caps-imex-channels" in message
     assert (tmp_path / "cdi").is_dir()
