@@ -11,13 +11,13 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
 from imexdra_sim import rack, seedworkloads
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import failure_count, progress
+from tests.support.upstream import UPSTREAM_VALUES_FILE
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -56,8 +56,7 @@ def _step(config: pytest.Config, title: str) -> Iterator[None]:
 HOST_MANAGED = rack.RackConfig(nodes=3, host_managed=True, no_fabric_nodes=(2,))
 #: Every key of upstream's chart values at its default (docs/compatibility.md): the driver-managed rack
 #: installs with it underneath the rack's own values, as an operator moving from upstream would.
-UPSTREAM_VALUES = Path(__file__).parents[1] / "data" / "upstream-default-values.yaml"
-DRIVER_MANAGED = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES,))
+DRIVER_MANAGED = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES_FILE,))
 REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd")
 #: The seeds' workloads on a full NVL72 rack: 18 trays, each a containerd node with its own cgroups
 #: (docs/node-runtime.md §9 says why that made 18 fit on the 2-core CI machine).

@@ -6,7 +6,6 @@ Release and namespace are upstream's usual ones; ``switch`` runs §3's steps (an
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +16,9 @@ from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import failure_count, progress, stop_cluster
 from tests.e2e.helpers import is_ready
 from tests.support.kubectl import get_json
+from tests.support.upstream import UPSTREAM_VALUES_FILE
 
-UPSTREAM_VALUES = Path(__file__).parents[1] / "data" / "upstream-default-values.yaml"
-CONFIG = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES,))
+CONFIG = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES_FILE,))
 NAMESPACE = "dra-driver-nvidia-gpu"
 UPSTREAM = "dra-driver-nvidia-gpu"
 """Release name of the install taken over; also its chart name (``nameOverride``), as upstream's."""
@@ -70,7 +69,7 @@ def install(cluster: LocalCluster, release: str, *flags: str) -> None:
     assert cluster.run_dir is not None
     values = cluster.run_dir / f"{release}-values.yaml"
     values.write_text(yaml.safe_dump(rack.chart_values(CONFIG)))
-    files = (f"--values={UPSTREAM_VALUES}", f"--values={values}")
+    files = (f"--values={UPSTREAM_VALUES_FILE}", f"--values={values}")
     helm(cluster, "install", release, str(rack.CHART), *files, *flags, "--wait", "--timeout=180s")
 
 

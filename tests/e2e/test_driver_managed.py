@@ -37,10 +37,10 @@ from tests.e2e.helpers import (
     upgrade_chart,
 )
 from tests.support.kubectl import apply, get_json
+from tests.support.upstream import upstream_values
 from tests.support.waiting import wait_until
 
 BASE_SPEC = "k8s.compute-domain.nvidia.com-device_base.yaml"
-UPSTREAM_VALUES = Path(__file__).parents[1] / "data" / "upstream-default-values.yaml"
 DAEMON_SELECTOR = COMPUTE_DOMAIN_LABEL_KEY  # every domain's daemon pods carry the label
 
 
@@ -77,7 +77,7 @@ def test_the_install_took_upstreams_values_file(driver_managed_rack: LocalCluste
             "--output=json",
         ).stdout
     )
-    upstream = yaml.safe_load(UPSTREAM_VALUES.read_text())
+    upstream = upstream_values()
     assert set(upstream) <= set(supplied)
     assert supplied["consumableShares"] == upstream["consumableShares"]
     assert supplied["kubeletPlugin"]["containers"].keys() >= upstream["kubeletPlugin"]["containers"].keys()

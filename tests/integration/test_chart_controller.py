@@ -35,6 +35,7 @@ NAMESPACE = "chart-ctl"
 WORKLOADS = "chart-ctl-workloads"
 POD_NAME = "chartctl-imexdra-controller-5d9c7-abcde"
 LEASE = "chartctl-imexdra-controller"
+PPROF = "/debug/pprof"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def chart_rbac(cluster: LocalCluster, compute_domain_crds: None, port: int) -> I
         "controller": {
             "replicas": 2,
             "leaderElection": {"enabled": True},
-            "metrics": {"httpEndpoint": f"$(POD_IP):{port}"},
+            "metrics": {"httpEndpoint": f"$(POD_IP):{port}", "profilePath": PPROF},
         }
     }
     installed = install_chart_rbac(cluster, release=RELEASE, namespace=NAMESPACE, values=values)
@@ -184,4 +185,29 @@ async def test_controller_runs_with_the_charts_env_and_rbac(
     assert not re.search(r'forbidden: User \\?"[^"\\]+\\?" cannot', log), (
         "the controller was refused something"
     )
+    assert controller.poll() is None
+
+
+def http_text(url: str) -> tuple[int, str]:
+    """Status and body of GET ``url``."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+async def test_profiling_endpoints_of_the_chart_controller(
+    cluster: LocalCluster, controller: subprocess.Popen[bytes], port: int
+) -> None:
+    """controller.metrics.profilePath serves a task dump and a CPU profile of the running controller."""
+    base = f"http://127.0.0.1:{port}{PPROF}"
+    await eventually("/readyz", lambda: http_status(f"http://127.0.0.1:{port}/readyz") == 200)
+    status, tasks = http_text(f"{base}/tasks")
+    assert status == 200 and "asyncio tasks in process" in tasks
+    assert "imexdra/" in tasks  # the controller's own coroutines, by module path
+    status, profile = http_text(f"{base}/profile?seconds=1")
+    samples = [line.rsplit(" ", 1) for line in profile.splitlines()]
+    assert status == 200 and samples and all(count.isdigit() for _, count in samples)
+    assert any(stack.startswith("MainThread;") for stack, _ in samples)
     assert controller.poll() is None

@@ -10,17 +10,14 @@ the table fails the test, so a key added to the list must be classified.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from tests.support.upstream import upstream_values
 from tests.unit.chart.helm import merge, nested, render, render_error, walk
 
-UPSTREAM_VALUES: dict[str, Any] = yaml.safe_load(
-    (Path(__file__).parents[2] / "data/upstream-default-values.yaml").read_text()
-)
+UPSTREAM_VALUES = upstream_values()
 
 
 @dataclass(frozen=True)

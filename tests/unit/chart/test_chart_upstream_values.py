@@ -10,17 +10,14 @@ refuse them, naming the key, when they do.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from tests.support.upstream import upstream_values
 from tests.unit.chart.helm import merge, nested, render
 
-UPSTREAM_VALUES = yaml.safe_load(
-    (Path(__file__).parents[2] / "data/upstream-default-values.yaml").read_text()
-)
+UPSTREAM_VALUES = upstream_values()
 IMAGE = {"image": {"repository": UPSTREAM_VALUES["image"]["repository"]}}
 CONTROLLER = ("Deployment", "imexdra-controller")
 PLUGIN = ("DaemonSet", "imexdra-kubelet-plugin")
