@@ -44,6 +44,10 @@ def stop_cluster(
         progress(config, f"{what} logs kept in {cluster.run_dir}/logs")
 
 
+UPSTREAM_CHECKOUT_MODULE = "test_migration_upstream_chart.py"
+"""The one module that needs ``--upstream-checkout``; collected only with it (CI has no checkout)."""
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """``--upstream-checkout``: tests/e2e/test_migration_upstream_chart.py installs that checkout's chart."""
     parser.addoption(
@@ -51,6 +55,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="",
         help="a checkout of NVIDIA/k8s-dra-driver-gpu; the upstream-chart migration test needs one",
     )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave out the upstream-chart migration module unless a checkout is given (never a skipped test)."""
+    if collection_path.name == UPSTREAM_CHECKOUT_MODULE and not config.getoption("upstream_checkout"):
+        return True
+    return None
 
 
 @pytest.hookimpl(wrapper=True)

@@ -3,7 +3,7 @@
     pytest tests/e2e/test_migration_upstream_chart.py --upstream-checkout=<NVIDIA/k8s-dra-driver-gpu>
 
 Upstream's chart is public source, but neither it nor its Go images can be fetched on the CI machine,
-and imexdra does not copy it; so this module runs only with a checkout (and is skipped otherwise).
+and imexdra does not copy it; so this module is collected only with a checkout (tests/conftest.py).
 It installs that chart as upstream's users do (``resources.gpus.enabled=false``, the ComputeDomain
 side only), whose pods cannot start here (their images are not on the nodes) while every object of
 the release is in the cluster, its CRDs included. A ComputeDomain is created under it, then §3's steps
@@ -40,10 +40,10 @@ CRDS = ("computedomains.resource.nvidia.com", "computedomaincliques.resource.nvi
 
 @pytest.fixture(scope="module")
 def upstream_chart(pytestconfig: pytest.Config) -> Path:
-    """The chart directory of the given upstream checkout (skips the module without one)."""
+    """The chart directory of the given upstream checkout."""
     checkout = pytestconfig.getoption("upstream_checkout")
-    if not checkout:
-        pytest.skip("needs --upstream-checkout=<a checkout of NVIDIA/k8s-dra-driver-gpu>")
+    if not checkout:  # a directory run does not collect this module without one (tests/conftest.py)
+        pytest.fail("this module needs --upstream-checkout=<a checkout of NVIDIA/k8s-dra-driver-gpu>")
     charts = sorted(Path(checkout).glob("deployments/helm/*/Chart.yaml"))
     assert len(charts) == 1, f"no single chart under {checkout}/deployments/helm: {charts}"
     return charts[0].parent
