@@ -8,9 +8,10 @@ therefore exactly "this node's IMEX daemon is ready".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from imexdra.devices.imex import Imex, ImexError
+from imexdra.devices.imex import ImexError, QueryResult
 
 NOOP_MESSAGE = "check succeeded (noop, clique ID is empty)"
 
@@ -23,12 +24,12 @@ class CheckResult:
     message: str
 
 
-async def check(imex: Imex, *, clique_id: str) -> CheckResult:
-    """Run the readiness check against ``imex``."""
+def check(query: Callable[[], QueryResult], *, clique_id: str) -> CheckResult:
+    """Run the readiness check with ``query`` (which raises ``ImexError`` when it cannot answer)."""
     if not clique_id:
         return CheckResult(True, NOOP_MESSAGE)
     try:
-        result = await imex.query()
+        result = query()
     except ImexError as error:
         return CheckResult(False, f"IMEX daemon not ready: {error}")
     if result.returncode != 0:

@@ -10,7 +10,6 @@ verdict, as upstream's does).
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from dataclasses import dataclass
 
@@ -85,7 +84,9 @@ def main(
 @click.pass_obj
 def run(settings: GlobalSettings) -> None:
     """Join the ComputeDomain and supervise nvidia-imex until SIGTERM."""
-    # The API client and logging stacks are loaded here only, keeping ``check`` light.
+    # The event loop, the API client and logging stacks are loaded here only, keeping ``check`` light.
+    import asyncio
+
     import structlog
 
     from imexdra.api.featuregates import log_feature_gates
@@ -98,6 +99,7 @@ def run(settings: GlobalSettings) -> None:
     _log = structlog.get_logger(__name__)
     _log.info(
         "Starting compute-domain daemon",
+        klogVerbosity=settings.logging.verbosity,
         node=settings.node_name,
         clique_id=settings.daemon.clique_id,
         compute_domain=settings.daemon.compute_domain_uuid,
@@ -130,12 +132,12 @@ def check(settings: GlobalSettings) -> None:
     """Exit 0 when this node's IMEX daemon is ready (the pod's probe)."""
     from imexdra.daemon.check import check as run_check
     from imexdra.daemon.imexbinaries import locate
-    from imexdra.devices.imex_real import SubprocessImex
+    from imexdra.devices.imexctl import query_daemon
 
     # Found as ``run`` finds it (/usr/bin first); a missing one makes the query fail, naming it.
     ctl = locate("nvidia-imex-ctl") or "nvidia-imex-ctl"
-    imex = SubprocessImex(settings.files.imexd.config, ctl_binary=ctl)
-    result = asyncio.run(run_check(imex, clique_id=settings.daemon.clique_id))
+    config = settings.files.imexd.config
+    result = run_check(lambda: query_daemon(ctl, config), clique_id=settings.daemon.clique_id)
     if result.message:
         click.echo(result.message, err=not result.ok)
     if not result.ok:

@@ -14,13 +14,14 @@ difference. Every failure — no program, no answer in time, an answer other tha
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from imexdra.common.errors import RetryableError
 from imexdra.devices.driverroot import BINARY_DIRS, driver_binaries
-from imexdra.devices.imex_real import run_query
+from imexdra.devices.imexctl import run_query
 
 CTL_NAME = "nvidia-imex-ctl"
 READY_LINE = "READY"
@@ -76,7 +77,7 @@ class CtlHostImex:
             )
         not_ready = f"host IMEX not ready at {self.socket}"
         try:
-            result = await run_query(self.command(ctl), self.timeout)
+            result = await asyncio.to_thread(run_query, self.command(ctl), self.timeout)
         except TimeoutError:  # before OSError, of which it is a subclass
             raise HostImexNotReadyError(
                 f"{not_ready}: {CTL_NAME} -q did not answer within {self.timeout:g}s"

@@ -15,10 +15,10 @@ import asyncio
 import ctypes
 import ctypes.util
 import signal
-from collections.abc import Sequence
 from pathlib import Path
 
 from imexdra.devices.imex import ImexError, QueryResult
+from imexdra.devices.imexctl import QUERY_TIMEOUT_SECONDS, query_daemon
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -38,7 +38,7 @@ class SubprocessImex:
         *,
         imex_binary: str = "nvidia-imex",
         ctl_binary: str = "nvidia-imex-ctl",
-        query_timeout: float = 10.0,
+        query_timeout: float = QUERY_TIMEOUT_SECONDS,
     ) -> None:
         """Use ``config`` (the rendered ``imexd.cfg``) for both the daemon and its queries."""
         self.config = config
@@ -101,36 +101,5 @@ class SubprocessImex:
         return await process.wait()
 
     async def query(self) -> QueryResult:
-        """Run ``nvidia-imex-ctl -c <config> -q`` and return its exit code and combined output."""
-        try:
-            return await run_query([self.ctl_binary, "-c", str(self.config), "-q"], self._query_timeout)
-        except TimeoutError:  # before OSError, of which it is a subclass
-            raise ImexError(f"{self.ctl_binary} -q did not answer within {self._query_timeout:g}s") from None
-        except OSError as error:
-            raise ImexError(f"run {self.ctl_binary}: {error}") from error
-
-
-async def run_query(argv: Sequence[str], answer_within: float) -> QueryResult:
-    """Run one ``nvidia-imex-ctl`` query: its exit code and stdout+stderr as one text.
-
-    Shared by the daemon's query of its own IMEX and the plugin's of the host's (``hostimex``).
-
-    Raises:
-        OSError: the program could not be started.
-        TimeoutError: no answer within ``answer_within`` seconds; the program is killed and reaped first.
-
-    """
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        output, _ = await asyncio.wait_for(process.communicate(), timeout=answer_within)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    code = process.returncode if process.returncode is not None else -1
-    return QueryResult(returncode=code, output=output.decode(errors="replace"))
+        """Run ``nvidia-imex-ctl -c <config> -q`` (in a worker thread) and return its answer."""
+        return await asyncio.to_thread(query_daemon, self.ctl_binary, self.config, self._query_timeout)

@@ -2,28 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from imexdra.daemon.check import NOOP_MESSAGE, check
 from imexdra.devices.imex import ImexError, QueryResult
-from imexdra_sim.devices.imex_fake import FakeImex
 
 
-class Answer(FakeImex):
-    """A FakeImex whose query answer (or failure) is fixed."""
+def answer(result: QueryResult | ImexError) -> Callable[[], QueryResult]:
+    """A query whose answer (or failure) is fixed."""
 
-    def __init__(self, result: QueryResult | ImexError) -> None:
-        super().__init__()
-        self.result = result
+    def query() -> QueryResult:
+        if isinstance(result, ImexError):
+            raise result
+        return result
 
-    async def query(self) -> QueryResult:
-        if isinstance(self.result, ImexError):
-            raise self.result
-        return self.result
+    return query
 
 
 @pytest.mark.parametrize(
-    ("answer", "ok", "message"),
+    ("reply", "ok", "message"),
     [
         (QueryResult(0, "READY\n"), True, ""),
         (QueryResult(0, "NOT_READY\n"), False, "IMEX daemon not ready: 'NOT_READY\\n'"),
@@ -33,14 +32,14 @@ class Answer(FakeImex):
     ],
     ids=["ready", "not-ready", "missing-newline", "ctl-failed", "ctl-missing"],
 )
-async def test_verdicts(answer: QueryResult | ImexError, ok: bool, message: str) -> None:
+def test_verdicts(reply: QueryResult | ImexError, ok: bool, message: str) -> None:
     """Only an exact READY passes; every failure says why."""
-    result = await check(Answer(answer), clique_id="uuid.1")
+    result = check(answer(reply), clique_id="uuid.1")
     assert result.ok is ok
     assert message in result.message
 
 
-async def test_no_clique_always_passes() -> None:
+def test_no_clique_always_passes() -> None:
     """A daemon on a node without a fabric runs no IMEX and passes without asking."""
-    result = await check(Answer(ImexError("must not be called")), clique_id="")
+    result = check(answer(ImexError("must not be called")), clique_id="")
     assert (result.ok, result.message) == (True, NOOP_MESSAGE)
