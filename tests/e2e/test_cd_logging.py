@@ -1,15 +1,17 @@
 """Upstream's test_cd_logging.bats: what the controller and the kubelet plugin log, by verbosity.
 
 The rack installs the chart at ``logVerbosity=0``; the module later raises it to 6 with ``helm upgrade``
-(both components restart). At each level a ComputeDomain is created and deleted, and the components'
-CRI logs are read (``kubectl logs`` needs a kubelet server this harness does not run).
+(both components restart). At each level a ComputeDomain is created, a pod on its channel brings up
+the node's IMEX daemon, both are deleted, and the components' CRI logs are read (``kubectl logs``
+needs a kubelet server this harness does not run).
 
 Checked, with upstream's strings where ours match them: at level 0 the startup lines carry the resolved
 configuration (controller: ``Verbosity``, ``additionalNamespaces``, ``maxNodesPerIMEXDomain``,
 ``"MPSSupport":false``; plugin: ``Verbosity``, ``nodeName``, ``identified fabric clique``, ``driver
 version validation``) and per-domain work is logged at info only; at level 6 informer lists, per-domain
-finalizer waits and API requests appear as well, and daemons of domains created afterwards get
-verbosity 6 (upstream test 16's mechanism: daemon verbosity comes from the controller's environment).
+teardown steps and API requests appear as well, and daemons of domains created afterwards get
+verbosity 6 (upstream test 16's mechanism: daemon verbosity comes from the controller's environment),
+which their own logs show (their start line's level; their informer and API request lines at 6 only).
 Upstream's Go-specific strings (``reflector.go``, ``round_trippers.go``) have no Python counterpart.
 """
 
@@ -20,16 +22,19 @@ from typing import Any
 
 import pytest
 
+from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY
 from imexdra_sim import rack
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import (
     CONTROLLER_SELECTOR,
     PLUGIN_SELECTOR,
+    channel_pod,
     container_log,
     driver_pods,
     is_ready,
     log_events,
+    pod_phase,
     upgrade_chart,
 )
 from tests.support.kubectl import apply, get_json
@@ -39,8 +44,8 @@ NAMESPACE = "logging"
 NODE = "gb200-00"
 CLIQUE_ID = rack.RackConfig().clique_id
 """The clique every fabric node of a rack with default settings reports (the quiet rack's too)."""
-WAITING = "Waiting for the ComputeDomain's objects to go"
-"""The controller's V(4) line while a deleted domain's objects are still there."""
+REMOVING = "Removing the ComputeDomain's objects"
+"""The controller's V(4) line for each step of a deleted domain's teardown."""
 INFORMER_RESOURCES = {
     "ComputeDomain",
     "ResourceClaimTemplate",
@@ -58,6 +63,8 @@ class Logs:
 
     controller: list[str]
     plugin: list[str]
+    daemon: list[str]
+    """The log of the domain's IMEX daemon, read while the domain was Ready."""
     domain: str
     daemon_env: dict[str, str]
     """The environment of the domain's daemon container, as the controller rendered it."""
@@ -129,7 +136,7 @@ def test_level_0_logs_per_domain_work_at_info_only(level0: Logs) -> None:
     """At level 0 a domain's status and finalization are logged, but no V(1+) detail or API request."""
     key = f"{NAMESPACE}/{level0.domain}"
     for component in ("controller", "plugin"):
-        detail = {"Caches populated", WAITING}  # the level-6 test's lines
+        detail = {"Caches populated", REMOVING}  # the level-6 test's lines
         assert [e for e in level0.events(component) if e.get("msg") in detail] == [], component
         assert not any("HTTP Request:" in line for line in getattr(level0, component)), component
     assert level0.event("controller", "ComputeDomain status updated")["key"] == key
@@ -138,14 +145,14 @@ def test_level_0_logs_per_domain_work_at_info_only(level0: Logs) -> None:
 
 
 def test_level_6_adds_informer_finalizer_and_request_detail(level6: Logs) -> None:
-    """At level 6 informer lists, per-domain finalizer waits and API requests are logged too."""
+    """At level 6 informer lists, per-domain teardown steps and API requests are logged too."""
     key = f"{NAMESPACE}/{level6.domain}"
     assert level6.event("controller", "controller manager config")["klogVerbosity"] == 6
     assert level6.event("plugin", "Flags")["klogVerbosity"] == 6
     listed = {e["resource"] for e in level6.events("controller") if e.get("msg") == "Caches populated"}
     assert listed == INFORMER_RESOURCES
-    waiting = [e for e in level6.events("controller") if e.get("msg") == WAITING]
-    assert waiting and all(e["key"] == key for e in waiting)
+    removing = [e for e in level6.events("controller") if e.get("msg") == REMOVING]
+    assert removing and all(e["key"] == key for e in removing)
     assert any("HTTP Request: GET" in line and "computedomains" in line for line in level6.controller)
     assert any(
         e.get("msg") == "Caches populated" and e["resource"] == "ComputeDomain"
@@ -154,6 +161,19 @@ def test_level_6_adds_informer_finalizer_and_request_detail(level6: Logs) -> Non
     assert any("HTTP Request: GET" in line and "resourceslices" in line for line in level6.plugin)
     # Daemons of domains created after the change get the controller's new daemon verbosity.
     assert level6.daemon_env["LOG_VERBOSITY"] == "6"
+
+
+def test_daemon_logs_at_the_verbosity_the_controller_gives_it(level0: Logs, level6: Logs) -> None:
+    """LOG_VERBOSITY_CD_DAEMON as the daemon's own log shows it: the level on its start line, and at 6
+    (not at 0) its informer's list and its API requests (labelling its pod, watching its clique)."""
+    for logs, level in ((level0, 0), (level6, 6)):
+        assert logs.event("daemon", "Starting compute-domain daemon")["klogVerbosity"] == level
+        assert logs.event("daemon", "IMEX daemon started")["pid"] > 0
+    assert not any("HTTP Request:" in line for line in level0.daemon)
+    assert [e for e in level0.events("daemon") if e.get("msg") == "Caches populated"] == []
+    listed = {e["resource"] for e in level6.events("daemon") if e.get("msg") == "Caches populated"}
+    assert "ComputeDomainClique" in listed, listed
+    assert any("HTTP Request: PATCH" in line and "/pods/" in line for line in level6.daemon)
 
 
 def test_level_6_logs_the_controllers_api_writes(level6: Logs) -> None:
@@ -182,12 +202,25 @@ def _cycle_domain(cluster: LocalCluster, name: str) -> Logs:
     daemon_set = get_json(cluster, "daemonset", f"computedomain-daemon-{uid}", "-n", rack.DRIVER_NAMESPACE)
     container = daemon_set["spec"]["template"]["spec"]["containers"][0]
     daemon_env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
+    # A pod with the domain's channel brings up the node's IMEX daemon, whose log is read once Ready.
+    worker = f"{name}-worker"
+    apply(cluster, channel_pod(worker, NAMESPACE, template, node=NODE))
+    wait_until(f"{worker} Running", lambda: pod_phase(cluster, NAMESPACE, worker) == "Running", timeout=120)
+    selector = f"{COMPUTE_DOMAIN_LABEL_KEY}={uid}"
+    daemons = wait_until(
+        "the domain's IMEX daemon Ready",
+        lambda: [p for p in driver_pods(cluster, selector) if is_ready(p)] or None,
+        timeout=120,
+    )
+    daemon_log = container_log(cluster, daemons[0])
+    cluster.kubectl("delete", "pod", worker, "-n", NAMESPACE, "--wait=true", timeout=120)
     cluster.kubectl("delete", "computedomain", name, "-n", NAMESPACE, "--wait=true", timeout=120)
     (controller,) = [p for p in driver_pods(cluster, CONTROLLER_SELECTOR) if is_ready(p)]
     (plugin,) = [p for p in driver_pods(cluster, PLUGIN_SELECTOR) if p["spec"]["nodeName"] == NODE]
     return Logs(
         controller=container_log(cluster, controller),
         plugin=container_log(cluster, plugin),
+        daemon=daemon_log,
         domain=name,
         daemon_env=daemon_env,
     )

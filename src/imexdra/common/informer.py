@@ -39,7 +39,15 @@ from imexdra.common.kube import (
 )
 from imexdra.common.metrics import REFLECTOR_LISTS, REFLECTOR_WATCH_EVENTS
 from imexdra.common.ratelimit import Backoff
-from imexdra.common.store import Changes, IndexFunc, KubeObject, Store, object_key, resource_version
+from imexdra.common.store import (
+    Changes,
+    IndexFunc,
+    KubeObject,
+    Store,
+    object_key,
+    resource_version,
+    strip_managed_fields,
+)
 
 T = TypeVar("T", bound=KubeObject)
 T_contra = TypeVar("T_contra", contravariant=True)
@@ -217,7 +225,7 @@ class Informer(Generic[T]):
                 raise ResourceExpiredError(response.text)
             await raise_for_status(response, f"list {self.kind}")
             cont, rv, page = decoders.decode_list(response.content, self.resource)
-            items.extend(page)
+            items.extend(map(strip_managed_fields, page))
             if not cont:
                 break
             params["continue"] = cont
@@ -274,7 +282,7 @@ class Informer(Generic[T]):
                 reason=status.reason or "",
             )
         try:
-            obj: T = decoders.decode_object(event.object, self.resource)
+            obj: T = strip_managed_fields(decoders.decode_object(event.object, self.resource))
         except msgspec.ValidationError as error:  # one malformed object must not stall the whole kind
             self._log.error(
                 "Skipping an object that cannot be decoded", error=str(error), event_type=event.type

@@ -39,6 +39,18 @@ def object_key(obj: KubeObject) -> str:
     return f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
 
 
+def strip_managed_fields(obj: T) -> T:
+    """Drop ``metadata.managedFields`` (client-go's ``TransformStripManagedFields``) and return ``obj``.
+
+    Server-side apply's bookkeeping is two thirds of a small object's memory and nothing here reads it;
+    a write that sends a cached object back without it leaves the server's copy as it was
+    (docs/architecture.md §6).
+    """
+    if obj.metadata is not None:
+        obj.metadata.managedFields = None
+    return obj
+
+
 def resource_version(obj: KubeObject) -> str | None:
     """``metadata.resourceVersion`` of ``obj``, if any."""
     return obj.metadata.resourceVersion if obj.metadata else None

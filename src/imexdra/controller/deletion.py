@@ -71,6 +71,9 @@ class Delete:
 
     target: Owned
 
+    def __str__(self) -> str:
+        return f"delete {self.target}"
+
 
 @dataclass(frozen=True, slots=True)
 class RemoveFinalizer:
@@ -78,12 +81,18 @@ class RemoveFinalizer:
 
     target: Owned
 
+    def __str__(self) -> str:
+        return f"remove the finalizer of {self.target}"
+
 
 @dataclass(frozen=True, slots=True)
 class RemoveNodeLabel:
     """Remove the domain's label from a node."""
 
     node: str
+
+    def __str__(self) -> str:
+        return f"remove the label of node {self.node}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from imexdra.common.store import KubeObject, Store, object_key, resource_version
+from imexdra.common.store import KubeObject, Store, object_key, resource_version, strip_managed_fields
 
 T = TypeVar("T", bound=KubeObject)
 
@@ -97,7 +97,7 @@ class Overlay(Generic[T]):
 
     def record(self, obj: T) -> None:
         """Remember an object a write of ours returned (one terminating without finalizers is gone)."""
-        meta = obj.metadata
+        meta = strip_managed_fields(obj).metadata
         gone = meta is not None and meta.deletionTimestamp is not None and not meta.finalizers
         key = object_key(obj)
         previous = self._written.get(key)

@@ -44,6 +44,7 @@ from imexdra.controller import reasons, render
 from imexdra.controller.caches import Caches, domain_label, template_target
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.deletion import (
+    Action,
     Delete,
     DeletionView,
     FinalizeDomain,
@@ -67,6 +68,8 @@ _log = structlog.get_logger(__name__)
 
 #: Fallback re-check while waiting for terminating objects to disappear (their events usually come first).
 WAIT_SECONDS = 5.0
+#: Upper bound on the deletion steps taken in one reconcile (the plan has at most five in sequence).
+MAX_DELETION_STEPS = 6
 #: Re-check of a claim-template name clash (the clashing object is not watched).
 CONFLICT_RETRY_SECONDS = 10.0
 
@@ -329,36 +332,37 @@ class Reconciler:
 
     async def _finalize(self, cd: ComputeDomain) -> float | None:
         uid = render.domain_uid(cd)
-        owned = self._owned(uid)
-        nodes = {
-            n.metadata.name: n
-            for n in self._caches.node_view.by_domain(uid)
-            if n.metadata and n.metadata.name
-        }
-        users = tuple(self._caches.channel_users(uid)) if self._config.in_use_protection else ()
-        plan = plan_deletion(DeletionView(tuple(owned), tuple(nodes), users))
-        if plan and isinstance(plan[0], HoldForUsers):
-            self._report_in_use(cd, uid, plan[0].pods)
-            return None
-        self._reported_users.pop(uid, None)
-        steps: list[Awaitable[None]] = []
-        for action in plan:
-            if isinstance(action, Delete):
-                view, obj = owned[action.target]
-                steps.append(self._writer.delete(obj, view, has_finalizers=action.target.kind != Kind.CLIQUE))
-            elif isinstance(action, RemoveFinalizer):
-                view, obj = owned[action.target]
-                steps.append(self._writer.remove_finalizer(obj, view))
-            elif isinstance(action, RemoveNodeLabel):
-                steps.append(self._writer.remove_node_label(nodes[action.node], uid, self._caches.node_view))
-        await tasks.settle(*steps)
-        if not any(isinstance(action, FinalizeDomain) for action in plan):
-            _log.debug(
-                "Waiting for the ComputeDomain's objects to go",
-                domain=uid,
-                steps=len(steps),
-                remaining=[str(o) for o in owned],
-            )
+        # Each step's writes are recorded in the overlays, so the next step is planned from them at once
+        # instead of after the watch events that echo them (one pass for a host-managed domain: delete
+        # the template, remove its finalizer, remove the domain's; docs/data-path.md §13).
+        previous: list[Action] = []
+        for _ in range(MAX_DELETION_STEPS):
+            owned = self._owned(uid)
+            nodes = {
+                n.metadata.name: n
+                for n in self._caches.node_view.by_domain(uid)
+                if n.metadata and n.metadata.name
+            }
+            users = tuple(self._caches.channel_users(uid)) if self._config.in_use_protection else ()
+            plan = plan_deletion(DeletionView(tuple(owned), tuple(nodes), users))
+            if plan and isinstance(plan[0], HoldForUsers):
+                self._report_in_use(cd, uid, plan[0].pods)
+                return None
+            self._reported_users.pop(uid, None)
+            if any(isinstance(action, FinalizeDomain) for action in plan):
+                break
+            if not plan or plan == previous:  # what is left waits for others (GC, kubelets, finalizers)
+                _log.debug(
+                    "Waiting for the ComputeDomain's objects to go",
+                    domain=uid,
+                    steps=len(plan),
+                    remaining=[str(o) for o in owned],
+                )
+                return WAIT_SECONDS
+            _log.debug("Removing the ComputeDomain's objects", domain=uid, steps=[str(a) for a in plan])
+            await tasks.settle(*self._deletion_steps(plan, owned, nodes, uid))
+            previous = plan
+        else:
             return WAIT_SECONDS
         if has_finalizer(cd):
             await self._writer.remove_finalizer(cd, self._caches.domain_view)
@@ -369,6 +373,25 @@ class Reconciler:
         )
         _log.info("ComputeDomain finalized", domain=uid)
         return None
+
+    def _deletion_steps(
+        self,
+        plan: list[Action],
+        owned: dict[Owned, tuple[Overlay[Any], Any]],
+        nodes: dict[str, Any],
+        uid: str,
+    ) -> list[Awaitable[None]]:
+        steps: list[Awaitable[None]] = []
+        for action in plan:
+            if isinstance(action, Delete):
+                view, obj = owned[action.target]
+                steps.append(self._writer.delete(obj, view, has_finalizers=action.target.kind != Kind.CLIQUE))
+            elif isinstance(action, RemoveFinalizer):
+                view, obj = owned[action.target]
+                steps.append(self._writer.remove_finalizer(obj, view))
+            elif isinstance(action, RemoveNodeLabel):
+                steps.append(self._writer.remove_node_label(nodes[action.node], uid, self._caches.node_view))
+        return steps
 
     def forget(self, uid: str) -> None:
         """Drop what is remembered about a domain gone from the API."""
