@@ -126,6 +126,16 @@ def converged(cluster: LocalCluster, names: list[str], mode: Mode) -> bool:
     return True
 
 
+def foreign_domains(cluster: LocalCluster) -> list[str]:
+    """``namespace/name`` of every ComputeDomain outside this module's namespace."""
+    items = get_json(cluster, "computedomains", "-A")["items"]
+    return [
+        f"{i['metadata']['namespace']}/{i['metadata']['name']}"
+        for i in items
+        if i["metadata"]["namespace"] != USER_NS
+    ]
+
+
 def recorded_channels(cluster: LocalCluster) -> list[int]:
     """Every live domain's ``status.channel``, duplicates kept."""
     return sorted(
@@ -208,6 +218,12 @@ async def test_sigkill_during_create_and_delete_converges_without_leaks(
     throttle = ("--kube-api-qps=25", "--kube-api-burst=5")
     kubeconfig = identity
     if mode.channel_isolation:
+        # Numbers come from one pool for the whole cluster: a domain another module left in a namespace
+        # still being deleted would take one and shift ours (it did once, run after a module that left
+        # its domain to the namespace's deletion).
+        await eventually(
+            "no ComputeDomain of another module", lambda: not foreign_domains(cluster), within=60
+        )
         kubeconfig = install_controller_identity(
             cluster, DRIVER_NS, "imexdra-controller-channels", isolation=mode.isolation
         )

@@ -80,6 +80,10 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
     cluster.create_namespace(name)
     apply(cluster, compute_domain("train", name))
     yield name
+    # The domain goes at once (no controller here gave it a finalizer): left to the namespace's slow
+    # deletion, a later module's controller, which watches every namespace, adopted it and took a
+    # channel number its test counted on (test_controller_resilience run after this module).
+    cluster.kubectl("delete", "computedomain", "train", "-n", name, "--wait=true")
     cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
