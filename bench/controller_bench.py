@@ -9,9 +9,10 @@ make any burst a measurement of the throttle). Phases:
    ``status.status=Ready``, delete it and wait until it is gone; ``--single`` times per mode. Latency is
    measured from just before the create request to the watch event. The controller's own write counter
    gives the API writes per domain lifecycle (create + delete).
-2. burst: ``--burst`` host-managed domains created by 50 concurrent clients; time from the first create
-   to the last Ready, and the time until all of them are deleted again after a burst delete.
-3. memory: ``--total`` host-managed domains Ready at once; the controller's RSS (and at idle).
+2. burst: ``--burst`` domains created by 50 concurrent clients (with the controller in ``--burst-mode``,
+   host-managed by default); time from the first create to the last Ready, and the time until all of
+   them are deleted again after a burst delete.
+3. memory: ``--total`` domains Ready at once (same mode); the controller's RSS (and at idle).
 4. burst under channel isolation (``burst_channel_isolation``, ours only, ``controller_channels``):
    ``--channel-burst`` (default 2000) host-managed domains created at once against the controller run
    with ``--imex-isolation=channel``; time to all Ready, every ``status.channel`` present and unique
@@ -29,8 +30,10 @@ domain (a warm-up). Writes per lifecycle are also read off the apiserver's ``api
 implementation.
 
 ``--controller-command "<cmd>"`` runs another controller implementation through the same phases after
-ours (placeholders such as ``{kubeconfig}`` and ``{imex_mode}``: see ``--help``) and adds its results
-under ``other_controller`` and ours/other ratios under ``ratios_ours_over_other``.
+ours (placeholders such as ``{kubeconfig}`` and ``{imex_mode}``: see ``--help``; ``--other-modes``
+limits its single-domain modes) and adds its results under ``other_controller`` and ours/other ratios
+under ``ratios_ours_over_other``. Upstream's Go controller, built from a checkout:
+``bench/upstream_controller.sh`` (bench/README.md, "Side by side with upstream's controller").
 
 Run: ``.venv/bin/python bench/controller_bench.py`` after ``make bench`` (or ``make k8s`` and
 ``.venv/bin/pip install -e '.[bench]'``).
@@ -81,6 +84,7 @@ from imexdra.common.transport import resource_path
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 TARGET_P50_MS = 100.0
+MODES = ("driver_managed", "host_managed")
 TARGET_BURST_S = 10.0
 
 
@@ -171,8 +175,9 @@ async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> 
         "apiserver_creates_per_s": round(await apiserver_write_capacity(cluster, label), 1),
     }
     own_conflicts = 0.0
+    modes = MODES if label == "ours" else tuple(args.other_modes)
     try:
-        for mode in ("driver_managed", "host_managed"):
+        for mode in modes:
             controller = ControllerProcess(
                 cluster.kubeconfig,
                 cluster.run_dir / f"{label}-{mode}.log",
@@ -190,15 +195,14 @@ async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> 
                 results[f"single_{mode}"] = await single_domains(
                     user, observer, controller, prefix, args.single, cluster
                 )
-                if mode == "host_managed":
+                if mode == args.burst_mode:
                     results["idle_rss_mib"] = controller.rss_mib()
                     burst_names = [f"{label}-burst-{i}" for i in range(args.burst)]
-                    results["burst_host_managed"] = await burst(
-                        user, observer, controller, f"{label}-burst", args.burst
-                    )
-                    results["burst_host_managed"]["delete_all_gone_s"] = await burst_delete(
-                        user, observer, burst_names
-                    )
+                    results["burst"] = {
+                        "controller_mode": mode,
+                        **await burst(user, observer, controller, f"{label}-burst", args.burst),
+                    }
+                    results["burst"]["delete_all_gone_s"] = await burst_delete(user, observer, burst_names)
                     await burst(user, observer, controller, f"{label}-mem", args.total)
                     await asyncio.sleep(2)
                     results["rss_mib_with_domains"] = {"domains": args.total, **controller.rss_mib()}
@@ -243,24 +247,28 @@ def ratios(ours: dict[str, Any], other: dict[str, Any]) -> dict[str, float | Non
     def ratio(a: float, b: float) -> float | None:
         return round(a / b, 3) if b else None
 
-    pairs = {
-        f"single_{mode}_p50": (
-            ours[f"single_{mode}"]["create_to_ready_ms"]["p50"],
-            other[f"single_{mode}"]["create_to_ready_ms"]["p50"],
+    modes = [mode for mode in MODES if f"single_{mode}" in other]
+    pairs: dict[str, tuple[float, float]] = {}
+    for mode in modes:
+        single, theirs = ours[f"single_{mode}"], other[f"single_{mode}"]
+        pairs[f"single_{mode}_p50"] = (
+            single["create_to_ready_ms"]["p50"],
+            theirs["create_to_ready_ms"]["p50"],
         )
-        for mode in ("driver_managed", "host_managed")
-    }
-    pairs |= {
-        f"apiserver_writes_per_lifecycle_{mode}": (
-            ours[f"single_{mode}"]["apiserver_writes_per_lifecycle"],
-            other[f"single_{mode}"]["apiserver_writes_per_lifecycle"],
+        pairs[f"single_{mode}_delete_to_gone_p50"] = (
+            single["delete_to_gone_ms"]["p50"],
+            theirs["delete_to_gone_ms"]["p50"],
         )
-        for mode in ("driver_managed", "host_managed")
-    }
-    pairs["burst_all_ready_s"] = (
-        ours["burst_host_managed"]["all_ready_s"],
-        other["burst_host_managed"]["all_ready_s"],
+        pairs[f"apiserver_writes_per_lifecycle_{mode}"] = (
+            single["apiserver_writes_per_lifecycle"],
+            theirs["apiserver_writes_per_lifecycle"],
+        )
+    pairs["burst_all_ready_s"] = (ours["burst"]["all_ready_s"], other["burst"]["all_ready_s"])
+    pairs["burst_delete_all_gone_s"] = (
+        ours["burst"]["delete_all_gone_s"],
+        other["burst"]["delete_all_gone_s"],
     )
+    pairs["idle_rss_mib"] = (ours["idle_rss_mib"]["VmRSS"], other["idle_rss_mib"]["VmRSS"])
     pairs["rss_mib_with_domains"] = (
         ours["rss_mib_with_domains"]["VmRSS"],
         other["rss_mib_with_domains"]["VmRSS"],
@@ -269,21 +277,19 @@ def ratios(ours: dict[str, Any], other: dict[str, Any]) -> dict[str, float | Non
 
 
 def verdict(results: dict[str, Any]) -> dict[str, Any]:
-    p50 = max(
-        results["single_driver_managed"]["create_to_ready_ms"]["p50"],
-        results["single_host_managed"]["create_to_ready_ms"]["p50"],
-    )
+    singles = [results[f"single_{mode}"] for mode in MODES if f"single_{mode}" in results]
+    p50 = max(single["create_to_ready_ms"]["p50"] for single in singles)
     conflicts = (
         sum(results["conflicts"]["apiserver_409_by_resource"].values())
         + results["conflicts"]["controller_409"]
     )
-    floor = 4 * results["burst_host_managed"]["domains"] / results["apiserver_creates_per_s"]
+    floor = 4 * results["burst"]["domains"] / results["apiserver_creates_per_s"]
     return {
         "burst_floor_s_on_this_apiserver": round(floor, 1),
         "single_p50_ms": p50,
         "single_p50_target_met": p50 <= TARGET_P50_MS,
-        "burst_all_ready_s": results["burst_host_managed"]["all_ready_s"],
-        "burst_target_met": results["burst_host_managed"]["all_ready_s"] <= TARGET_BURST_S,
+        "burst_all_ready_s": results["burst"]["all_ready_s"],
+        "burst_target_met": results["burst"]["all_ready_s"] <= TARGET_BURST_S,
         "conflicts": conflicts,
         "conflicts_target_met": conflicts == 0,
     } | channel_verdict(results)
@@ -310,9 +316,9 @@ def channel_verdict(results: dict[str, Any]) -> dict[str, Any]:
 def printable(results: dict[str, Any]) -> dict[str, Any]:
     """``results`` without the per-domain samples (they stay in the JSON file)."""
     short = json.loads(json.dumps(results))
-    for key in ("single_driver_managed", "single_host_managed"):
-        short[key].pop("samples_ms")
-    short["burst_host_managed"].pop("ready_curve_s")
+    for mode in MODES:
+        short.get(f"single_{mode}", {}).pop("samples_ms", None)
+    short["burst"].pop("ready_curve_s")
     if "burst_channel_isolation" in short:
         short["burst_channel_isolation"].pop("ready_curve_s")
     return short
@@ -321,7 +327,11 @@ def printable(results: dict[str, Any]) -> dict[str, Any]:
 async def run_all(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
     results = await run(cluster, args, OUR_CONTROLLER_COMMAND)
     if args.controller_command:
-        other = await run(cluster, args, args.controller_command)
+        try:
+            other = await run(cluster, args, args.controller_command)
+        except Exception as error:  # ours are measured: record why the other is not
+            results["other_controller"] = {"error": f"{type(error).__name__}: {error}"}
+            return results
         results["other_controller"] = other
         results["ratios_ours_over_other"] = ratios(results, other)
     return results
@@ -330,7 +340,7 @@ async def run_all(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--single", type=int, default=30, help="domains per mode in the single-domain phase")
-    parser.add_argument("--burst", type=int, default=500, help="host-managed domains created at once")
+    parser.add_argument("--burst", type=int, default=500, help="domains created at once (in --burst-mode)")
     parser.add_argument("--total", type=int, default=1000, help="domains held for the memory reading")
     parser.add_argument(
         "--channel-burst",
@@ -341,7 +351,24 @@ def main() -> None:
     parser.add_argument("--qps", type=float, default=500.0, help="controller --kube-api-qps")
     parser.add_argument("--burst-limit", type=int, default=1000, help="controller --kube-api-burst")
     parser.add_argument("--controller-command", default=None, help=CONTROLLER_COMMAND_HELP)
+    parser.add_argument(
+        "--burst-mode",
+        choices=MODES,
+        default="host_managed",
+        help="the controller mode the burst, delete and memory phases run in (driver_managed to compare "
+        "with an upstream release without HostManagedIMEX)",
+    )
+    parser.add_argument(
+        "--other-modes",
+        nargs="+",
+        choices=MODES,
+        default=list(MODES),
+        help="single-domain modes the --controller-command runs (upstream releases without HostManagedIMEX: "
+        "driver_managed); it must include --burst-mode",
+    )
     args = parser.parse_args()
+    if args.burst_mode not in args.other_modes:
+        parser.error(f"--other-modes must include --burst-mode ({args.burst_mode})")
     if args.channel_burst > POOL:
         parser.error(f"--channel-burst: the default pool of 2048 channels holds {POOL} domains")
     with LocalCluster(nodes_specs=[], keep_run_dir=False) as cluster:
@@ -359,7 +386,7 @@ def main() -> None:
     )
     (RESULTS / "controller_bench.json").write_text(json.dumps(results, indent=2))
     short = printable(results)
-    if "other_controller" in results:
+    if "ratios_ours_over_other" in results:
         short["other_controller"] = printable(results["other_controller"])
     print(json.dumps(short, indent=2))
     channels = results.get("burst_channel_isolation", {}).get("channels")

@@ -141,8 +141,8 @@ def write_controller_plot(
 ) -> None:
     """Single-domain latency per mode, the burst's Ready curve and API writes per domain lifecycle."""
     modes = {mode: results[f"single_{mode}"] for mode in MODE_COLOURS}
-    curve = results["burst_host_managed"]["ready_curve_s"]
-    all_ready = results["burst_host_managed"]["all_ready_s"]
+    curve = results["burst"]["ready_curve_s"]
+    all_ready = results["burst"]["all_ready_s"]
     figure, (single, burst, writes) = _figure("ComputeDomain controller", panels=3)
 
     for mode, single_results in modes.items():
