@@ -12,7 +12,10 @@ What is watched (upstream's set, minus what HostManagedIMEX never needs, docs/da
 | ResourceClaim (``ChannelClaim``) | all namespaces | — | protection¹ | protection¹ or channel isolation |
 
 ¹ in-use protection (docs/in-use-protection.md), on unless ``--compute-domain-in-use-protection=false``.
-``ChannelClaim`` keeps a claim's UID, the channels it holds and the pods using them, nothing else.
+``ChannelClaim`` keeps a claim's UID, the channels it holds and the pods using them, nothing else;
+``DaemonSetMeta`` keeps a DaemonSet's metadata only: the controller never reads a DaemonSet's spec or
+status, and its pod template is the largest object the controller would otherwise cache
+(bench/README.md, "Side by side with upstream's controller").
 
 Every store is indexed by the owning domain's UID (``overlay.DOMAIN_INDEX``; for ComputeDomains their
 own UID), so a reconcile finds a domain's objects without scanning.
@@ -23,7 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.core import resource as res
+from lightkube.core.schema import DictMixin
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
@@ -36,6 +41,18 @@ from imexdra.controller.claimholds import ChannelClaim, index_by_used_domain
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod, daemon_pod
 from imexdra.controller.overlay import DOMAIN_INDEX, Overlay
+
+
+class DaemonSetMeta(res.NamespacedResourceG, DictMixin, kw_only=True):
+    """An ``apps/v1`` DaemonSet as the controller keeps it: its metadata; spec and status are not decoded."""
+
+    _api_info = res.ApiInfo(
+        resource=res.ResourceDef("apps", "v1", "DaemonSet"),
+        plural="daemonsets",
+        verbs=["delete", "list", "patch", "watch"],
+    )
+
+    metadata: ObjectMeta | None = None
 
 
 def domain_label(obj: KubeObject) -> str | None:
@@ -75,14 +92,14 @@ class Caches:
             selector += f",{TARGET_LABEL_KEY} in ({ClaimTemplateTarget.WORKLOAD.value})"
         self.templates = watch(ResourceClaimTemplate, by_label, label_selector=selector)
         self.template_view = Overlay([self.templates.store], domain_label)
-        self.daemon_sets: list[Informer[DaemonSet]] = []
+        self.daemon_sets: list[Informer[DaemonSetMeta]] = []
         self.pods: list[Informer[Pod]] = []
         self.cliques: Informer[ComputeDomainClique] | None = None
         self.nodes: Informer[Node] | None = None
         if not config.host_managed:
             for namespace in config.managed_namespaces:
                 scope = {"namespace": namespace, "label_selector": COMPUTE_DOMAIN_LABEL_KEY}
-                self.daemon_sets.append(watch(DaemonSet, by_label, **scope))
+                self.daemon_sets.append(watch(DaemonSetMeta, by_label, **scope))
                 self.pods.append(watch(Pod, by_label, **scope))
             self.nodes = watch(Node, by_label, label_selector=COMPUTE_DOMAIN_LABEL_KEY)
             if config.cliques_enabled:

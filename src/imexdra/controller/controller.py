@@ -28,7 +28,6 @@ from typing import Any
 
 import structlog
 from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node
 
 from imexdra.api.computedomain import ComputeDomain
@@ -38,7 +37,7 @@ from imexdra.common.informer import EventHandler
 from imexdra.common.store import KubeObject, object_key
 from imexdra.common.transport import Transport
 from imexdra.common.workqueue import WorkQueue, run_workers
-from imexdra.controller.caches import Caches, domain_label, own_uid
+from imexdra.controller.caches import Caches, DaemonSetMeta, domain_label, own_uid
 from imexdra.controller.claimholds import ChannelClaim
 from imexdra.controller.cleanup import SWEEP_KEY, StaleObjectSweeper
 from imexdra.controller.config import ControllerConfig
@@ -234,8 +233,8 @@ class Controller:
         return EventHandler(on_add=touch, on_update=update, on_delete=touch)
 
 
-def _metadata_changed(old: DaemonSet, new: DaemonSet) -> bool:
-    """DaemonSet status churns with every pod; only its own lifecycle matters here."""
+def _metadata_changed(old: DaemonSetMeta, new: DaemonSetMeta) -> bool:
+    """DaemonSet status churns with every pod (updates with equal metadata); only its lifecycle matters."""
     a, b = old.metadata, new.metadata
     if a is None or b is None:
         return True

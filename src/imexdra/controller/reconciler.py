@@ -41,7 +41,7 @@ from imexdra.common.events import EventRecorder, and_more
 from imexdra.common.kube import ApiStatusError, is_conflict
 from imexdra.common.store import KubeObject
 from imexdra.controller import reasons, render
-from imexdra.controller.caches import Caches, domain_label, template_target
+from imexdra.controller.caches import Caches, DaemonSetMeta, domain_label, template_target
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.deletion import (
     Action,
@@ -226,7 +226,13 @@ class Reconciler:
             if live and self._has_template_on(uid, DEVICE_CLASS_DEFAULT_CHANNEL):
                 assigner.mark_old_kind(uid)
 
-    async def _ensure_one(self, view: Overlay[R], existing: list[R], create: Callable[[], R]) -> float | None:
+    async def _ensure_one(
+        self,
+        view: Overlay[R],
+        existing: list[R],
+        create: Callable[[], KubeObject],
+        cached_as: type[R] | None = None,
+    ) -> float | None:
         """Create-if-absent over ``existing``; terminating copies are let go first."""
         live = [obj for obj in existing if not view.terminating(obj)]
         for obj in existing:
@@ -236,7 +242,7 @@ class Reconciler:
             return None
         if existing:
             return WAIT_SECONDS
-        await self._writer.create(create(), view)
+        await self._writer.create(create(), view, cached_as=cached_as)
         return None
 
     async def _ensure_workload_template(self, cd: ComputeDomain, channel: int | None = None) -> float | None:
@@ -295,7 +301,9 @@ class Reconciler:
             self._ensure_one(
                 caches.template_view, templates, lambda: render.daemon_claim_template(uid, namespace)
             ),
-            self._ensure_one(caches.daemon_set_view, daemon_sets, lambda: render.daemon_set(uid, config)),
+            self._ensure_one(
+                caches.daemon_set_view, daemon_sets, lambda: render.daemon_set(uid, config), DaemonSetMeta
+            ),
         ]
         retry: float | None = None
         for result in await tasks.settle(*steps):

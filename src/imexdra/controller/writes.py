@@ -87,12 +87,12 @@ class Writer:
         _counter(resource, verb, "2xx").inc()
         return response.body
 
-    async def create(self, obj: R, overlay: Overlay[R]) -> R:
-        """Create ``obj`` and record it."""
+    async def create(self, obj: KubeObject, overlay: Overlay[R], *, cached_as: type[R] | None = None) -> R:
+        """Create ``obj`` and record it, decoded as the overlay's type (``cached_as``; default: obj's)."""
         _, namespace = _names(obj)
         res = type(obj)
         body = await self._send(_plural(res), "create", "POST", resource_path(res, namespace=namespace), obj)
-        created: R = decoders.decode_object(body, res)
+        created: R = decoders.decode_object(body, cached_as or res)
         overlay.record(created)
         return created
 
