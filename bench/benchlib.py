@@ -9,10 +9,13 @@
   (ours by default; ``--controller-command`` runs another implementation against the same workload);
 - ``parse_metrics``/``total``/``apiserver_metrics``: Prometheus text to samples, sums by labels;
 - ``peak_rss_mib``/``rss_mib``/``cpu_seconds``: readings from ``/proc/<pid>``.
+
+Our controller and plugin run from ``runtimevenv`` (what the image installs), not from the dev venv.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -23,11 +26,13 @@ import sys
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
+from runtimevenv import runtime_venv
 
 from imexdra.common.logging import configure_logging
 from imexdra.devices.hostimex import CtlHostImex, HostImexNotReadyError
@@ -40,14 +45,18 @@ from imexdra_sim.localcluster.processes import free_port
 # Progress logs (e.g. the local cluster's) go to stderr, so stdout carries only the JSON summary.
 configure_logging(log_format="text", stream=sys.stderr)
 
+T = TypeVar("T")
+
 DRIVER = "compute-domain.nvidia.com"
 DRIVER_NAMESPACE = "imexdra-bench"
 CLIQUE = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60.32766"
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 CRDS = ROOT / "deployments" / "helm" / "imexdra" / "crds"
-PLUGIN_BIN = Path(sys.executable).parent / "compute-domain-kubelet-plugin"
-CONTROLLER_BIN = Path(sys.executable).parent / "compute-domain-controller"
+#: Our binaries as the image has them (``runtimevenv``: the wheel and its pinned dependencies only).
+RUNTIME_BIN = runtime_venv() / "bin"
+PLUGIN_BIN = RUNTIME_BIN / "compute-domain-kubelet-plugin"
+CONTROLLER_BIN = RUNTIME_BIN / "compute-domain-controller"
 
 #: Our controller as a ``--controller-command`` template (the placeholders are ControllerProcess's).
 OUR_CONTROLLER_COMMAND = (
@@ -224,6 +233,27 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of ``pid`` (a load-independent measure next to the latencies)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def gathered(calls: Iterable[Awaitable[T]], limit: int = 50) -> list[T]:
+    """Await ``calls`` with at most ``limit`` in flight, as a user's tooling sends many requests."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Awaitable[T]) -> T:
+        async with gate:
+            return await call
+
+    return await asyncio.gather(*(one(c) for c in calls))
+
+
+def add_controller_rate_args(parser: argparse.ArgumentParser) -> None:
+    """``--controller-qps`` and ``--controller-burst``, the chart's defaults (upstream's: 5 and 10)."""
+    parser.add_argument(
+        "--controller-qps", type=float, default=5.0, help="controller --kube-api-qps (chart: 5)"
+    )
+    parser.add_argument(
+        "--controller-burst", type=int, default=10, help="controller --kube-api-burst (chart: 10)"
+    )
 
 
 def percentile(values: list[float], fraction: float) -> float:

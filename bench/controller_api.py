@@ -2,20 +2,22 @@
 
 ``User`` creates and deletes ComputeDomains as a user's tooling would; ``Observer`` watches them and
 records when each was first Ready (and with which ``status.channel``) and when it vanished; ``burst``
-and ``burst_delete`` create or delete many at once; ``apiserver_writes`` and ``conflicts_seen`` read
-the apiserver's own counters on the resources the controller writes, which works for any controller
-implementation. The phases are in ``controller_bench`` and ``controller_channels``.
+and ``burst_delete`` create or delete many at once, ``hold`` creates many for a memory reading;
+``apiserver_write_counts`` and ``conflicts_seen`` read the apiserver's own counters on the resources
+the controller writes, which works for any controller implementation. The phases are in
+``controller_bench`` and ``controller_channels``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
-from benchlib import ControllerProcess, Samples, apiserver_metrics, percentile, total
+from benchlib import ControllerProcess, Samples, apiserver_metrics, gathered, percentile, total
 from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
@@ -97,35 +99,40 @@ def writes(samples: Samples) -> float:
     return total(samples, "imexdra_controller_api_writes_total")
 
 
+def apiserver_write_counts(samples: Samples) -> dict[str, float]:
+    """Writes the apiserver served on the controller's resources, by ``"VERB resource[/subresource]"``.
+
+    DaemonSet status is left out: the DaemonSet controller writes it, not the domain controller.
+    """
+    counts: dict[str, float] = {}
+    for r in CONTROLLER_RESOURCES:
+        for verb in WRITE_VERBS:
+            status = total(samples, "apiserver_request_total", resource=r, subresource="status", verb=verb)
+            main = total(samples, "apiserver_request_total", resource=r, verb=verb) - status
+            counts[f"{verb} {r}"] = main
+            if r != "daemonsets":
+                counts[f"{verb} {r}/status"] = status
+    return counts
+
+
 def apiserver_writes(samples: Samples) -> float:
-    """Writes the apiserver served on the controller's resources (DaemonSet status excluded, see below)."""
-    return sum(
-        total(samples, "apiserver_request_total", resource=r, verb=verb)
-        - (
-            total(samples, "apiserver_request_total", resource=r, subresource="status", verb=verb)
-            if r == "daemonsets"
-            else 0
-        )
-        for r in CONTROLLER_RESOURCES
-        for verb in WRITE_VERBS
-    )
+    """All of ``apiserver_write_counts``."""
+    return sum(apiserver_write_counts(samples).values())
 
 
 async def burst(
     user: User, observer: Observer, controller: ControllerProcess, prefix: str, count: int
 ) -> dict[str, Any]:
     names = [f"{prefix}-{i}" for i in range(count)]
-    gate = asyncio.Semaphore(50)
     sent: dict[str, float] = {}
 
     async def create(name: str) -> None:
-        async with gate:
-            sent[name] = time.monotonic()
-            await user.create(name)
+        sent[name] = time.monotonic()
+        await user.create(name)
 
     cpu_before = controller.cpu_seconds()
     started = time.monotonic()
-    await asyncio.gather(*(create(n) for n in names))
+    await gathered(create(n) for n in names)
     created = time.monotonic() - started
     await observer.until(lambda: all(n in observer.ready for n in names), within=300)
     ready = sorted(observer.ready[n] - started for n in names)
@@ -144,16 +151,29 @@ async def burst(
     }
 
 
-async def burst_delete(user: User, observer: Observer, names: list[str]) -> float:
-    gate = asyncio.Semaphore(50)
+async def hold(
+    user: User, observer: Observer, prefix: str, count: int, within: float = 300
+) -> dict[str, Any]:
+    """Create ``count`` domains and wait until all are Ready or ``within`` passed (for a memory reading).
 
-    async def delete(name: str) -> None:
-        async with gate:
-            await user.delete(name)
-
+    Not all Ready is a result, not a failure: the reading is of a controller holding ``count`` domains,
+    and one that cannot make them all Ready in time (upstream's at 1000) still holds them.
+    """
+    names = [f"{prefix}-{i}" for i in range(count)]
     started = time.monotonic()
-    await asyncio.gather(*(delete(n) for n in names))
-    await observer.until(lambda: all(n in observer.gone for n in names), within=300)
+    await gathered(user.create(n) for n in names)
+    with contextlib.suppress(TimeoutError):
+        await observer.until(lambda: all(n in observer.ready for n in names), within=within)
+    return {
+        "ready": sum(n in observer.ready for n in names),
+        "waited_s": round(time.monotonic() - started, 1),
+    }
+
+
+async def burst_delete(user: User, observer: Observer, names: list[str], within: float = 300) -> float:
+    started = time.monotonic()
+    await gathered(user.delete(n) for n in names)
+    await observer.until(lambda: all(n in observer.gone for n in names), within=within)
     return round(max(observer.gone[n] for n in names) - started, 2)
 
 

@@ -9,7 +9,8 @@ What a real node does, and what stands in for it here:
   pkg/kubelet/kubelet.go, ``workerBackOffPeriodJitterFactor`` in pod_workers.go). A pod waiting for
   its claim gets no earlier sync: nothing else about it changes.
 - ``DaemonKubelet``: for every daemon pod (DaemonSet ``computedomain-daemon-<uid>``) bound to a simulated
-  node, in order: prepare its daemon claim over that node's plugin socket (as above); report the pod
+  node, in order: prepare its daemon claim over that node's plugin socket (as above; skipped when the
+  nodes run no plugin, ``stubs=None``, as in the controller-scale bench ``rack_bench``); report the pod
   Running, not Ready, with an IP (``imexdra_sim.apinodes.FakeKubelet.report_pod``, the integration tests'
   kubelet of API-only nodes); set the clique-ID label on the pod with the real daemon's own code
   (``imexdra.daemon.podlabel.label_own_pod``); wait, as the daemon does, until the controller lists this
@@ -124,7 +125,8 @@ class DaemonKubelet:
     """Plays kubelet, container runtime and daemon for the daemon pods on simulated nodes."""
 
     kube: AsyncClient
-    stubs: Callable[[str], dra_grpc.DRAPluginStub]
+    #: Each node's plugin; None: no plugins run, daemon claims need no node-side preparation.
+    stubs: Callable[[str], dra_grpc.DRAPluginStub] | None
     clique_of: Callable[[str], str]
     clock: Callable[[], float]
     changed: asyncio.Event
@@ -209,11 +211,12 @@ class DaemonKubelet:
 
     async def _run(self, pod: dict[str, Any], node: str, claim: dict[str, Any]) -> None:
         name, meta = pod["metadata"]["name"], claim["metadata"]
-        outcome = await kubelet_prepare(self.stubs(node), DRIVER_NAMESPACE, meta["name"], meta["uid"])
-        self.prepare_calls += outcome.calls
-        self.retry_reasons += outcome.retry_reasons
-        self.prepared_claims[node] = (DRIVER_NAMESPACE, meta["name"], meta["uid"])
-        self._mark("prepared", node)
+        if self.stubs is not None:
+            outcome = await kubelet_prepare(self.stubs(node), DRIVER_NAMESPACE, meta["name"], meta["uid"])
+            self.prepare_calls += outcome.calls
+            self.retry_reasons += outcome.retry_reasons
+            self.prepared_claims[node] = (DRIVER_NAMESPACE, meta["name"], meta["uid"])
+            self._mark("prepared", node)
         await self.reporter.report_pod(name, node, ready=False)
         container_started = time.monotonic()
         self._mark("running", node)
@@ -245,7 +248,9 @@ class DaemonKubelet:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await asyncio.gather(
-            *(kubelet_unprepare(self.stubs(node), *claim) for node, claim in self.prepared_claims.items())
-        )
+        stubs = self.stubs
+        if stubs is not None:
+            await asyncio.gather(
+                *(kubelet_unprepare(stubs(node), *claim) for node, claim in self.prepared_claims.items())
+            )
         self.prepared_claims.clear()

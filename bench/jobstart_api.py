@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx2
@@ -130,6 +130,18 @@ class Api:
                 pass
             self.watch_restarts += 1
             await asyncio.sleep(0.2)
+
+    async def watch_all(
+        self, sources: Sequence[tuple[str, Callable[[str, dict[str, Any]], None]]]
+    ) -> list[asyncio.Task[None]]:
+        """A ``watch`` per (path, handler), once each has listed its objects (cancel the tasks to stop)."""
+        synced = [asyncio.Event() for _ in sources]
+        watches = [
+            asyncio.create_task(self.watch(path, handler, event))
+            for (path, handler), event in zip(sources, synced, strict=True)
+        ]
+        await asyncio.gather(*(event.wait() for event in synced))
+        return watches
 
     async def until_slices(self, count: int, within: float = 300) -> None:
         deadline = time.monotonic() + within

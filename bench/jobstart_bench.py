@@ -91,6 +91,7 @@ from typing import Any
 from benchlib import (
     CONTROLLER_COMMAND_HELP,
     RESULTS,
+    add_controller_rate_args,
 )
 from jobstart_run import SERIES, series, short
 from plotting import write_jobstart_plot
@@ -188,12 +189,7 @@ def main() -> None:
         default={18},
         help="simulated sizes during which py-spy records the controller and node-0's plugin ('' : none)",
     )
-    parser.add_argument(
-        "--controller-qps", type=float, default=5.0, help="controller --kube-api-qps (chart: 5)"
-    )
-    parser.add_argument(
-        "--controller-burst", type=int, default=10, help="controller --kube-api-burst (chart: 10)"
-    )
+    add_controller_rate_args(parser)
     parser.add_argument("--state-dir", default="/tmp", help="where the simulated nodes' directories live")
     parser.add_argument("--keep", action="store_true", help="keep the clusters' run directories (logs)")
     parser.add_argument("--controller-command", default=None, help=CONTROLLER_COMMAND_HELP)

@@ -1,10 +1,12 @@
-"""The job-start benchmark's nodes: simulated (a Node, its Lease, one real plugin process each) or real.
+"""The benchmarks' nodes: simulated (a Node, its Lease, one real plugin process each) or real.
 
 ``Fleet`` adds nodes as the job size grows, keeps their Leases fresh as kubelets do, runs and stops
 their ``compute-domain-kubelet-plugin`` processes and, host-managed, each node's own host
 ``nvidia-imex`` (``benchlib.HostImex``: the plugin asks it for ``READY`` before preparing a channel);
-``install_api`` puts in what the chart would (CRDs, DeviceClasses, the driver namespace). The
-benchmark's story is in ``jobstart_bench``.
+``install_api`` puts in what the chart would (CRDs, DeviceClasses, the driver namespace). Without
+plugins (``plugins=False``, the controller-scale bench ``rack_bench``) a node gets the daemon
+ResourceSlice its plugin would publish (``imexdra_sim.builders.daemon_slice``) and nothing runs for
+it. The job-start benchmark's story is in ``jobstart_bench``.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from imexdra.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL
 from imexdra.controller.render import DAEMON_SERVICE_ACCOUNT
 from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra_sim.apinodes import NODE_LEASE_SECONDS, node_lease
-from imexdra_sim.builders import daemon_device_class
+from imexdra_sim.builders import daemon_device_class, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
 from imexdra_sim.localcluster.processes import free_port
@@ -148,7 +150,13 @@ class Fleet:
     state_dir: Path
     kubelets: bool
     host_managed: bool = True
+    #: One plugin process per node; without, the node's daemon ResourceSlice is published for it.
+    plugins: bool = True
+    #: How often each Lease is renewed (a kubelet: every 10 s; the node lifecycle's grace is 50 s).
+    lease_renew_s: float = LEASE_RENEW_S
     nodes: list[PluginNode] = field(default_factory=list)
+    #: How many nodes exist (without plugins, ``nodes`` stays empty).
+    size: int = 0
     host_imex: list[HostImex] = field(default_factory=list)
     #: One IMEX server port for every node's host IMEX (each binds its own node address).
     host_imex_port: int = field(default_factory=free_port)
@@ -163,7 +171,7 @@ class Fleet:
     async def grow(self, api: Api, count: int) -> float:
         """Add nodes (and plugins) until there are ``count``; returns the seconds it took."""
         started = time.monotonic()
-        new = list(range(len(self.nodes), count))
+        new = list(range(self.size, count))
         if self.kubelets:
             specs = [
                 NodeSpec(
@@ -178,6 +186,9 @@ class Fleet:
             await asyncio.gather(*(self._create_node(api, i) for i in new))
             if self.heartbeat is None:
                 self.heartbeat = asyncio.create_task(self._renew_leases(api))
+        self.size = max(self.size, count)
+        if not self.plugins:
+            return time.monotonic() - started
         batch = 8  # two cores: start plugins a few at a time
         for first in range(0, len(new), batch):
             indexes = new[first : first + batch]
@@ -217,9 +228,11 @@ class Fleet:
         lease = node_lease(name, NODE_LEASE_SECONDS, _micro_now())
         await api.post("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease)
         self.renewed[name] = time.monotonic()
+        if not self.plugins:
+            await api.post("/apis/resource.k8s.io/v1/resourceslices", daemon_slice(name))
 
     async def _renew_leases(self, api: Api) -> None:
-        """Renew every simulated node's Lease each 10 s, spread over the period, as kubelets do.
+        """Renew every simulated node's Lease each ``lease_renew_s``, spread over the period, as kubelets do.
 
         From the node's creation on, before its plugin runs: a node whose Lease lapses for the node
         lifecycle controller's 50 s grace turns Unknown and stays so (only a kubelet posts Ready).
@@ -233,7 +246,7 @@ class Fleet:
                 task = asyncio.create_task(self._renew(api, name))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
-                await asyncio.sleep(LEASE_RENEW_S / len(names))
+                await asyncio.sleep(self.lease_renew_s / len(names))
 
     async def _renew(self, api: Api, name: str) -> None:
         with contextlib.suppress(Exception):
@@ -289,6 +302,8 @@ class Fleet:
             await asyncio.sleep(0.1)
 
     def rss(self) -> dict[str, float]:
+        if not self.nodes:
+            return {"plugins": 0}
         peaks = [peak_rss_mib(node.process.pid) for node in self.nodes]
         now = [rss_mib(node.process.pid)["VmRSS"] for node in self.nodes]
         return {

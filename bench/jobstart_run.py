@@ -89,12 +89,7 @@ async def job_start(
             (f"/apis/resource.k8s.io/v1{driver_ns}/resourceclaims", daemons.on_claim),
             (f"/apis/resource.nvidia.com/v1beta1{driver_ns}/computedomaincliques", daemons.on_clique),
         ]
-    synced = [asyncio.Event() for _ in sources]
-    watches = [
-        asyncio.create_task(api.watch(path, handler, event))
-        for (path, handler), event in zip(sources, synced, strict=True)
-    ]
-    await asyncio.gather(*(event.wait() for event in synced))
+    watches = await api.watch_all(sources)
     poll = simulator.poll if simulator is not None else checkpoint_poller(fleet, state)
     mode = "host" if fleet.host_managed else "driver"
     profilers: list[tuple[str, Profiler]] = []

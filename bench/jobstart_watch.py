@@ -12,7 +12,7 @@ import itertools
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,7 +211,7 @@ def checkpoint_poller(fleet: Fleet, state: JobStart) -> Callable[[], None]:
 
 
 def api_deltas(before: Samples, after: Samples) -> dict[str, Any]:
-    """Requests the apiserver served between two scrapes: by code, 409s and 429s by resource, by verb."""
+    """Requests the apiserver served between two scrapes: by code, 409s and 429s by verb and resource."""
     by_code: Counter[str] = Counter()
     by_verb_resource: Counter[str] = Counter()
     refused: dict[str, Counter[str]] = {"409": Counter(), "429": Counter()}
@@ -226,10 +226,12 @@ def api_deltas(before: Samples, after: Samples) -> dict[str, Any]:
             resource += f"/{labels['subresource']}"
         by_code[code] += delta
         if code in refused:
-            refused[code][resource] += delta
+            refused[code][f"{labels.get('verb')} {resource}"] += delta
         if labels.get("verb") not in ("WATCH", "CONNECT"):
             by_verb_resource[f"{labels.get('verb')} {resource}"] += delta
-    driver_409 = sum(n for r, n in refused["409"].items() if r.split("/")[0] in DRIVER_RESOURCES)
+    driver_409 = sum(
+        n for key, n in refused["409"].items() if key.split()[-1].split("/")[0] in DRIVER_RESOURCES
+    )
     return {
         "409": int(by_code.get("409", 0)),
         "429": int(by_code.get("429", 0)),
@@ -283,17 +285,39 @@ def controller_writes(before: Samples, after: Samples) -> dict[str, Any]:
     return {"total": sum(by.values()), "409": conflicts, "by_verb_and_resource": dict(by.most_common())}
 
 
+def stage_spans(times: dict[str, dict[str, float]], expected: int) -> dict[str, Any]:
+    """Per daemon stage: when the first node reached it, when all ``expected`` had, and how many did."""
+    spans: dict[str, Any] = {}
+    for stage, reached in times.items():
+        values = list(reached.values())
+        spans[stage] = {
+            "first_s": round(min(values), 2) if values else None,
+            "all_s": round(max(values), 2) if len(values) >= expected else None,
+            "count": len(values),
+        }
+    return spans
+
+
+def step_lags(per_node: dict[str, dict[str, float | None]], chain: Sequence[str]) -> dict[str, Any]:
+    """p50 and max over nodes of the time from each stage of ``chain`` to the next (where both are known)."""
+    steps: dict[str, Any] = {}
+    for start, end in itertools.pairwise(chain):
+        lags = [
+            end_s - start_s
+            for marks in per_node.values()
+            if (start_s := marks.get(start)) is not None and (end_s := marks.get(end)) is not None
+        ]
+        if lags:
+            steps[f"{start}->{end}"] = {
+                "p50_s": round(percentile(lags, 0.5), 2),
+                "max_s": round(max(lags), 2),
+            }
+    return steps
+
+
 def daemon_breakdown(state: JobStart, daemons: DaemonKubelet) -> dict[str, Any]:
     """When the daemons reached each stage (first and last), and each per-node step's p50 and max."""
     times = daemons.times
-    stages: dict[str, Any] = {}
-    for stage in DAEMON_STAGES:
-        values = list(times[stage].values())
-        stages[stage] = {
-            "first_s": round(min(values), 2) if values else None,
-            "all_s": round(max(values), 2) if len(values) >= state.pods else None,
-            "count": len(values),
-        }
     worker_node = {
         pod["spec"]["nodeName"]: name for name, pod in state.pods_seen.items() if pod["spec"].get("nodeName")
     }
@@ -305,22 +329,9 @@ def daemon_breakdown(state: JobStart, daemons: DaemonKubelet) -> dict[str, Any]:
         }
         for node, pod in worker_node.items()
     }
-    chain = ("worker_bound", *DAEMON_STAGES, "worker_prepared")
-    steps: dict[str, Any] = {}
-    for start, end in itertools.pairwise(chain):
-        lags = [
-            marks[end] - marks[start]
-            for marks in per_node.values()
-            if marks.get(start) is not None and marks.get(end) is not None
-        ]
-        if lags:
-            steps[f"{start}->{end}"] = {
-                "p50_s": round(percentile(lags, 0.5), 2),
-                "max_s": round(max(lags), 2),
-            }
     return {
-        "stages": stages,
-        "steps_per_node": steps,
+        "stages": stage_spans(times, state.pods),
+        "steps_per_node": step_lags(per_node, ("worker_bound", *DAEMON_STAGES, "worker_prepared")),
         "daemon_claim_prepare_calls": daemons.prepare_calls,
         "daemon_retry_reasons": daemons.retry_reasons[:5],
     }

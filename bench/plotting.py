@@ -287,3 +287,62 @@ def write_jobstart_plot(results: dict[str, Any], path: Path, *, targets_s: dict[
         requests.tick_params(axis="y", labelsize=8)
         requests.margins(x=0.15)
     figure.savefig(path, dpi=110)
+
+
+def write_rack_plot(results: dict[str, Any], path: Path) -> None:
+    """Controller scale over racks: time to every clique published, writes, controller CPU and RSS."""
+    figure, (time_panel, writes_panel, cpu_panel, rss_panel) = _figure(
+        "Driver-managed domains of 18 nodes, 1 to 16 racks (72 nodes each), no plugins", panels=4
+    )
+    runs = [run for run in results.get("runs", []) if "all_published_s" in run]
+    racks = [run["racks"] for run in runs]
+
+    def line(axes: Axes, values: list[float], label: str, **style: Any) -> None:
+        axes.plot(racks, values, marker="o", linewidth=1.8, label=label, **style)
+        for x, value in zip(racks, values, strict=True):
+            axes.annotate(f"{value:g}", (x, value), textcoords="offset points", xytext=(4, -12), fontsize=8)
+
+    line(time_panel, [run["all_published_s"] for run in runs], "every clique published", color="tab:blue")
+    line(
+        time_panel,
+        [run["claim_floor_s"] for run in runs],
+        "floor: kcm's daemon claims at 20 QPS",
+        color="tab:gray",
+        linestyle="--",
+    )
+    time_panel.set_ylabel("seconds since the domains were created")
+    time_panel.set_title("Time to every node published Ready")
+    line(writes_panel, [run["controller_writes"]["total"] for run in runs], "controller writes")
+    line(
+        writes_panel,
+        [run["api"]["requests"] / 10 for run in runs],
+        "apiserver requests / 10 (every client)",
+        linestyle=":",
+    )
+    writes_panel.set_ylabel("requests during the run")
+    writes_panel.set_title("API writes")
+    line(cpu_panel, [run["cpu_s"]["controller"] for run in runs], "controller", color="tab:green")
+    line(
+        cpu_panel,
+        [run["cpu_s"].get("kube-apiserver", 0.0) for run in runs],
+        "kube-apiserver",
+        color="tab:purple",
+        linestyle=":",
+    )
+    cpu_panel.set_ylabel("CPU seconds during the run")
+    cpu_panel.set_title("CPU")
+    line(
+        rss_panel,
+        [run["controller_rss_mib"]["VmHWM"] for run in runs],
+        "controller peak RSS",
+        color="tab:red",
+    )
+    rss_panel.set_ylabel("MiB")
+    rss_panel.set_title("Controller memory")
+    for axes in (time_panel, writes_panel, cpu_panel, rss_panel):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(racks, [str(r) for r in racks])
+        axes.set_xlabel("racks (72 nodes, four domains each)")
+        axes.set_ylim(bottom=0)
+        axes.legend(loc="upper left", fontsize=8)
+    figure.savefig(path, dpi=110)

@@ -6,8 +6,8 @@ Each does only what the real component would do.
   the ``daemon-0`` device in a ResourceSlice and answers NodePrepareResources for it, so the daemon
   pods the DaemonSet controller creates are scheduled, prepared and run (fakecri fakes the container
   and answers the exec probes with success, so they become Ready through the real probe path).
-- ``daemon_slice`` is the ResourceSlice the plugin would publish for a node's daemon device;
-  ``publish_daemon_devices`` publishes it (with the DeviceClass) on a node as a fresh plugin would.
+- ``publish_daemon_devices`` publishes ``imexdra_sim.builders.daemon_slice`` (the ResourceSlice the
+  plugin would publish for a node's daemon device) with the DeviceClass, as a fresh plugin would.
 
 The kubelets of API-only nodes are ``imexdra_sim.apinodes.FakeKubelet`` (the benchmarks use it too).
 """
@@ -18,7 +18,6 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
 
@@ -27,28 +26,10 @@ from imexdra.dra._pb import dra_v1_pb2 as dra
 from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
 from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
-from imexdra_sim.builders import daemon_device_class
+from imexdra_sim.builders import daemon_device_class, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.pluginharness import remove_slices
 from tests.support.kubectl import apply
-
-
-def daemon_slice(node: str, node_uid: str | None = None) -> dict[str, Any]:
-    """The ResourceSlice the kubelet plugin publishes for a node's daemon device (channel omitted)."""
-    meta: dict[str, Any] = {"name": f"{node}-{DRIVER_NAME}-daemon"}
-    if node_uid:
-        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": meta,
-        "spec": {
-            "driver": DRIVER_NAME,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "daemon-0", "attributes": {"type": {"string": "daemon"}, "id": {"int": 0}}}],
-        },
-    }
 
 
 def publish_daemon_devices(

@@ -24,7 +24,7 @@ from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra_sim.apinodes import FakeKubelet
-from imexdra_sim.builders import compute_domain_model
+from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
     ControllerProcess,
@@ -33,7 +33,7 @@ from tests.integration.controller_harness import (
     label_as_daemon,
     leftovers,
 )
-from tests.integration.controller_standins import daemon_slice, publish_daemon_devices
+from tests.integration.controller_standins import publish_daemon_devices
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration

@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra_sim.builders import compute_domain_model
+from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
     ControllerProcess,
@@ -41,7 +41,7 @@ from tests.integration.controller_harness import (
     label_as_daemon,
     leftovers,
 )
-from tests.integration.controller_standins import DaemonDevicePlugin, daemon_slice, publish_daemon_devices
+from tests.integration.controller_standins import DaemonDevicePlugin, publish_daemon_devices
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import eventually
 

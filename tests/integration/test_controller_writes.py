@@ -29,7 +29,7 @@ from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra_sim.apinodes import FakeKubelet
-from imexdra_sim.builders import compute_domain_model
+from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import progress
 from tests.integration.controller_harness import (
@@ -42,7 +42,7 @@ from tests.integration.controller_harness import (
     metric,
     request_delta,
 )
-from tests.integration.controller_standins import daemon_slice, publish_daemon_devices
+from tests.integration.controller_standins import publish_daemon_devices
 from tests.support.kubectl import get_json
 from tests.support.waiting import eventually
 

@@ -5,7 +5,9 @@
 - ``channel_config``, ``channel_template``, ``channel_claim``: the workload side of a domain, as the
   controller renders it (``ResourceClaimTemplate``) and as the kubelet sees it (a claim from it);
 - ``daemon_device_class``: upstream's DeviceClass for the IMEX daemons' claims (the chart ships it);
-  ``isolated_channel_device_class``: the chart's class of channels 1 and up (channel isolation).
+  ``isolated_channel_device_class``: the chart's class of channels 1 and up (channel isolation);
+  ``daemon_slice``: the ResourceSlice a node's plugin publishes for its daemon device (for stand-ins
+  of the plugin: API-only nodes in tests and benchmarks).
 
 Hand-written objects that exist to probe one odd shape (admission attacks, unknown fields) stay in
 the test that probes them: a builder here is for the ordinary object everyone means.
@@ -178,4 +180,22 @@ def daemon_device_class() -> dict[str, Any]:
         "kind": "DeviceClass",
         "metadata": {"name": DEVICE_CLASS_DAEMON},
         "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def daemon_slice(node: str, node_uid: str | None = None) -> dict[str, Any]:
+    """The ResourceSlice the kubelet plugin publishes for a node's daemon device (channel omitted)."""
+    meta: dict[str, Any] = {"name": f"{node}-{DRIVER_NAME}-daemon"}
+    if node_uid:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]
+    return {
+        "apiVersion": RESOURCE_API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": meta,
+        "spec": {
+            "driver": DRIVER_NAME,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "daemon-0", "attributes": {"type": {"string": "daemon"}, "id": {"int": 0}}}],
+        },
     }
