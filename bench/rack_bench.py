@@ -196,7 +196,8 @@ def _own_cpu() -> float:
 async def teardown(api: Api, namespace: str, within: float = 600) -> None:
     """Delete the domains and wait until the controller has removed everything they had.
 
-    The daemon pods terminate with their DaemonSets; a kubelet would confirm each (grace period 0).
+    The daemon pods terminate with their DaemonSets; once those are gone, the pods are deleted with
+    grace period 0, as a kubelet would confirm them.
     """
     await api.delete(CD_PATH.format(namespace=namespace))
     driver_ns = f"/namespaces/{DRIVER_NAMESPACE}"
@@ -211,7 +212,9 @@ async def teardown(api: Api, namespace: str, within: float = 600) -> None:
     while any([(await api.get(path))["items"] for path in leftovers]):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the domains of {namespace} left objects behind")
-        await api.delete(f"/api/v1{driver_ns}/pods", gracePeriodSeconds="0")
+        # Pods of a DaemonSet still there would only be created again.
+        if not (await api.get(f"/apis/apps/v1{driver_ns}/daemonsets"))["items"]:
+            await api.delete(f"/api/v1{driver_ns}/pods", gracePeriodSeconds="0")
         await asyncio.sleep(1)
     labelled = await api.get("/api/v1/nodes", labelSelector=NODE_LABEL_KEY)
     if labelled["items"]:
