@@ -3,9 +3,9 @@
 ``User`` creates and deletes ComputeDomains as a user's tooling would; ``Observer`` watches them and
 records when each was first Ready (and with which ``status.channel``) and when it vanished; ``burst``
 and ``burst_delete`` create or delete many at once, ``hold`` creates many for a memory reading;
-``apiserver_write_counts`` and ``conflicts_seen`` read the apiserver's own counters on the resources
-the controller writes, which works for any controller implementation. The phases are in
-``controller_bench`` and ``controller_channels``.
+``controller_requests`` (and from it ``apiserver_write_counts`` and ``conflicts_seen``) reads the
+apiserver's own counters on the resources the controller writes, which works for any controller
+implementation. The phases are in ``controller_bench`` and ``controller_channels``.
 """
 
 from __future__ import annotations
@@ -99,20 +99,27 @@ def writes(samples: Samples) -> float:
     return total(samples, "imexdra_controller_api_writes_total")
 
 
-def apiserver_write_counts(samples: Samples) -> dict[str, float]:
-    """Writes the apiserver served on the controller's resources, by ``"VERB resource[/subresource]"``.
+def controller_requests(samples: Samples, **labels: str) -> dict[str, float]:
+    """Requests matching ``labels`` on the controller's resources, by ``"resource[/status]"``.
 
     DaemonSet status is left out: the DaemonSet controller writes it, not the domain controller.
     """
     counts: dict[str, float] = {}
     for r in CONTROLLER_RESOURCES:
-        for verb in WRITE_VERBS:
-            status = total(samples, "apiserver_request_total", resource=r, subresource="status", verb=verb)
-            main = total(samples, "apiserver_request_total", resource=r, verb=verb) - status
-            counts[f"{verb} {r}"] = main
-            if r != "daemonsets":
-                counts[f"{verb} {r}/status"] = status
+        status = total(samples, "apiserver_request_total", resource=r, subresource="status", **labels)
+        counts[r] = total(samples, "apiserver_request_total", resource=r, **labels) - status
+        if r != "daemonsets":
+            counts[f"{r}/status"] = status
     return counts
+
+
+def apiserver_write_counts(samples: Samples) -> dict[str, float]:
+    """Writes the apiserver served on the controller's resources, by ``"VERB resource[/status]"``."""
+    return {
+        f"{verb} {key}": count
+        for verb in WRITE_VERBS
+        for key, count in controller_requests(samples, verb=verb).items()
+    }
 
 
 def apiserver_writes(samples: Samples) -> float:
@@ -178,14 +185,6 @@ async def burst_delete(user: User, observer: Observer, names: list[str], within:
 
 
 def conflicts_seen(cluster: LocalCluster) -> dict[str, float]:
-    """409s per resource the controller writes (DaemonSet status is the DaemonSet controller's, not ours)."""
-    samples = apiserver_metrics(cluster)
-    return {
-        r: total(samples, "apiserver_request_total", resource=r, code="409")
-        - (
-            total(samples, "apiserver_request_total", resource=r, subresource="status", code="409")
-            if r == "daemonsets"
-            else 0
-        )
-        for r in CONTROLLER_RESOURCES
-    }
+    """409s per resource the controller writes (``controller_requests``: DaemonSet status is not ours)."""
+    counts = controller_requests(apiserver_metrics(cluster), code="409")
+    return {r: counts[r] + counts.get(f"{r}/status", 0.0) for r in CONTROLLER_RESOURCES}
