@@ -23,6 +23,12 @@ Update that removes it) — through the same lean transport (``common.transport`
 to 300 claims. Its p50
 next to the prepare p50 says how much of a prepare is the API server's round trips and how much is
 the plugin's own work (checkpoint, CDI spec, gRPC, locking), reported as ``plugin_own_p50_ms``.
+Each cycle ends with a NodePrepareResources call without claims, which the plugin answers at once:
+the gRPC floor (``grpc_floor_ms``: this bench's Python client, the socket and the plugin's gRPC
+server, both awake; the kubelet's client is Go), and ``plugin_own_beyond_grpc_p50_ms`` leaves it out
+too.
+``--step-timing`` runs the plugin through ``steptiming.py``, which times the steps of each prepare
+from inside (claim GET, checkpoint writes, label Update, CDI spec, the rest): ``plugin_steps_p50_ms``.
 
 Channel isolation (``prepare_isolation``): the same cycles with the plugin host-managed (and its host
 IMEX), under domain and under channel isolation, ``--isolation-claims`` claims each, and under channel
@@ -52,12 +58,14 @@ from typing import Any
 
 import grpc
 import msgspec
+import steptiming
 from benchlib import (
     CLIQUE,
     DRIVER,
     DRIVER_NAMESPACE,
     PLUGIN_BIN,
     RESULTS,
+    RUNTIME_BIN,
     Profiler,
     Samples,
     apiserver_metrics,
@@ -132,10 +140,17 @@ def setup_domain(cluster: LocalCluster) -> str:
 
 async def cycle_claims(
     socket: Path, claims: list[tuple[str, str]], interval: float
-) -> tuple[list[float], list[float]]:
-    """Prepare then unprepare each claim, paced at ``interval`` seconds per cycle; latencies in ms."""
+) -> tuple[list[float], list[float], list[float]]:
+    """Prepare then unprepare each claim, paced at ``interval`` seconds per cycle; latencies in ms.
+
+    Each cycle ends with a NodePrepareResources call without claims, which the plugin answers at once:
+    the gRPC floor (this client, the socket, the plugin's gRPC server), the third list. It comes last
+    so that the prepare still meets both processes idle, as the kubelet's calls do; a call right after
+    the unprepare finds them awake (docs: bench/README.md, "Prepare ... where a prepare's time goes").
+    """
     prepare_ms: list[float] = []
     unprepare_ms: list[float] = []
+    grpc_ms: list[float] = []
     async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
         stub = dra_grpc.DRAPluginStub(channel)
         for name, uid in claims:
@@ -158,8 +173,11 @@ async def cycle_claims(
             unprepare_ms.append((time.perf_counter() - t0) * 1e3)
             if unprepared.claims[uid].error:
                 raise RuntimeError(f"unexpected unprepare result for {name}: {unprepared.claims[uid].error}")
+            t0 = time.perf_counter()
+            await stub.NodePrepareResources(dra.NodePrepareResourcesRequest(claims=[]), timeout=60)
+            grpc_ms.append((time.perf_counter() - t0) * 1e3)
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
-    return prepare_ms, unprepare_ms
+    return prepare_ms, unprepare_ms, grpc_ms
 
 
 async def api_floor(
@@ -206,11 +224,13 @@ def summary(
     prepare_ms: list[float],
     unprepare_ms: list[float],
     floor_ms: list[float],
+    grpc_ms: list[float],
     rss: float,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     p50, p99 = percentile(prepare_ms, 0.50), percentile(prepare_ms, 0.99)
     floor_p50 = percentile(floor_ms, 0.50)
+    grpc_p50 = percentile(grpc_ms, 0.50)
     return {
         "benchmark": "prepare_bench",
         "claims": len(prepare_ms),
@@ -227,6 +247,9 @@ def summary(
         },
         "api_floor_ms": {"p50": round(floor_p50, 2), "p99": round(percentile(floor_ms, 0.99), 2)},
         "plugin_own_p50_ms": round(p50 - floor_p50, 2),
+        "grpc_floor_ms": {"p50": round(grpc_p50, 2), "p99": round(percentile(grpc_ms, 0.99), 2)},
+        "plugin_own_beyond_grpc_p50_ms": round(p50 - floor_p50 - grpc_p50, 2),
+        "plugin_steps_p50_ms": args.steps,
         "targets_ms": {"p50": TARGET_P50_MS, "p99": TARGET_P99_MS},
         "meets_targets": p50 <= TARGET_P50_MS and p99 <= TARGET_P99_MS,
         "plugin_peak_rss_mib": round(rss, 1),
@@ -258,8 +281,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         base = Path(tmp)
         env = {**os.environ, **simulated_node(base, NODE), "KUBECONFIG": str(cluster.kubeconfig)}
         env["KUBE_API_QPS"] = str(args.kube_api_qps)
+        record = base / "steps.txt"
+        argv = [str(PLUGIN_BIN)]
+        if args.step_timing:
+            argv = [str(RUNTIME_BIN / "python"), str(Path(__file__).with_name("steptiming.py")), str(record)]
         with (base / "plugin.log").open("wb") as log:
-            process = subprocess.Popen([str(PLUGIN_BIN)], env=env, stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             socket = base / "plugins" / DRIVER / "dra.sock"
             wait_for_socket(socket, process)
@@ -270,7 +297,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             profiler = Profiler(process.pid, profile_path, rate=1000) if args.profile else None
             if profiler is not None:
                 profiler.start()
-            prepare_ms, unprepare_ms = asyncio.run(cycle_claims(socket, claims, args.interval))
+            prepare_ms, unprepare_ms, grpc_ms = asyncio.run(cycle_claims(socket, claims, args.interval))
             args.profile_summary = profiler.stop() if profiler is not None else None
             args.requests_per_cycle = requests_per_cycle(
                 requests_before, apiserver_metrics(cluster), len(claims)
@@ -280,15 +307,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=30)
+        args.steps = steptiming.steps(record) if args.step_timing else None
         floor_ms = asyncio.run(api_floor(cluster, claims, domain_uid, args.interval))
         isolation = (
             asyncio.run(isolation_phase(cluster, base, NODE, NAMESPACE, args))
             if args.isolation_claims
             else None
         )
-    result = summary(prepare_ms, unprepare_ms, floor_ms, rss, args)
+    result = summary(prepare_ms, unprepare_ms, floor_ms, grpc_ms, rss, args)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    samples = {**result, "prepare_samples_ms": prepare_ms, "api_floor_samples_ms": floor_ms}
+    samples = {
+        **result,
+        "prepare_samples_ms": prepare_ms,
+        "api_floor_samples_ms": floor_ms,
+        "grpc_floor_samples_ms": grpc_ms,
+    }
     if isolation is not None:
         samples["host_managed_isolation"] = isolation
         result["host_managed_isolation"] = without_samples(isolation)
@@ -319,6 +352,11 @@ def main() -> None:
         type=int,
         default=100,
         help="claims of other domains (each its own channel) held prepared on the node, channel isolation",
+    )
+    parser.add_argument(
+        "--step-timing",
+        action="store_true",
+        help="time each prepare's steps inside the plugin (steptiming.py; results: plugin_steps_p50_ms)",
     )
     parser.add_argument(
         "--profile",
