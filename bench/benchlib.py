@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from runtimevenv import runtime_venv
 
@@ -52,6 +53,7 @@ DRIVER_NAMESPACE = "imexdra-bench"
 CLIQUE = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60.32766"
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+CHART_VALUES = ROOT / "deployments" / "helm" / "imexdra" / "values.yaml"
 CRDS = ROOT / "deployments" / "helm" / "imexdra" / "crds"
 #: Our binaries as the image has them (``runtimevenv``: the wheel and its pinned dependencies only).
 RUNTIME_BIN = runtime_venv() / "bin"
@@ -246,13 +248,21 @@ async def gathered(calls: Iterable[Awaitable[T]], limit: int = 50) -> list[T]:
     return await asyncio.gather(*(one(c) for c in calls))
 
 
+def chart_controller_rate() -> tuple[float, int]:
+    """The controller's client limit as the chart sets it (``controller.kubeAPI`` in values.yaml)."""
+    values = yaml.safe_load(CHART_VALUES.read_text(encoding="utf-8"))
+    limit = values["controller"]["kubeAPI"]
+    return float(limit["qps"]), int(limit["burst"])
+
+
 def add_controller_rate_args(parser: argparse.ArgumentParser) -> None:
-    """``--controller-qps`` and ``--controller-burst``, the chart's defaults (upstream's: 5 and 10)."""
+    """``--controller-qps`` and ``--controller-burst``, by default the chart's (the binary's: 5 and 10)."""
+    qps, burst = chart_controller_rate()
     parser.add_argument(
-        "--controller-qps", type=float, default=5.0, help="controller --kube-api-qps (chart: 5)"
+        "--controller-qps", type=float, default=qps, help=f"controller --kube-api-qps (chart: {qps:g})"
     )
     parser.add_argument(
-        "--controller-burst", type=int, default=10, help="controller --kube-api-burst (chart: 10)"
+        "--controller-burst", type=int, default=burst, help=f"controller --kube-api-burst (chart: {burst})"
     )
 
 

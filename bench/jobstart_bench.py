@@ -1,17 +1,17 @@
 """Job start at scale: submit → every worker's channel claim prepared, 4 to 256 nodes (a benchmark).
 
-What one run measures: a user submits a ComputeDomain and a ``batch/v1`` Job of N pods
-(parallelism = completions = N), each pod taking one IMEX channel through the domain's
-ResourceClaimTemplate; the clock stops when the channel claim of every pod has been prepared by the
-kubelet plugin of the node the pod landed on (and the domain is Ready). Everything between is the real
-thing: the real ``compute-domain-controller`` process (the chart's default client rate limit 5 QPS /
-burst 10) creates the template and marks the domain Ready, kube-controller-manager's Job controller
-creates the pods and its resourceclaim controller their claims, kube-scheduler allocates each claim
-through DRA from the ResourceSlices the plugins published (channel-0 is one device per node, so the N
-pods land on N different nodes) and binds the pod. Reported per N: the total time and its breakdown
-(domain Ready, all pods created, all claims allocated, all pods bound, all prepared), the apiserver's
-409 and 429 answers, the API requests by verb and resource, the controller's own count of its writes,
-CPU seconds per component and peak RSS of the controller and of the plugins.
+What one run measures: a user submits a ComputeDomain and a ``batch/v1`` Job of N pods (parallelism =
+completions = N), each pod taking one IMEX channel through the domain's ResourceClaimTemplate; the clock
+stops when the channel claim of every pod has been prepared by the kubelet plugin of the node the pod
+landed on (and the domain is Ready). Everything between is the real thing: the real
+``compute-domain-controller`` process (the chart's default client rate limit, ``controller.kubeAPI``: 20
+QPS / burst 40 since 2026-11-27, 5/10 before) creates the template and marks the domain Ready,
+kube-controller-manager's Job controller creates the pods and its resourceclaim controller their claims,
+kube-scheduler allocates each claim through DRA from the ResourceSlices the plugins published (channel-0
+is one device per node, so the N pods land on N different nodes) and binds the pod. Reported per N: the
+total time and its breakdown (domain Ready, all pods created, all claims allocated, all pods bound, all
+prepared), the apiserver's 409 and 429 answers, the API requests by verb and resource, the controller's
+own count of its writes, CPU seconds per component and peak RSS of the controller and of the plugins.
 
 Two IMEX modes (``--mode``, default ``both``):
 

@@ -6,18 +6,19 @@ user's tooling creates the ``4R`` ComputeDomains (``numNodes: 18``) and labels e
 with its UID, as the kubelet plugin does when a worker's channel claim is prepared there; it stops
 when every node is published Ready in its domain's ComputeDomainClique and every domain is Ready.
 
-Real: the ``compute-domain-controller`` process (the chart's client rate limit, 5 QPS / burst 10, unless
-``--controller-qps/--controller-burst``), kube-apiserver and etcd, kube-controller-manager's DaemonSet
-controller (one daemon pod per labelled node) and resourceclaim controller (each daemon pod's claim
-from the daemon template), kube-scheduler (allocates the node's daemon device through DRA and binds).
-Simulated, lightly: each node is a Node object with a Lease (``jobstart_fleet.Fleet`` without plugins:
-its daemon ResourceSlice is published for it, as its plugin would) and its daemon pod's kubelet,
-runtime and daemon are ``daemonsim.DaemonKubelet`` without plugins (Running with an IP, the clique
-label set by the real daemon's code, Ready at the startup probe's tick once the controller has listed
-the node). No plugin processes and no IMEX run. Leases are renewed every 20 s, not a kubelet's 10 s:
-1152 kubelets' renewals would be 115 writes/s on this 2-core machine, a load a real control plane
-spreads over its own cores. A node added as the fleet grows waits up to two periods for its first
-renewal, still inside the node lifecycle's 50 s grace; the run records the longest gap.
+Real: the ``compute-domain-controller`` process (the chart's client rate limit, ``controller.kubeAPI``,
+unless ``--controller-qps/--controller-burst``; 5 QPS / burst 10 in the runs of 2026-11-27),
+kube-apiserver and etcd, kube-controller-manager's DaemonSet controller (one daemon pod per labelled
+node) and resourceclaim controller (each daemon pod's claim from the daemon template), kube-scheduler
+(allocates the node's daemon device through DRA and binds). Simulated, lightly: each node is a Node
+object with a Lease (``jobstart_fleet.Fleet`` without plugins: its daemon ResourceSlice is published for
+it, as its plugin would) and its daemon pod's kubelet, runtime and daemon are
+``daemonsim.DaemonKubelet`` without plugins (Running with an IP, the clique label set by the real
+daemon's code, Ready at the startup probe's tick once the controller has listed the node). No plugin
+processes and no IMEX run. Leases are renewed every 20 s, not a kubelet's 10 s: 1152 kubelets' renewals
+would be 115 writes/s on this 2-core machine, a load a real control plane spreads over its own cores. A
+node added as the fleet grows waits up to two periods for its first renewal, still inside the node
+lifecycle's 50 s grace; the run records the longest gap.
 
 Reported per size: time until every clique is published and every domain Ready, per-stage first/all
 and per-node steps (where the time goes), kube-controller-manager's floor (its resourceclaim

@@ -195,6 +195,22 @@ def test_in_use_protection_reaches_the_controller(value: bool | None, expected: 
     assert render(values).env(*CONTROLLER)["COMPUTE_DOMAIN_IN_USE_PROTECTION"] == expected
 
 
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param({}, ("20", "40"), id="chart-default"),
+        pytest.param(nested("controller.kubeAPI", None), (None, None), id="key-absent-binary-default"),
+    ],
+)
+def test_controller_client_rate_limit(
+    values: dict[str, Any], expected: tuple[str | None, str | None]
+) -> None:
+    """The chart gives the controller 20/40 (values.yaml says why); a values set without the key (an
+    upgrade with ``--reuse-values`` from a release before it) leaves the binary's upstream 5/10."""
+    env = render(values).env(*CONTROLLER)
+    assert (env.get("KUBE_API_QPS"), env.get("KUBE_API_BURST")) == expected
+
+
 def test_controller_env_wiring() -> None:
     """The controller gets upstream's variables from values and the downward API."""
     values = {
@@ -211,6 +227,7 @@ def test_controller_env_wiring() -> None:
                 "retryPeriod": "5s",
             },
             "metrics": {"httpEndpoint": "$(POD_IP):9090", "metricsPath": "/m"},
+            "kubeAPI": {"qps": 12.5, "burst": 25},
         },
     }
     rendered = render(values)
@@ -231,6 +248,8 @@ def test_controller_env_wiring() -> None:
         "HTTP_ENDPOINT": "$(POD_IP):9090",
         "METRICS_PATH": "/m",
         "PPROF_PATH": "",
+        "KUBE_API_QPS": "12.5",
+        "KUBE_API_BURST": "25",
         "LEADER_ELECTION_ENABLED": "true",
         "LEADER_ELECTION_LEASE_LOCK_NAME": "imexdra-controller",
         "LEADER_ELECTION_LEASE_LOCK_NAMESPACE": NAMESPACE,

@@ -108,6 +108,8 @@ def test_chart_app_version_is_the_package_version() -> None:
         pytest.param(
             nested("controller.metrics.httpEndpoint", "8080"), "does not match pattern", id="endpoint"
         ),
+        pytest.param(nested("controller.kubeAPI.qps", 0), "exclusiveMinimum", id="qps-zero"),
+        pytest.param(nested("controller.kubeAPI.burst", 0), "minimum", id="burst-zero"),
         pytest.param(
             nested("kubeletPlugin.kubeletPluginsDirectoryPath", "plugins"), "does not match", id="relative"
         ),
