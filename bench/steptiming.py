@@ -30,8 +30,7 @@ TIMED = (
     ("imexdra.kubeletplugin.devicestate:DeviceState", "_write_claim_spec", "cdi_spec"),
     ("imexdra.kubeletplugin.nodelabels:NodeLabeler", "add", "label_node"),
 )
-#: The steps that are API round trips (the API floor's share of a prepare).
-API_STEPS = ("get_claim", "label_node")
+CHECKPOINT_STEPS = ("checkpoint_started", "checkpoint_completed")
 
 
 def _timed(
@@ -66,8 +65,8 @@ def steps(record: Path) -> dict[str, float]:
     """
     rows: list[tuple[str, float, float]] = []
     for line in record.read_text(encoding="ascii").splitlines():
-        step, first, last = line.split()
-        rows.append((step, float(first), float(last)))
+        step, begin, end = line.split()
+        rows.append((step, float(begin), float(end)))
     durations: dict[str, list[float]] = {}
     for step, started, ended in rows:
         if step != "prepare":
@@ -75,16 +74,13 @@ def steps(record: Path) -> dict[str, float]:
         inside = [row for row in rows if row[0] != "prepare" and started <= row[1] and row[2] <= ended]
         if not any(row[0] == "get_claim" for row in inside):
             continue  # a call without claims (the bench's gRPC floor)
-        seen: dict[str, int] = {}
+        checkpoints = 0
         parts = {"prepare": (ended - started) * 1e3}
         for name, first, last in sorted(inside, key=lambda row: row[1]):
-            seen[name] = seen.get(name, 0) + 1
-            key = (
-                name
-                if name != "checkpoint"
-                else ("checkpoint_started", "checkpoint_completed")[min(seen[name], 2) - 1]
-            )
-            parts[key] = parts.get(key, 0.0) + (last - first) * 1e3
+            if name == "checkpoint":  # a prepare writes PrepareStarted, then PrepareCompleted
+                name = CHECKPOINT_STEPS[min(checkpoints, 1)]
+                checkpoints += 1
+            parts[name] = parts.get(name, 0.0) + (last - first) * 1e3
         parts["other"] = parts["prepare"] - sum(v for k, v in parts.items() if k != "prepare")
         for key, value in parts.items():
             durations.setdefault(key, []).append(value)
