@@ -7,7 +7,7 @@ with its UID, as the kubelet plugin does when a worker's channel claim is prepar
 when every node is published Ready in its domain's ComputeDomainClique and every domain is Ready.
 
 Real: the ``compute-domain-controller`` process (the chart's client rate limit, ``controller.kubeAPI``,
-unless ``--controller-qps/--controller-burst``; 5 QPS / burst 10 in the runs of 2026-11-27),
+unless ``--controller-qps/--controller-burst``; the committed 1 → 16 sweep ran at 5 QPS / burst 10),
 kube-apiserver and etcd, kube-controller-manager's DaemonSet controller (one daemon pod per labelled
 node) and resourceclaim controller (each daemon pod's claim from the daemon template), kube-scheduler
 (allocates the node's daemon device through DRA and binds). Simulated, lightly: each node is a Node
