@@ -15,6 +15,7 @@ remainder, which is the plugin's other work (locking, checks, logging, building 
 from __future__ import annotations
 
 import functools
+import importlib
 import statistics
 import sys
 import time
@@ -49,8 +50,6 @@ def _timed(
 
 def install(record: Path) -> None:
     """Wrap the ``TIMED`` methods so that each call is appended to ``record``."""
-    import importlib
-
     out = record.open("a", buffering=1, encoding="ascii")
     for target, name, step in TIMED:
         module, _, cls_name = target.partition(":")
