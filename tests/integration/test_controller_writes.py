@@ -11,7 +11,8 @@ would). The daemons start spread over about a second, the way a job's pods land.
 Counted: writes by the controller (its ``imexdra_controller_api_writes_total``) and conflicts seen by
 the apiserver (``apiserver_request_total{code="409"}``) on every resource the controller writes.
 Also covered: a SIGKILLed and restarted controller recovers all 18 indices from the clique and writes
-nothing when nothing changed.
+nothing when nothing changed, and a domain created with its finalizer (the chart's admission policy)
+costs no write of the domain before its deletion.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER
 from imexdra_sim.apinodes import FakeKubelet
 from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -210,3 +212,27 @@ async def test_eighteen_daemons_cost_a_handful_of_writes_and_no_conflicts(
     }
     assert seen == dict.fromkeys(seen, 0.0)
     assert request_delta(before, after, resource="computedomaincliques", verb="POST") == 1
+
+
+async def test_a_domain_born_with_its_finalizer_costs_no_finalizer_write(
+    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+) -> None:
+    """Created holding its finalizer (as the chart's admission policy makes it, docs/compatibility.md
+    §3.1): the controller goes straight to the templates and DaemonSet without a PATCH of the domain;
+    its one write on the domain is the finalizer's removal at deletion."""
+    before = writes(controller)["computedomains"]
+    model = compute_domain_model("born", USER_NS)
+    assert model.metadata is not None
+    model.metadata.finalizers = [COMPUTE_DOMAIN_FINALIZER]
+    created = await kube.create(model)
+    assert created.metadata is not None and created.metadata.uid
+    uid = created.metadata.uid
+    await eventually("DaemonSet", lambda: leftovers(cluster, uid)["daemonsets"], within=30)
+    assert writes(controller)["computedomains"] == before
+    await kube.delete(ComputeDomain, "born", namespace=USER_NS)
+
+    def gone() -> bool:
+        return not get_json(cluster, "computedomains", "-n", USER_NS)["items"]
+
+    await eventually("born gone", gone, within=60, interval=0.5)
+    assert writes(controller)["computedomains"] == before + 1
