@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shlex
@@ -27,7 +26,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,13 +35,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from runtimevenv import runtime_venv
 
-from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER
 from imexdra.common.logging import configure_logging
 from imexdra.devices.hostimex import CtlHostImex, HostImexNotReadyError
-from imexdra_sim.builders import compute_domain
 from imexdra_sim.devices import driverroot_fake
 from imexdra_sim.devices.fakeimex.hostservice import SOCKET_NAME, HostImexService, service_argv
-from imexdra_sim.localcluster.binaries import KUBE_VERSION, locate, nvml_mock_library
+from imexdra_sim.localcluster.binaries import nvml_mock_library
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port
 
@@ -111,54 +108,6 @@ def kubectl_apply(cluster: LocalCluster, *objects: dict[str, Any]) -> None:
 def install_crds(cluster: LocalCluster) -> None:
     cluster.kubectl("apply", "-f", str(CRDS))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-
-
-#: The chart's admission-time finalizer (docs/compatibility.md §3.1): rendered as ``helm install`` renders it
-#: on a cluster that serves MutatingAdmissionPolicy v1.
-FINALIZER_POLICY_TEMPLATE = "templates/mutatingadmissionpolicy.yaml"
-FINALIZER_POLICY_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
-
-
-@contextlib.contextmanager
-def chart_finalizer_policy(cluster: LocalCluster, namespace: str) -> Iterator[list[str]]:
-    """The chart's finalizer policy applied (as its default install has it) and in effect; removed after.
-
-    Yields the applied objects as ``kind/name``. In effect means a dry-run create of a domain in
-    ``namespace`` comes back holding the finalizer (policies load asynchronously).
-    """
-    rendered = subprocess.run(
-        [
-            str(locate().path("helm")),
-            "template",
-            "bench",
-            str(CHART_VALUES.parent),
-            "--namespace",
-            "bench",
-            f"--kube-version={KUBE_VERSION}",
-            f"--api-versions={FINALIZER_POLICY_API}",
-            f"--show-only={FINALIZER_POLICY_TEMPLATE}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    objects = [doc for doc in yaml.safe_load_all(rendered) if doc]
-    names = [f"{o['kind']}/{o['metadata']['name']}" for o in objects]
-    kubectl_apply(cluster, *objects)
-    probe = json.dumps(compute_domain("finalizer-probe", namespace))
-    deadline = time.monotonic() + 30
-    while (
-        COMPUTE_DOMAIN_FINALIZER
-        not in cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe).stdout
-    ):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the chart's finalizer policy was not in effect within 30 s: {names}")
-        time.sleep(0.2)
-    try:
-        yield names
-    finally:
-        cluster.kubectl("delete", *names, "--ignore-not-found", check=False)
 
 
 def host_imex_socket(base: Path) -> Path:

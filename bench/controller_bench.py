@@ -59,7 +59,6 @@ from benchlib import (
     RESULTS,
     ControllerProcess,
     apiserver_metrics,
-    chart_finalizer_policy,
     percentile,
     total,
 )
@@ -158,14 +157,6 @@ async def apiserver_write_capacity(cluster: LocalCluster, prefix: str, count: in
 
 
 async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> dict[str, Any]:
-    """Every phase against the controller ``command``, ours with the chart's finalizer policy in effect."""
-    if command != OUR_CONTROLLER_COMMAND or not args.policy:
-        return {"admission_policies": [], **await phases(cluster, args, command)}
-    with chart_finalizer_policy(cluster, NAMESPACE) as policies:
-        return {"admission_policies": policies, **await phases(cluster, args, command)}
-
-
-async def phases(cluster: LocalCluster, args: argparse.Namespace, command: str) -> dict[str, Any]:
     """Every phase against the controller ``command`` starts; the domains are all gone at the end."""
     client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="imexdra-bench")
     user = User(connect(cluster.kubeconfig).transport(user_agent="imexdra-bench"))
@@ -367,12 +358,6 @@ def main() -> None:
     parser.add_argument("--qps", type=float, default=500.0, help="controller --kube-api-qps")
     parser.add_argument("--burst-limit", type=int, default=1000, help="controller --kube-api-burst")
     parser.add_argument("--controller-command", default=None, help=CONTROLLER_COMMAND_HELP)
-    parser.add_argument(
-        "--no-policy",
-        dest="policy",
-        action="store_false",
-        help="run ours without the chart's admission-time finalizer (MutatingAdmissionPolicy)",
-    )
     parser.add_argument(
         "--burst-mode",
         choices=MODES,

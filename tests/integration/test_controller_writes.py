@@ -11,8 +11,8 @@ would). The daemons start spread over about a second, the way a job's pods land.
 Counted: writes by the controller (its ``imexdra_controller_api_writes_total``) and conflicts seen by
 the apiserver (``apiserver_request_total{code="409"}``) on every resource the controller writes.
 Also covered: a SIGKILLed and restarted controller recovers all 18 indices from the clique and writes
-nothing when nothing changed, and a domain created with its finalizer (the chart's admission policy)
-costs no write of the domain before its deletion.
+nothing when nothing changed, and a domain created with its finalizer costs no write of the domain
+before its deletion.
 """
 
 from __future__ import annotations
@@ -217,9 +217,9 @@ async def test_eighteen_daemons_cost_a_handful_of_writes_and_no_conflicts(
 async def test_a_domain_born_with_its_finalizer_costs_no_finalizer_write(
     cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
 ) -> None:
-    """Created holding its finalizer (as the chart's admission policy makes it, docs/compatibility.md
-    §3.1): the controller goes straight to the templates and DaemonSet without a PATCH of the domain;
-    its one write on the domain is the finalizer's removal at deletion."""
+    """Created holding its finalizer (restored from a backup, or written so by a tool): the controller goes
+    straight to the templates and DaemonSet without a PATCH of the domain; its one write on the domain is
+    the finalizer's removal at deletion."""
     before = writes(controller)["computedomains"]
     model = compute_domain_model("born", USER_NS)
     assert model.metadata is not None

@@ -2,8 +2,7 @@
 
 Live domain (docs/data-path.md §2; §10 under HostManagedIMEX):
 
-1. add the finalizer ``resource.nvidia.com/computeDomain`` unless the domain was created with it (the
-   chart's admission policy adds it in the create; docs/compatibility.md §3.1);
+1. add the finalizer ``resource.nvidia.com/computeDomain`` unless the domain already has it;
 2. ensure, concurrently, the workload ResourceClaimTemplate and (driver-managed only) the daemon
    ResourceClaimTemplate and the DaemonSet (found by the CD label, create-if-absent, never updated);
 3. publish membership and status (``sync``).
