@@ -153,13 +153,14 @@ async def wait_ready_with_all_daemons(kube: AsyncClient) -> None:
     await eventually("big Ready with 18 nodes", ready, within=60)
 
 
-async def delete_and_wait_gone(cluster: LocalCluster, kube: AsyncClient, uid: str) -> None:
-    await kube.delete(ComputeDomain, "big", namespace=USER_NS)
+async def delete_and_wait_gone(cluster: LocalCluster, kube: AsyncClient, uid: str, name: str = "big") -> None:
+    """Delete the domain and wait until it and every object it had are gone."""
+    await kube.delete(ComputeDomain, name, namespace=USER_NS)
 
     def gone() -> bool:
         return not get_json(cluster, "computedomains", "-n", USER_NS)["items"]
 
-    await eventually("big gone", gone, within=90, interval=1.0)
+    await eventually(f"{name} gone", gone, within=90, interval=1.0)
     assert leftovers(cluster, uid) == {
         "resourceclaimtemplates": [],
         "daemonsets": [],
@@ -229,10 +230,5 @@ async def test_a_domain_born_with_its_finalizer_costs_no_finalizer_write(
     uid = created.metadata.uid
     await eventually("DaemonSet", lambda: leftovers(cluster, uid)["daemonsets"], within=30)
     assert writes(controller)["computedomains"] == before
-    await kube.delete(ComputeDomain, "born", namespace=USER_NS)
-
-    def gone() -> bool:
-        return not get_json(cluster, "computedomains", "-n", USER_NS)["items"]
-
-    await eventually("born gone", gone, within=60, interval=0.5)
+    await delete_and_wait_gone(cluster, kube, uid, "born")
     assert writes(controller)["computedomains"] == before + 1
