@@ -8,14 +8,14 @@ several writes each) and the kubelet plugin its per-prepare claim reads and node
 QPS bucket and metrics as the component's lightkube client.
 
 Scope, deliberately small: JSON bodies, ``Content-Length`` or chunked responses, a pool of persistent
-connections (a request finding a pooled connection closed by the server is sent on the next or a fresh
-one), the connection's TLS context, its proxy (``common.proxy``), and the ``common.credentials``
-header (a 401 with a refreshable credential behind it is sent once more with a fresh one, as client-go
-does; an exec plugin's new client certificate closes the pooled connections made with the old one).
-Failures are the common ``ApiStatusError`` types (401 and 403 retryable, see ``_RETRYABLE_AUTH``);
-requests are paced by the connection's ``--kube-api-qps``/``--kube-api-burst`` token bucket and
-recorded in client-go's ``rest_client_*`` families (``common.restmetrics``), exactly as the lightkube
-client's are.
+connections, at most ``_MAX_CONNECTIONS`` open at once (a request finding a pooled connection closed by
+the server is sent on the next or a fresh one), the connection's TLS context, its proxy
+(``common.proxy``), and the ``common.credentials`` header (a 401 with a refreshable credential behind it
+is sent once more with a fresh one, as client-go does; an exec plugin's new client certificate closes
+the pooled connections made with the old one). Failures are the common ``ApiStatusError`` types (401 and
+403 retryable, see ``_RETRYABLE_AUTH``); requests are paced by the connection's
+``--kube-api-qps``/``--kube-api-burst`` token bucket and recorded in client-go's ``rest_client_*`` families
+(``common.restmetrics``), exactly as the lightkube client's are.
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ _requests_log = logging.getLogger(REQUEST_LOGGER)
 #: burst of domains reconciled then was dropped until the 10-minute resync); RBAC applied after the
 #: controller started, and rotated tokens, are the same. Upstream's controller requeues every error.
 _RETRYABLE_AUTH = frozenset({401, 403})
-_MAX_IDLE_CONNECTIONS = 32
+#: Connections open at once; a request beyond them waits for one to come free, as each TLS connection
+#: holds asyncio's 256 KiB read buffer and OpenSSL's state (docs/architecture.md §6).
+_MAX_CONNECTIONS = 16
 _TRANSPORT_ERRORS = (
     OSError,
     TimeoutError,
@@ -107,6 +109,7 @@ class Transport:
         self._timeout = timeout
         self._user_agent = user_agent
         self._idle: list[_Connection] = []
+        self._slots = asyncio.Semaphore(_MAX_CONNECTIONS)
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -150,7 +153,7 @@ class Transport:
             self._generation = self._credentials.certificate_generation
             self.close()  # made with the previous client certificate
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._timeout), self._slots:
                 status, headers, answer = await self._exchange(head + payload)
         except _TRANSPORT_ERRORS as error:
             self._metrics.result(method, None)
@@ -221,7 +224,7 @@ class Transport:
             keep = headers.get("connection", "").lower() != "close"
             return status, headers, body
         finally:
-            if keep and len(self._idle) < _MAX_IDLE_CONNECTIONS:
+            if keep:
                 self._idle.append(connection)
             else:
                 connection.writer.close()

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.common.kube import PermanentApiError, RetryableApiError
-from imexdra.common.transport import Transport, resource_path
+from imexdra.common.transport import _MAX_CONNECTIONS, Transport, resource_path
 from tests.support.connectproxy import connect_proxy
 
 Reply = Callable[[bytes], bytes]
@@ -137,6 +137,39 @@ async def test_a_pooled_connection_closed_while_idle_is_replaced(server: Server)
     response = await client.request("GET", "/y")
     assert response.body == b'{"ok":1}'
     assert server.connections == 2
+
+
+async def test_requests_beyond_the_connection_bound_wait_for_a_free_connection() -> None:
+    """Three times the bound sent at once: never more than the bound open, each connection reused."""
+    open_now = peak = accepted = 0
+    all_open = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal open_now, peak, accepted
+        open_now, accepted = open_now + 1, accepted + 1
+        peak = max(peak, open_now)
+        if open_now == _MAX_CONNECTIONS:
+            all_open.set()
+        try:
+            while True:
+                try:
+                    await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    break
+                await all_open.wait()  # no answer before the bound is reached
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                await writer.drain()
+        finally:
+            open_now -= 1
+            writer.close()
+
+    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
+    client = transport(Server(replies=[], port=listener.sockets[0].getsockname()[1]))
+    answers = await asyncio.gather(*(client.request("GET", "/x") for _ in range(3 * _MAX_CONNECTIONS)))
+    assert [a.status for a in answers] == [200] * (3 * _MAX_CONNECTIONS)
+    assert (peak, accepted) == (_MAX_CONNECTIONS, _MAX_CONNECTIONS)
+    client.close()
+    listener.close()
 
 
 @pytest.mark.parametrize(
