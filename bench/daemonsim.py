@@ -20,6 +20,15 @@ What a real node does, and what stands in for it here:
   of its startup probe (the pod spec's ``periodSeconds``, 1 s, first run at container start), which is
   when a kubelet would see the probe pass. On teardown it unprepares the daemon claims and finishes the
   terminating daemon pods (grace period 0).
+- ``writes_cliques``: the daemons write their own clique entries, as upstream's daemon does (its gate
+  ``ComputeDomainCliques``, on by default), for runs of upstream's controller, which only copies the
+  cliques into the domain's status; ours publishes them itself (single writer), so for ours this is off.
+  Upstream's daemon, once its pod is labelled: create the clique ``<CD UID>.<clique ID>`` if its
+  informer does not show it, then add its own entry (lowest free index, ``NotReady``, its pod IP) and
+  its pod to the owners by a full-object Update; once its pod is Ready, write ``Ready`` into its entry
+  the same way. Each write is computed from the latest clique the watch showed and, on a 409, retried
+  after the work queue's per-item backoff (5 ms, doubling), as upstream's informer-driven work queue
+  does. IMEX starts once the daemon's own entry exists (DNS-names mode), so "listed" is that.
 
 Times are recorded per node, as seconds since the job's submit, so a job start can be taken apart
 per stage and per node.
@@ -39,7 +48,9 @@ import grpc
 from benchlib import DRIVER_NAMESPACE
 from lightkube import AsyncClient
 
-from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY
+from imexdra.api.computedomainclique import clique_name
+from imexdra.api.constants import API_VERSION, CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
+from imexdra.common.kube import http_client
 from imexdra.controller.render import DAEMON_POD_CLAIM_NAME
 from imexdra.daemon.podlabel import label_own_pod
 from imexdra.dra._pb import dra_v1_pb2 as dra
@@ -131,6 +142,10 @@ class DaemonKubelet:
     clock: Callable[[], float]
     changed: asyncio.Event
     formation_s: float = 0.0
+    #: The daemons write their own clique entries (upstream's daemon protocol; see the module docstring).
+    writes_cliques: bool = False
+    #: 409s the daemons' own clique writes met (``writes_cliques``).
+    clique_conflicts: int = 0
     times: dict[str, dict[str, float]] = field(default_factory=lambda: {s: {} for s in DAEMON_STAGES})
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -139,6 +154,7 @@ class DaemonKubelet:
     retry_reasons: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _listed: dict[str, asyncio.Event] = field(default_factory=dict)
+    _cliques: dict[str, dict[str, Any]] = field(default_factory=dict)
     _handed: set[str] = field(default_factory=set)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -165,7 +181,9 @@ class DaemonKubelet:
 
     def on_clique(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
+            self._cliques.pop(obj["metadata"]["name"], None)
             return
+        self._cliques[obj["metadata"]["name"]] = obj
         for daemon in obj.get("daemons") or []:
             node = daemon.get("nodeName", "")
             self._listed.setdefault(node, asyncio.Event()).set()
@@ -217,11 +235,13 @@ class DaemonKubelet:
             self.retry_reasons += outcome.retry_reasons
             self.prepared_claims[node] = (DRIVER_NAMESPACE, meta["name"], meta["uid"])
             self._mark("prepared", node)
-        await self.reporter.report_pod(name, node, ready=False)
+        ip = await self.reporter.report_pod(name, node, ready=False)
         container_started = time.monotonic()
         self._mark("running", node)
         await label_own_pod(self.kube, name=name, namespace=DRIVER_NAMESPACE, clique_id=self.clique_of(node))
         self._mark("labelled", node)
+        if self.writes_cliques:
+            await self._write_own_entry(pod, node, ip, "NotReady")
         await self._listed.setdefault(node, asyncio.Event()).wait()
         self._mark("listed", node)
         await asyncio.sleep(self.formation_s)
@@ -230,6 +250,76 @@ class DaemonKubelet:
         await asyncio.sleep(math.ceil(elapsed / period) * period - elapsed)
         await self.reporter.report_pod(name, node, ready=True)
         self._mark("ready", node)
+        if self.writes_cliques:
+            await self._write_own_entry(pod, node, ip, "Ready")
+
+    async def _write_own_entry(self, pod: dict[str, Any], node: str, ip: str, status: str) -> None:
+        """Upstream's daemon: its own entry in its clique, created if need be (module docstring)."""
+        meta = pod["metadata"]
+        clique_id = self.clique_of(node)
+        name = clique_name(meta["labels"][COMPUTE_DOMAIN_LABEL_KEY], clique_id)
+        collection = f"/apis/resource.nvidia.com/v1beta1/namespaces/{DRIVER_NAMESPACE}/computedomaincliques"
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+        http = http_client(self.kube)
+        backoff = 0.005
+        while True:
+            clique = self._cliques.get(name)
+            if clique is None:
+                body = {
+                    "apiVersion": API_VERSION,
+                    "kind": "ComputeDomainClique",
+                    "metadata": {
+                        "name": name,
+                        "namespace": DRIVER_NAMESPACE,
+                        "labels": {
+                            COMPUTE_DOMAIN_LABEL_KEY: meta["labels"][COMPUTE_DOMAIN_LABEL_KEY],
+                            CLIQUE_LABEL_KEY: clique_id,
+                        },
+                        "ownerReferences": [owner],
+                    },
+                    "daemons": [],
+                }
+                response = await http.post(collection, json=body)
+                if response.status_code != 409:  # AlreadyExists: the watch will show it
+                    response.raise_for_status()
+                    self._cliques.setdefault(name, response.json())
+                    continue
+            else:
+                daemons = [dict(d) for d in clique.get("daemons") or []]
+                mine = next((d for d in daemons if d["nodeName"] == node), None)
+                owners = list(clique["metadata"].get("ownerReferences") or [])
+                if (
+                    mine is not None
+                    and (mine["ipAddress"], mine["status"]) == (ip, status)
+                    and any(o["uid"] == meta["uid"] for o in owners)
+                ):
+                    return
+                if mine is None:
+                    used = {d["index"] for d in daemons}
+                    index = next(i for i in range(len(daemons) + 1) if i not in used)
+                    mine = {"nodeName": node, "cliqueID": clique_id, "index": index, "status": "NotReady"}
+                    daemons.append(mine)
+                mine.update(ipAddress=ip, status=status)
+                if not any(o["uid"] == meta["uid"] for o in owners):
+                    owners.append(owner)
+                update = {
+                    **clique,
+                    "daemons": daemons,
+                    "metadata": {**clique["metadata"], "ownerReferences": owners},
+                }
+                response = await http.put(f"{collection}/{name}", json=update)
+                if response.status_code != 409:
+                    response.raise_for_status()
+                    written = response.json()
+                    if int(written["metadata"]["resourceVersion"]) > int(
+                        self._cliques.get(name, clique)["metadata"]["resourceVersion"]
+                    ):
+                        self._cliques[name] = written  # upstream's mutation cache
+                    self.on_clique("MODIFIED", self._cliques[name])
+                    return
+            self.clique_conflicts += 1  # the Update's 409, or the create's AlreadyExists
+            await asyncio.sleep(backoff)
+            backoff *= 2
 
     @staticmethod
     def _startup_probe(pod: dict[str, Any]) -> dict[str, Any]:

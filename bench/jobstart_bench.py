@@ -63,7 +63,9 @@ on any driver; driver-managed doubles that (every daemon pod has a claim too). `
 (default 18) records the controller and node-0's plugin with ``py-spy`` (non-blocking, 100 Hz) during
 the simulated runs of that size and reports the hottest functions. ``--controller-command "<cmd>"``
 runs another controller implementation against the same nodes and workload after ours and reports
-ours/other ratios (placeholders: see ``--help``).
+ours/other ratios (placeholders: see ``--help``); with ``--other-daemons upstream`` its simulated daemons
+write their own clique entries, as upstream's daemons do (``daemonsim``), so upstream's controller can
+be measured driver-managed with daemons present.
 
 Targets: 18-node job ≤ 10 s; 256 pods ≤ 60 s with 0 × 429 and 0 × 409. Output: JSON on stdout and in
 ``bench/results/jobstart_bench.json``, plot in ``bench/results/jobstart_bench.png``.
@@ -179,6 +181,14 @@ def main() -> None:
         type=float,
         default=0.0,
         help="driver-managed: time from a daemon knowing its index to IMEX answering READY (none runs here)",
+    )
+    parser.add_argument(
+        "--other-daemons",
+        choices=("imexdra", "upstream"),
+        default="imexdra",
+        help="driver-managed, the --controller-command's run: whose daemon protocol the simulated daemons "
+        "follow (upstream: each daemon writes its own ComputeDomainClique entry; imexdra: the controller "
+        "publishes them)",
     )
     parser.add_argument(
         "--max-kubelets", type=int, default=18, help="largest size also run on real kubelets (0: none)"

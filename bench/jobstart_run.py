@@ -68,13 +68,20 @@ async def job_start(
     namespace: str,
     profile: bool,
     formation_s: float = 0.0,
+    daemons_write_cliques: bool = False,
 ) -> dict[str, Any]:
     """One submit → all prepared, with its API traffic, CPU and memory; cleans up afterwards."""
     await api.post(
         "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     )
     state = JobStart(pods)
-    simulator = None if fleet.kubelets else Simulator(api, fleet, namespace, state, formation_s=formation_s)
+    simulator = (
+        None
+        if fleet.kubelets
+        else Simulator(
+            api, fleet, namespace, state, formation_s=formation_s, daemons_write_cliques=daemons_write_cliques
+        )
+    )
     ns = f"/namespaces/{namespace}"
     sources: list[tuple[str, Callable[[str, dict[str, Any]], None]]] = [
         (f"/apis/resource.nvidia.com/v1beta1{ns}/computedomains", state.on_domain),
@@ -292,6 +299,7 @@ async def series(
                             namespace,
                             profile,
                             args.imex_formation_seconds,
+                            daemons_write_cliques=label == "other" and args.other_daemons == "upstream",
                         )
                     except TimeoutError as error:
                         # The namespace is left as it is: this series ends here, the next mode goes on.

@@ -129,7 +129,14 @@ class Simulator:
     """
 
     def __init__(
-        self, api: Api, fleet: Fleet, namespace: str, state: JobStart, *, formation_s: float = 0.0
+        self,
+        api: Api,
+        fleet: Fleet,
+        namespace: str,
+        state: JobStart,
+        *,
+        formation_s: float = 0.0,
+        daemons_write_cliques: bool = False,
     ) -> None:
         self.api = api
         self.nodes = fleet.by_name()
@@ -150,6 +157,7 @@ class Simulator:
                 clock=state.now,
                 changed=state.changed,
                 formation_s=formation_s,
+                writes_cliques=daemons_write_cliques,
             )
 
     def poll(self) -> None:
@@ -334,6 +342,8 @@ def daemon_breakdown(state: JobStart, daemons: DaemonKubelet) -> dict[str, Any]:
         "steps_per_node": step_lags(per_node, ("worker_bound", *DAEMON_STAGES, "worker_prepared")),
         "daemon_claim_prepare_calls": daemons.prepare_calls,
         "daemon_retry_reasons": daemons.retry_reasons[:5],
+        "daemons_write_cliques": daemons.writes_cliques,
+        "daemon_clique_write_conflicts": daemons.clique_conflicts,
     }
 
 
