@@ -16,6 +16,9 @@ lint: venv
 	$(BIN)/ruff check src sim tests bench tools
 	$(BIN)/ruff format --check src sim tests bench tools
 	$(BIN)/mypy
+	# The benchmarks are scripts beside each other (no package); matplotlib is not in the lint venv.
+	cd bench && MYPYPATH=../src:../sim/src:. ../$(BIN)/mypy --strict --ignore-missing-imports \
+		--follow-imports=silent --cache-dir ../.mypy_cache/bench *.py
 	$(BIN)/lint-imports
 
 test-unit: venv

@@ -130,7 +130,7 @@ class PluginNode:
     def connect(self) -> dra_grpc.DRAPluginStub:
         if self.stub is None:
             self.channel = grpc.aio.insecure_channel(f"unix://{self.socket}")
-            self.stub = dra_grpc.DRAPluginStub(self.channel)
+            self.stub = dra_grpc.DRAPluginStub(self.channel)  # type: ignore[no-untyped-call]
         return self.stub
 
     def prepared_claims(self) -> set[str]:

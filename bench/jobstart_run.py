@@ -344,7 +344,7 @@ def ratios(ours: dict[str, Any], other: dict[str, Any]) -> dict[str, float | Non
 
 def short(run: dict[str, Any]) -> dict[str, Any]:
     """A run without its curves and long request tables (the JSON file keeps them)."""
-    copy = json.loads(json.dumps(run))
+    copy: dict[str, Any] = json.loads(json.dumps(run))
     for label in ("ours", "other"):
         if label in copy:
             copy[label].pop("prepared_curve_s", None)

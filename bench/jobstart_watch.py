@@ -224,7 +224,7 @@ def api_deltas(before: Samples, after: Samples) -> dict[str, Any]:
     by_verb_resource: Counter[str] = Counter()
     refused: dict[str, Counter[str]] = {"409": Counter(), "429": Counter()}
     for key, value in after.items():
-        delta = value - before.get(key, 0.0)
+        delta = round(value - before.get(key, 0.0))  # a request counter: whole numbers
         if key[0] != "apiserver_request_total" or delta <= 0:
             continue
         labels = dict(key[1])
@@ -349,10 +349,10 @@ def daemon_breakdown(state: JobStart, daemons: DaemonKubelet) -> dict[str, Any]:
 
 def component_cpu(cluster: LocalCluster) -> dict[str, float]:
     """CPU seconds so far of each control-plane process, and of all kubelets and all fakecris together."""
-    readings: Counter[str] = Counter()
+    readings: dict[str, float] = {}
     # LocalCluster has no public list of its processes; the bench only reads it.
     for process in cluster._supervisor.processes:
         if process.alive():
             kind = process.name.rsplit("-", 1)[-1] + "s" if process.name.startswith("node-") else process.name
-            readings[kind] += cpu_seconds(process.popen.pid)
-    return dict(readings)
+            readings[kind] = readings.get(kind, 0.0) + cpu_seconds(process.popen.pid)
+    return readings

@@ -152,7 +152,7 @@ async def cycle_claims(
     unprepare_ms: list[float] = []
     grpc_ms: list[float] = []
     async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
-        stub = dra_grpc.DRAPluginStub(channel)
+        stub = dra_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
         for name, uid in claims:
             started = time.monotonic()
             request = [dra.Claim(namespace=NAMESPACE, name=name, uid=uid)]

@@ -278,7 +278,7 @@ async def one_isolation(
             socket = base / "plugins" / DRIVER / "dra.sock"
             await asyncio.to_thread(wait_for_socket, socket, process)
             async with grpc.aio.insecure_channel(f"unix://{socket}") as grpc_channel:
-                stub = dra_grpc.DRAPluginStub(grpc_channel)
+                stub = dra_grpc.DRAPluginStub(grpc_channel)  # type: ignore[no-untyped-call]
                 # One untimed cycle: the plugin's domain cache has synced and its client warmed up.
                 await cycle(stub, namespace, claims[:1], channel, args.host_interval)
                 samples = await cycle(stub, namespace, claims, channel, args.host_interval)
