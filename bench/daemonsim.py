@@ -311,11 +311,13 @@ class DaemonKubelet:
                 if response.status_code != 409:
                     response.raise_for_status()
                     written = response.json()
+                    latest = self._cliques.get(name, clique)
                     if int(written["metadata"]["resourceVersion"]) > int(
-                        self._cliques.get(name, clique)["metadata"]["resourceVersion"]
+                        latest["metadata"]["resourceVersion"]
                     ):
-                        self._cliques[name] = written  # upstream's mutation cache
-                    self.on_clique("MODIFIED", self._cliques[name])
+                        self.on_clique(
+                            "MODIFIED", written
+                        )  # upstream's mutation cache: seen before the watch
                     return
             self.clique_conflicts += 1  # the Update's 409, or the create's AlreadyExists
             await asyncio.sleep(backoff)
