@@ -24,6 +24,12 @@ DEFAULT_DEBOUNCE_SECONDS = 0.15
 #: daemons keep starting, their changes are gathered into one write per interval (upstream: 2 s sync).
 DEFAULT_MIN_PUBLISH_INTERVAL_SECONDS = 0.5
 
+#: Least time between two status writes that only restate what the cliques already publish (a fabric
+#: node's entry in ``status.nodes``): with cliques on, the status is the roll-up, not the readiness
+#: source, and each write of a big domain's status goes to every node's plugin (docs/architecture.md §5.1;
+#: upstream copies cliques into the status every 2 s).
+DEFAULT_STATUS_ROLLUP_INTERVAL_SECONDS = 2.0
+
 #: Informer resync and stale-object sweep period (upstream: 10 minutes for both).
 DEFAULT_RESYNC_SECONDS = 600.0
 
@@ -55,6 +61,7 @@ class ControllerConfig:
     daemon_logging_format: LogFormat = LogFormat.TEXT
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
     min_publish_interval: float = DEFAULT_MIN_PUBLISH_INTERVAL_SECONDS
+    status_rollup_interval: float = DEFAULT_STATUS_ROLLUP_INTERVAL_SECONDS
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
     #: Reconciles in flight at once (one per domain at most); they mostly wait on the API server.
     workers: int = 48

@@ -167,6 +167,27 @@ def global_status(
     return READY
 
 
+def cliques_carry_the_change(
+    current: Iterable[ComputeDomainNode], desired: Iterable[ComputeDomainNode]
+) -> bool:
+    """Whether every entry that differs between the two lists is a fabric node's (a clique publishes it).
+
+    Such a change of ``status.nodes`` is only the roll-up of the cliques and can wait; a change of a
+    non-fabric node's entry cannot, since ``status.nodes`` is where its readiness is read
+    (docs/architecture.md §5.1).
+    """
+    old = {n.name: n for n in current}
+    new = {n.name: n for n in desired}
+    changed = [
+        entry
+        for name in old.keys() | new.keys()
+        if old.get(name) != new.get(name)
+        for entry in (old.get(name), new.get(name))
+        if entry is not None
+    ]
+    return all(entry.clique_id for entry in changed)
+
+
 def same_nodes(a: Iterable[ComputeDomainNode], b: Iterable[ComputeDomainNode]) -> bool:
     """Equal as maps keyed by node name (order-insensitive, full-entry equality), like upstream."""
     return {n.name: n for n in a} == {n.name: n for n in b}

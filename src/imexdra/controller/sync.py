@@ -107,6 +107,8 @@ class MembershipSync:
         self._now = now
         #: When each domain last published (cliques or status), for ``config.min_publish_interval``.
         self._last_publish: dict[str, float] = {}
+        #: When each domain's status was last written, for ``config.status_rollup_interval``.
+        self._last_status: dict[str, float] = {}
 
     async def sync(
         self, cd: ComputeDomain, verdict: Verdict | None = None, *, guarded: bool = False
@@ -114,7 +116,9 @@ class MembershipSync:
         """Bring the domain's cliques (driver-managed, gate on) and status in line with its daemons.
 
         Returns a delay when a change is due but the domain published less than
-        ``config.min_publish_interval`` ago: the change is then written on the next pass. With a
+        ``config.min_publish_interval`` ago, or when only the status's roll-up of the cliques is due
+        and the status was written less than ``config.status_rollup_interval`` ago: the change is
+        then written on the next pass. With a
         channel-isolation ``verdict`` the status also carries the domain's number and its
         ``ChannelAllocated`` condition, and is Ready only if the number is its own and its template
         exists; ``guarded`` makes the write conditional on the domain's resourceVersion.
@@ -161,18 +165,41 @@ class MembershipSync:
             conditions=others or [],
         )
         clique_changes = self._clique_changes(uid, cliques, objects) if cliques_on else []
-        if not clique_changes and not self._status_changed(cd, status) and others is None:
+        status_due = others is not None or self._status_changed(cd, status)
+        if not clique_changes and not status_due:
             self._observe(cd, status)
             return None
         wait = self._last_publish.get(uid, -math.inf) + self._config.min_publish_interval - self._clock()
         if wait > 0:
             return wait
         self._report_unplaced(cd, cliques.values())
-        for change in clique_changes:
-            await change()
+        if clique_changes:
+            for change in clique_changes:
+                await change()
+            self._last_publish[uid] = self._clock()
+        if not status_due:
+            return None
+        later = self._rollup_wait(uid, cd, status) if cliques_on and others is None else 0.0
+        if later > 0:
+            return later
         await self._publish_status(cd, status, clear_conditions=others is not None)
-        self._last_publish[uid] = self._clock()
+        self._last_publish[uid] = self._last_status[uid] = self._clock()
         return None
+
+    def _rollup_wait(self, uid: str, cd: ComputeDomain, desired: ComputeDomainStatus) -> float:
+        """How long a status write may wait: > 0 only for a roll-up of what the cliques now publish.
+
+        The domain's global status and a non-fabric node's entry are written at once; fabric nodes'
+        entries at most every ``config.status_rollup_interval`` (docs/architecture.md §5.1).
+        """
+        current = cd.status
+        if (
+            current is None
+            or current.status != desired.status
+            or not membership.cliques_carry_the_change(current.nodes, desired.nodes)
+        ):
+            return 0.0
+        return self._last_status.get(uid, -math.inf) + self._config.status_rollup_interval - self._clock()
 
     def _has_workload_template(self, uid: str) -> bool:
         view = self._caches.template_view
@@ -184,6 +211,7 @@ class MembershipSync:
     def forget(self, uid: str) -> None:
         """Drop what is remembered about a finalized domain."""
         self._last_publish.pop(uid, None)
+        self._last_status.pop(uid, None)
 
     def _report_failing(self, cd: ComputeDomain, members: list[DaemonPod]) -> None:
         # Repeats of one failure aggregate into one Event series (common.events).

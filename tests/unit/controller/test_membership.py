@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -178,3 +179,17 @@ def test_same_nodes_ignores_order_but_not_content() -> None:
     assert membership.same_nodes([a, b], [b, a])
     assert not membership.same_nodes([a, b], [b, node("a", NOT_READY)])
     assert not membership.same_nodes([a], [a, b])
+
+
+def test_only_fabric_entries_changing_is_a_rollup_the_cliques_carry() -> None:
+    """A fabric node joining, leaving or turning Ready is carried by its clique; a non-fabric one is not."""
+    a, b = node("a", NOT_READY), node("b", READY)
+    lone = ComputeDomainNode(name="z", ip_address="10.0.0.9", clique_id="", index=-1, status=NOT_READY)
+    carried = membership.cliques_carry_the_change
+    assert carried([a], [a, b])
+    assert carried([a, b], [b])
+    assert carried([a, b], [b, node("a", READY)])
+    assert carried([a, lone], [b, lone])
+    assert not carried([a], [a, lone])
+    assert not carried([a, lone], [a])
+    assert not carried([a, lone], [a, msgspec.structs.replace(lone, status=READY)])
