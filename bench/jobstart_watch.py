@@ -224,8 +224,10 @@ def api_deltas(before: Samples, after: Samples) -> dict[str, Any]:
     by_verb_resource: Counter[str] = Counter()
     refused: dict[str, Counter[str]] = {"409": Counter(), "429": Counter()}
     for key, value in after.items():
+        if key[0] != "apiserver_request_total":
+            continue  # other samples may be NaN (a summary's empty quantile)
         delta = round(value - before.get(key, 0.0))  # a request counter: whole numbers
-        if key[0] != "apiserver_request_total" or delta <= 0:
+        if delta <= 0:
             continue
         labels = dict(key[1])
         code = labels.get("code", "")
