@@ -219,11 +219,19 @@ def checkpoint_poller(fleet: Fleet, state: JobStart) -> Callable[[], None]:
 
 
 def api_deltas(before: Samples, after: Samples) -> dict[str, Any]:
-    """Requests the apiserver served between two scrapes: by code, 409s and 429s by verb and resource."""
+    """What the apiserver served between two scrapes: requests, watch traffic.
+
+    Requests by code, 409s and 429s by verb and resource; watch traffic by resource in MiB, every
+    watcher's copy counted (the cost of a write grows with the object and with its watchers).
+    """
     by_code: Counter[str] = Counter()
     by_verb_resource: Counter[str] = Counter()
     refused: dict[str, Counter[str]] = {"409": Counter(), "429": Counter()}
+    watch_bytes: dict[str, float] = {}
     for key, value in after.items():
+        if key[0] == "apiserver_watch_events_sizes_sum":  # bytes sent to watchers, every watcher counted
+            resource = dict(key[1]).get("resource", "")
+            watch_bytes[resource] = watch_bytes.get(resource, 0.0) + value - before.get(key, 0.0)
         if key[0] != "apiserver_request_total":
             continue  # other samples may be NaN (a summary's empty quantile)
         delta = round(value - before.get(key, 0.0))  # a request counter: whole numbers
@@ -253,6 +261,11 @@ def api_deltas(before: Samples, after: Samples) -> dict[str, Any]:
             k: int(v) for k, v in sorted(by_verb_resource.items(), key=lambda kv: -kv[1])
         },
         "requests": int(sum(by_verb_resource.values())),
+        "watch_mib_by_resource": {
+            r: round(b / 2**20, 1)
+            for r, b in sorted(watch_bytes.items(), key=lambda rb: -rb[1])
+            if b >= 2**20 / 10
+        },
     }
 
 
