@@ -315,9 +315,8 @@ class DaemonKubelet:
                     if int(written["metadata"]["resourceVersion"]) > int(
                         latest["metadata"]["resourceVersion"]
                     ):
-                        self.on_clique(
-                            "MODIFIED", written
-                        )  # upstream's mutation cache: seen before the watch
+                        # upstream's mutation cache: its own write is seen before the watch shows it
+                        self.on_clique("MODIFIED", written)
                     return
             self.clique_conflicts += 1  # the Update's 409, or the create's AlreadyExists
             await asyncio.sleep(backoff)
