@@ -121,6 +121,7 @@ def claim_reserved_for(pod: dict[str, Any], claim_key: str, claims: dict[str, di
 #: Per-node stages of a daemon, in order (keys of ``DaemonKubelet.times``).
 DAEMON_STAGES = (
     "created",  # the DaemonSet controller created the pod
+    "claimed",  # kube-controller-manager created its daemon claim (the kcm floor's pace)
     "bound",  # the scheduler bound it (its daemon claim allocated)
     "prepared",  # its daemon claim prepared by the node's plugin
     "running",  # reported Running (not Ready) with an IP
@@ -175,9 +176,15 @@ class DaemonKubelet:
         self.changed.set()
 
     def on_claim(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind != "DELETED":
-            self.claims[obj["metadata"]["name"]] = obj
-            self.changed.set()
+        if kind == "DELETED":
+            return
+        self.claims[obj["metadata"]["name"]] = obj
+        owners = obj["metadata"].get("ownerReferences") or []
+        owner = next((ref["name"] for ref in owners if ref["kind"] == "Pod"), "")
+        node = self._node_of(self.pods[owner]) if owner in self.pods else None
+        if node is not None:
+            self.times["claimed"].setdefault(node, self.clock())
+        self.changed.set()
 
     def on_clique(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":

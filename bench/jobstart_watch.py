@@ -53,6 +53,7 @@ class JobStart:
     pod_created: dict[str, float] = field(default_factory=dict)
     pod_bound: dict[str, float] = field(default_factory=dict)
     pod_running: dict[str, float] = field(default_factory=dict)
+    claim_created: dict[str, float] = field(default_factory=dict)
     claim_allocated: dict[str, float] = field(default_factory=dict)
     prepared: dict[str, float] = field(default_factory=dict)
     prepare_ms: list[float] = field(default_factory=list)
@@ -90,6 +91,7 @@ class JobStart:
             return
         name = obj["metadata"]["name"]
         self.claims_seen[name] = obj
+        self.claim_created.setdefault(name, self.now())
         if (obj.get("status") or {}).get("allocation"):
             self.claim_allocated.setdefault(name, self.now())
         self.changed.set()
@@ -116,6 +118,7 @@ class JobStart:
             if self.domain_ready_last is None
             else round(self.domain_ready_last, 2),
             "all_pods_created_s": last(self.pod_created),
+            "all_claims_created_s": last(self.claim_created),
             "all_claims_allocated_s": last(self.claim_allocated),
             "all_pods_bound_s": last(self.pod_bound),
             "all_prepared_s": last(self.prepared),
