@@ -20,9 +20,8 @@ CONTROLLER_NAME = "compute-domain.nvidia.com/controller"
 #: this window costs one clique write and one status write (no N-writer storms, docs/architecture.md §5).
 DEFAULT_DEBOUNCE_SECONDS = 0.15
 
-#: Least time between two writes of one clique, or of one domain's status: while daemons keep
-#: starting, their changes are gathered into one write per object and interval (upstream: 2 s sync;
-#: docs/architecture.md §5.1).
+#: Least time between two membership publications (clique and status writes) of one domain: while
+#: daemons keep starting, their changes are gathered into one write per interval (upstream: 2 s sync).
 DEFAULT_MIN_PUBLISH_INTERVAL_SECONDS = 0.5
 
 #: Least time between two status writes that only restate what the cliques already publish (a fabric

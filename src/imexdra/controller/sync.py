@@ -9,7 +9,6 @@ batching window, which together make this the single, conflict-free writer of cl
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import math
 import time
@@ -85,23 +84,6 @@ def clique_id_of(clique: ComputeDomainClique, uid: str) -> str:
     return (meta.name or "").removeprefix(f"{uid}.") if meta else ""
 
 
-async def _write_all(
-    changes: dict[str, Callable[[], Awaitable[object]]], written: dict[str, float], clock: Callable[[], float]
-) -> None:
-    """Run the writes of distinct cliques at once; note when each was written; raise the first failure.
-
-    Every write runs to its end (none is cancelled because another failed), so what reached the API
-    server is known to the overlay; a failure makes the work queue retry the reconcile.
-    """
-    results = await asyncio.gather(*(change() for change in changes.values()), return_exceptions=True)
-    now = clock()
-    for clique_id in changes:
-        written[clique_id] = now
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-
-
 class MembershipSync:
     """Computes and writes cliques and status for one domain at a time."""
 
@@ -123,10 +105,9 @@ class MembershipSync:
         self._metrics = metrics
         self._clock = clock
         self._now = now
-        #: When each clique of each domain was last written (domain UID -> clique ID -> time), and when
-        #: each domain's status was: ``config.min_publish_interval`` and ``status_rollup_interval``
-        #: count per object (docs/architecture.md §5.1).
-        self._last_clique_write: dict[str, dict[str, float]] = {}
+        #: When each domain last published (cliques or status), for ``config.min_publish_interval``.
+        self._last_publish: dict[str, float] = {}
+        #: When each domain's status was last written, for ``config.status_rollup_interval``.
         self._last_status: dict[str, float] = {}
 
     async def sync(
@@ -134,10 +115,10 @@ class MembershipSync:
     ) -> float | None:
         """Bring the domain's cliques (driver-managed, gate on) and status in line with its daemons.
 
-        Returns a delay when a change is held back: a clique or the status written less than
-        ``config.min_publish_interval`` ago, or a status write that is only the roll-up of the cliques
-        less than ``config.status_rollup_interval`` after the last; what is due is written now (the
-        cliques concurrently), the rest on the next pass. With a
+        Returns a delay when a change is due but the domain published less than
+        ``config.min_publish_interval`` ago, or when only the status's roll-up of the cliques is due
+        and the status was written less than ``config.status_rollup_interval`` ago: the change is
+        then written on the next pass. With a
         channel-isolation ``verdict`` the status also carries the domain's number and its
         ``ChannelAllocated`` condition, and is Ready only if the number is its own and its template
         exists; ``guarded`` makes the write conditional on the domain's resourceVersion.
@@ -183,49 +164,42 @@ class MembershipSync:
             nodes=nodes,
             conditions=others or [],
         )
-        clique_changes = self._clique_changes(uid, cliques, objects) if cliques_on else {}
+        clique_changes = self._clique_changes(uid, cliques, objects) if cliques_on else []
         status_due = others is not None or self._status_changed(cd, status)
         if not clique_changes and not status_due:
             self._observe(cd, status)
             return None
-        waits: list[float] = []
-        written = self._last_clique_write.setdefault(uid, {})
-        due: dict[str, Callable[[], Awaitable[object]]] = {}
-        for clique_id, change in clique_changes.items():
-            wait = written.get(clique_id, -math.inf) + self._config.min_publish_interval - self._clock()
-            if wait > 0:
-                waits.append(wait)
-            else:
-                due[clique_id] = change
-        if due:
-            self._report_unplaced(cd, cliques.values())
-            await _write_all(due, written, self._clock)
-        if status_due:
-            rollup_only = cliques_on and others is None and self._rollup_only(cd, status)
-            interval = (
-                self._config.status_rollup_interval if rollup_only else self._config.min_publish_interval
-            )
-            wait = self._last_status.get(uid, -math.inf) + interval - self._clock()
-            if wait > 0:
-                waits.append(wait)
-            else:
-                await self._publish_status(cd, status, clear_conditions=others is not None)
-                self._last_status[uid] = self._clock()
-        return min(waits) if waits else None
+        wait = self._last_publish.get(uid, -math.inf) + self._config.min_publish_interval - self._clock()
+        if wait > 0:
+            return wait
+        self._report_unplaced(cd, cliques.values())
+        if clique_changes:
+            for change in clique_changes:
+                await change()
+            self._last_publish[uid] = self._clock()
+        if not status_due:
+            return None
+        later = self._rollup_wait(uid, cd, status) if cliques_on and others is None else 0.0
+        if later > 0:
+            return later
+        await self._publish_status(cd, status, clear_conditions=others is not None)
+        self._last_publish[uid] = self._last_status[uid] = self._clock()
+        return None
 
-    @staticmethod
-    def _rollup_only(cd: ComputeDomain, desired: ComputeDomainStatus) -> bool:
-        """Whether the status write would only restate fabric nodes' entries the cliques now carry.
+    def _rollup_wait(self, uid: str, cd: ComputeDomain, desired: ComputeDomainStatus) -> float:
+        """How long a status write may wait: > 0 only for a roll-up of what the cliques now publish.
 
         The domain's global status and a non-fabric node's entry are written at once; fabric nodes'
         entries at most every ``config.status_rollup_interval`` (docs/architecture.md §5.1).
         """
         current = cd.status
-        return (
-            current is not None
-            and current.status == desired.status
-            and membership.cliques_carry_the_change(current.nodes, desired.nodes)
-        )
+        if (
+            current is None
+            or current.status != desired.status
+            or not membership.cliques_carry_the_change(current.nodes, desired.nodes)
+        ):
+            return 0.0
+        return self._last_status.get(uid, -math.inf) + self._config.status_rollup_interval - self._clock()
 
     def _has_workload_template(self, uid: str) -> bool:
         view = self._caches.template_view
@@ -236,7 +210,7 @@ class MembershipSync:
 
     def forget(self, uid: str) -> None:
         """Drop what is remembered about a finalized domain."""
-        self._last_clique_write.pop(uid, None)
+        self._last_publish.pop(uid, None)
         self._last_status.pop(uid, None)
 
     def _report_failing(self, cd: ComputeDomain, members: list[DaemonPod]) -> None:
@@ -275,28 +249,26 @@ class MembershipSync:
 
     def _clique_changes(
         self, uid: str, desired: dict[str, CliqueMembers], current: list[ComputeDomainClique]
-    ) -> dict[str, Callable[[], Awaitable[object]]]:
-        """By clique ID, the writes that make the domain's clique objects match ``desired``."""
+    ) -> list[Callable[[], Awaitable[object]]]:
+        """The writes that make the domain's clique objects match ``desired`` (none if they do)."""
         view = self._caches.clique_view
         owners = self._owner_references(uid)
         by_id = {clique_id_of(c, uid): c for c in current}
-        changes: dict[str, Callable[[], Awaitable[object]]] = {}
+        changes: list[Callable[[], Awaitable[object]]] = []
         for clique_id, members in desired.items():
             daemons = list(members.daemons)
             existing = by_id.get(clique_id)
             if existing is None:
                 new = self._new_clique(uid, clique_id, daemons, owners)
-                changes[clique_id] = functools.partial(self._writer.create, new, view)
+                changes.append(functools.partial(self._writer.create, new, view))
             elif list(existing.daemons) != daemons or (owners and self._owners(existing) != owners):
                 patch: dict[str, Any] = {"daemons": msgspec.to_builtins(daemons) or None}
                 if owners:
                     patch["metadata"] = {"ownerReferences": msgspec.to_builtins(owners)}
-                changes[clique_id] = functools.partial(self._writer.merge_patch, existing, patch, view)
+                changes.append(functools.partial(self._writer.merge_patch, existing, patch, view))
         for clique_id, existing in by_id.items():
             if clique_id not in desired:
-                changes[clique_id] = functools.partial(
-                    self._writer.delete, existing, view, has_finalizers=False
-                )
+                changes.append(functools.partial(self._writer.delete, existing, view, has_finalizers=False))
         return changes
 
     @staticmethod

@@ -6,8 +6,6 @@ and a writer that applies each write to them and counts it. A manual clock repla
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +18,8 @@ from imexdra.api.constants import ComputeDomainStatusValue
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod
 from imexdra.controller.metrics import DomainStatusMetrics
-from imexdra.controller.sync import MembershipSync, clique_id_of
-from tests.unit.controller.support import CLIQUE, UID, make_config, make_domain, member
+from imexdra.controller.sync import MembershipSync
+from tests.unit.controller.support import UID, make_config, make_domain, member
 
 READY = ComputeDomainStatusValue.READY
 NOT_READY = ComputeDomainStatusValue.NOT_READY
@@ -58,12 +56,8 @@ class Writer:
     caches: Caches
     domain: ComputeDomain
     log: list[str] = field(default_factory=list)
-    #: Awaited at the start of every clique write.
-    before_write: Callable[[], Awaitable[object]] | None = None
 
     async def create(self, obj: ComputeDomainClique, _view: View) -> ComputeDomainClique:
-        if self.before_write is not None:
-            await self.before_write()
         self.caches.clique_view.objects.append(obj)
         self.log.append("clique")
         return obj
@@ -71,8 +65,6 @@ class Writer:
     async def merge_patch(
         self, obj: ComputeDomainClique, patch: dict[str, Any], _view: View
     ) -> ComputeDomainClique:
-        if self.before_write is not None:
-            await self.before_write()
         daemons = msgspec.convert(patch["daemons"] or [], list[ComputeDomainDaemonInfo])
         patched = msgspec.structs.replace(obj, daemons=daemons)
         objects = self.caches.clique_view.objects
@@ -185,45 +177,3 @@ async def test_a_non_fabric_nodes_entry_is_never_held_back(harness: Harness) -> 
     assert await harness.step() is None
     assert harness.writer.log == ["status"]
     assert harness.status_nodes() == {"a": NOT_READY, "z": NOT_READY}
-
-
-async def test_a_clique_written_within_the_interval_waits_but_another_clique_does_not(
-    harness: Harness,
-) -> None:
-    """The least time between writes counts per clique: a change of a clique written just now waits
-    for its interval (the pass asks to be requeued then), while a change of another clique goes out."""
-    harness.caches.pods = [member("a", ready=False), member("x", clique="rack-2", ready=False)]
-    await harness.step()
-    harness.clock.now += harness.config.min_publish_interval
-    harness.caches.pods = [member("a", ready=True), member("x", clique="rack-2", ready=False)]
-    await harness.step()
-    assert harness.writer.log == ["clique"]
-
-    harness.clock.now += 0.1
-    harness.caches.pods = [member("a", ready=True), member("b", ready=False), member("x", clique="rack-2")]
-    delay = await harness.step()
-    assert harness.writer.log == ["clique"]
-    assert delay == pytest.approx(harness.config.min_publish_interval - 0.1)
-    assert _clique_daemons(harness) == {CLIQUE: ["a"], "rack-2": ["x"]}
-
-    harness.clock.now += delay
-    await harness.step()
-    assert harness.writer.log == ["clique"]
-    assert _clique_daemons(harness) == {CLIQUE: ["a", "b"], "rack-2": ["x"]}
-
-
-async def test_the_changed_cliques_are_written_at_once(harness: Harness) -> None:
-    """Changes of several cliques in one pass are written concurrently, not one after another: each
-    write below only returns once the other has started."""
-    started = asyncio.Barrier(2)
-    harness.writer.before_write = started.wait
-    harness.caches.pods = [member("a", ready=False), member("x", clique="rack-2", ready=False)]
-    async with asyncio.timeout(5):
-        await harness.step()
-    assert harness.writer.log == ["clique", "clique", "status"]
-
-
-def _clique_daemons(harness: Harness) -> dict[str, list[str]]:
-    return {
-        clique_id_of(c, UID): [d.node_name for d in c.daemons] for c in harness.caches.clique_view.objects
-    }
