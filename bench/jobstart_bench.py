@@ -21,9 +21,10 @@ Two IMEX modes (``--mode``, default ``both``):
   resourceclaim controller and scheduler, the daemon claim prepared by the node's real plugin), the
   daemon announces its clique on its pod and becomes Ready, the controller publishes the node Ready in
   the domain's ComputeDomainClique, and the plugin's retrying channel prepare sees it and succeeds.
-  Reported in addition, per node and as first/last over nodes: daemon pod created, bound, daemon claim
-  prepared, Running, clique label set, listed in its clique, Ready, published Ready — and the p50 and
-  max of each step between them (``daemons.steps_per_node``), which is where the time goes.
+  Reported in addition, per node and as first/last over nodes: daemon pod created, its daemon claim
+  created (by kcm), pod bound, daemon claim prepared, Running, clique label set, listed in its clique,
+  Ready, published Ready — and the p50 and max of each step between them
+  (``daemons.steps_per_node``), which is where the time goes.
 
 Three series:
 

@@ -274,7 +274,9 @@ def write_jobstart_plot(results: dict[str, Any], path: Path, *, targets_s: dict[
     curves.set_title("Claims prepared over time (simulated nodes; dashed: driver-managed)")
     curves.legend(loc="lower right", fontsize=8)
 
-    largest = max(runs["simulated"] or runs["kubelets"] or [{}], key=lambda run: run.get("nodes", 0))
+    # The host-managed series first; a driver-managed run alone (`--mode driver-managed`) is shown too.
+    shown = runs["simulated"] or runs["kubelets"] or runs["simulated_driver_managed"] or [{}]
+    largest = max(shown, key=lambda run: run.get("nodes", 0))
     if "ours" in largest:
         table = list(largest["ours"]["api"]["by_verb_and_resource"].items())[:12]
         labels = [name for name, _ in table][::-1]
