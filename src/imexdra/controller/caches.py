@@ -18,7 +18,9 @@ status, and its pod template is the largest object the controller would otherwis
 (bench/README.md, "Side by side with upstream's controller").
 
 Every store is indexed by the owning domain's UID (``overlay.DOMAIN_INDEX``; for ComputeDomains their
-own UID), so a reconcile finds a domain's objects without scanning.
+own UID), so a reconcile finds a domain's objects without scanning. The label only nominates: what the
+accessors below return for a domain is what sits in its place (``placement``); ``lookalikes`` returns
+the rest, for reporting.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from imexdra.controller.claimholds import ChannelClaim, index_by_used_domain
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod, daemon_pod
 from imexdra.controller.overlay import DOMAIN_INDEX, Overlay
+from imexdra.controller.placement import Home, Kind, Places
 
 
 class DaemonSetMeta(res.NamespacedResourceG, DictMixin, kw_only=True):
@@ -72,11 +75,23 @@ def template_target(template: ResourceClaimTemplate) -> str | None:
     return (labels or {}).get(TARGET_LABEL_KEY)
 
 
+_TEMPLATE_KINDS = {
+    ClaimTemplateTarget.WORKLOAD.value: Kind.WORKLOAD_TEMPLATE,
+    ClaimTemplateTarget.DAEMON.value: Kind.DAEMON_TEMPLATE,
+}
+
+
+def template_kind(template: ResourceClaimTemplate) -> Kind | None:
+    """A claim template's kind by its target label; None for a template of neither target."""
+    return _TEMPLATE_KINDS.get(template_target(template) or "")
+
+
 class Caches:
     """Informers and overlays for everything the controller reads."""
 
     def __init__(self, client: AsyncClient, config: ControllerConfig) -> None:
         resync = config.resync_seconds
+        self.places = Places(config.driver_namespace, frozenset(config.managed_namespaces))
         by_label = {DOMAIN_INDEX: index_by_label(COMPUTE_DOMAIN_LABEL_KEY)}
         self.informers: list[Informer[Any]] = []
 
@@ -141,22 +156,67 @@ class Caches:
         return {uid for cd in self.domains.store.objects() if (uid := own_uid(cd))}
 
     def daemon_pods(self, uid: str) -> list[DaemonPod]:
-        """The domain's live daemon pods in every managed namespace."""
+        """The domain's live daemon pods in every managed namespace (the only ones watched)."""
         pods = (
             daemon_pod(pod) for informer in self.pods for pod in informer.store.by_index(DOMAIN_INDEX, uid)
         )
         return [pod for pod in pods if pod is not None and pod.domain_uid == uid]
 
-    def channel_users(self, uid: str) -> list[str]:
-        """``namespace/name`` of every pod a claim on the domain's channel is reserved for, sorted."""
+    def channel_users(self, home: Home) -> list[str]:
+        """``namespace/name`` of every pod a claim of the domain's namespace on its channel is reserved for.
+
+        A claim of another namespace naming the domain never prepares (the kubelet plugin refuses it),
+        so it does not hold the domain (docs/tenancy.md).
+        """
         if self.claims is None:
             return []
-        claims = self.claims.store.by_index(DOMAIN_INDEX, uid)
-        return sorted({pod for claim in claims if claim.use is not None for pod in claim.use.pods})
+        claims = self.claims.store.by_index(DOMAIN_INDEX, home.uid)
+        return sorted(
+            {
+                pod
+                for claim in claims
+                if claim.use is not None and claim.metadata and claim.metadata.namespace == home.namespace
+                for pod in claim.use.pods
+            }
+        )
 
-    def templates_of(self, uid: str, target: ClaimTemplateTarget) -> list[ResourceClaimTemplate]:
-        """The domain's claim templates with the given target label."""
-        return [t for t in self.template_view.by_domain(uid) if template_target(t) == target.value]
+    def templates_of(self, home: Home, target: ClaimTemplateTarget) -> list[ResourceClaimTemplate]:
+        """The domain's claim templates of the given target, in their place."""
+        kind = _TEMPLATE_KINDS[target.value]
+        return [
+            t
+            for t in self.template_view.by_domain(home.uid)
+            if template_kind(t) is kind and self._placed(kind, home, t)
+        ]
+
+    def daemon_sets_of(self, home: Home) -> list[DaemonSetMeta]:
+        """The domain's DaemonSet (one, or one per managed namespace after a move), in its place."""
+        return [
+            ds for ds in self.daemon_set_view.by_domain(home.uid) if self._placed(Kind.DAEMON_SET, home, ds)
+        ]
+
+    def cliques_of(self, home: Home) -> list[ComputeDomainClique]:
+        """The domain's cliques, in their place."""
+        return [c for c in self.clique_view.by_domain(home.uid) if self._placed(Kind.CLIQUE, home, c)]
+
+    def lookalikes(self, home: Home) -> list[KubeObject]:
+        """Objects carrying the domain's label outside its place (never acted on; reported once)."""
+        found: list[KubeObject] = []
+        for template in self.template_view.by_domain(home.uid):
+            kind = template_kind(template)
+            if kind is None or not self._placed(kind, home, template):
+                found.append(template)
+        found += [
+            ds
+            for ds in self.daemon_set_view.by_domain(home.uid)
+            if not self._placed(Kind.DAEMON_SET, home, ds)
+        ]
+        found += [c for c in self.clique_view.by_domain(home.uid) if not self._placed(Kind.CLIQUE, home, c)]
+        return found
+
+    def _placed(self, kind: Kind, home: Home, obj: KubeObject) -> bool:
+        meta = obj.metadata
+        return meta is not None and self.places.holds(kind, home, meta.namespace or "", meta.name or "")
 
 
 def follow(informer: Informer[T], overlay: Overlay[T]) -> None:

@@ -23,7 +23,7 @@ never get the same number.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from imexdra.common.errors import ConfigError
@@ -40,6 +40,8 @@ class LiveDomain:
     created: datetime
     #: ``status.channel``; ``None`` while the domain has none.
     channel: int | None = None
+    #: The domain's namespace: only claims of this namespace use its number (docs/tenancy.md).
+    namespace: str = field(kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,8 @@ class ClaimHold:
     #: The ``domainID`` of the claim's ComputeDomainChannelConfig; ``None`` for a claim without one.
     domain: str | None
     channels: frozenset[int]
+    #: The claim's namespace: it uses the number for ``domain`` only if that domain lives there.
+    namespace: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +105,7 @@ class ChannelBook:
         if previous is not None and previous.channel is not None and domain.channel is None:
             # A status without the number is older than the book's reservation (a cache lagging our own
             # write): keep the number, or it would be handed out twice.
-            domain = LiveDomain(domain.uid, domain.created, previous.channel)
+            domain = replace(domain, channel=previous.channel)
         self._domains[domain.uid] = domain
         if previous is not None and previous.channel == domain.channel:
             return
@@ -161,7 +165,7 @@ class ChannelBook:
         self._lowest_maybe_free = channel
         if channel == self.pool_size:
             return None
-        self.record(LiveDomain(uid, domain.created, channel))
+        self.record(replace(domain, channel=channel))
         return channel
 
     def recorded(self) -> dict[str, int]:
@@ -191,7 +195,12 @@ class ChannelBook:
         if len(owners) < 2:
             return None
         keeper, *younger = sorted(owners, key=lambda uid: (self._domains[uid].created, uid))
-        in_use = {self._claims[claim].domain for claim in self._holders.get(channel, ())}
+        in_use = {
+            hold.domain
+            for claim in self._holders.get(channel, ())
+            if (hold := self._claims[claim]).domain in owners
+            and self._domains[hold.domain].namespace == hold.namespace
+        }
         return Conflict(
             channel=channel,
             keeper=keeper,

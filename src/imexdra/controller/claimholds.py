@@ -108,8 +108,8 @@ def _domain_of(configs: Iterable[_Config]) -> str | None:
     return None
 
 
-def hold_of(status: _Status) -> ClaimHold | None:
-    """The channels ``>= 1`` of our driver a decoded claim status holds, with its domain; None if none."""
+def hold_of(status: _Status, namespace: str) -> ClaimHold | None:
+    """The channels ``>= 1`` of our driver a claim of ``namespace`` holds, with its domain; None if none."""
     devices = status.allocation.devices if status.allocation is not None else None
     if devices is None:
         return None
@@ -120,7 +120,7 @@ def hold_of(status: _Status) -> ClaimHold | None:
     )
     if not numbers:
         return None
-    return ClaimHold(domain=_domain_of(devices.config), channels=numbers)
+    return ClaimHold(domain=_domain_of(devices.config), channels=numbers, namespace=namespace)
 
 
 def use_of(status: _Status, namespace: str) -> ClaimUse | None:
@@ -158,8 +158,9 @@ class ChannelClaim(res.NamespacedResourceG, DictMixin, kw_only=True):
         """Keep only what the channel book, in-use protection and the informer need."""
         meta = self.metadata
         if self.status is not None:
-            self.hold = hold_of(self.status)
-            self.use = use_of(self.status, (meta.namespace if meta else None) or "")
+            namespace = (meta.namespace if meta else None) or ""
+            self.hold = hold_of(self.status, namespace)
+            self.use = use_of(self.status, namespace)
             self.status = None
         if meta is not None:
             self.metadata = ObjectMeta(

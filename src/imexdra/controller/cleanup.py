@@ -11,6 +11,10 @@ what it finds:
 - node labels: remove, but only once the UID has been unknown for ``NODE_LABEL_GRACE_SECONDS``: the
   kubelet plugin labels nodes for domains it has just read, which our cache may not show yet.
 
+Only objects where the vanished domain's own could be are touched (``placement.Places.could_hold``):
+daemon objects and cliques in their fixed namespaces under their fixed names, workload templates
+(target label ``Workload``) anywhere. A look-alike elsewhere is left alone.
+
 Under HostManagedIMEX only workload claim templates are watched, hence swept: objects of a previous
 driver-managed install are not swept, switching modes deletes them first (docs/host-managed.md).
 The sweep's place among the cleanups: docs/data-path.md §12.
@@ -25,8 +29,9 @@ from typing import Any
 import structlog
 
 from imexdra.common.store import object_key
-from imexdra.controller.caches import Caches, domain_label
+from imexdra.controller.caches import Caches, domain_label, template_kind
 from imexdra.controller.overlay import Overlay
+from imexdra.controller.placement import Kind
 from imexdra.controller.writes import Writer, has_finalizer
 
 #: Work-queue key of a sweep (cannot collide with ``namespace/name``).
@@ -54,11 +59,11 @@ class StaleObjectSweeper:
         caches = self._caches
         known = caches.known_domains()
         pending = False
-        for view in (caches.template_view, caches.daemon_set_view):
-            pending |= await self._sweephas_finalizer(view, known)
+        pending |= await self._sweep_has_finalizer(caches.template_view, known, template_kind)
+        pending |= await self._sweep_has_finalizer(caches.daemon_set_view, known, lambda _: Kind.DAEMON_SET)
         for clique in caches.clique_view.all():
-            uid = domain_label(clique)
-            if uid and uid not in known and caches.clique_view.get(object_key(clique)) is not None:
+            uid = self._stale_domain(clique, Kind.CLIQUE, known)
+            if uid and caches.clique_view.get(object_key(clique)) is not None:
                 _log.info(
                     "Cleanup: stale object found for ComputeDomain",
                     v=1,
@@ -70,11 +75,23 @@ class StaleObjectSweeper:
         pending |= await self._sweep_node_labels(known)
         return RECHECK_SECONDS if pending else None
 
-    async def _sweephas_finalizer(self, view: Overlay[Any], known: set[str]) -> bool:
+    def _stale_domain(self, obj: Any, kind: Kind | None, known: set[str]) -> str | None:
+        """The unknown domain UID ``obj`` is labelled with, if it is where that domain's own could be."""
+        uid = domain_label(obj)
+        meta = obj.metadata
+        if not uid or uid in known or kind is None or meta is None:
+            return None
+        return (
+            uid if self._caches.places.could_hold(kind, uid, meta.namespace or "", meta.name or "") else None
+        )
+
+    async def _sweep_has_finalizer(
+        self, view: Overlay[Any], known: set[str], kind_of: Callable[[Any], Kind | None]
+    ) -> bool:
         pending = False
         for obj in view.all():
-            uid = domain_label(obj)
-            if not uid or uid in known:
+            uid = self._stale_domain(obj, kind_of(obj), known)
+            if uid is None:
                 continue
             current = view.get(object_key(obj))
             if current is None:

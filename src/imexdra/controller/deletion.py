@@ -23,16 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 
-
-class Kind(StrEnum):
-    """The kinds of object a domain owns."""
-
-    WORKLOAD_TEMPLATE = "workload ResourceClaimTemplate"
-    DAEMON_TEMPLATE = "daemon ResourceClaimTemplate"
-    DAEMON_SET = "DaemonSet"
-    CLIQUE = "ComputeDomainClique"
+from imexdra.controller.placement import Kind
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ No number, and no template, for a domain that:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from imexdra.api.computedomain import ComputeDomain
@@ -61,8 +61,13 @@ def _created(cd: ComputeDomain) -> datetime:
     return stamp if stamp is not None else _EPOCH
 
 
+def _namespace(cd: ComputeDomain) -> str:
+    return (cd.metadata.namespace if cd.metadata else None) or ""
+
+
 def _live(cd: ComputeDomain) -> LiveDomain:
-    return LiveDomain(domain_uid(cd), _created(cd), cd.status.channel if cd.status else None)
+    channel = cd.status.channel if cd.status else None
+    return LiveDomain(domain_uid(cd), _created(cd), channel, namespace=_namespace(cd))
 
 
 class ChannelAssigner:
@@ -173,7 +178,7 @@ class ChannelAssigner:
                     False,
                     reasons.CHANNELS_EXHAUSTED,
                     f"all {pool} IMEX channels are taken; waiting for one to come free",
-                    self._exhausted_note(),
+                    self._exhausted_note(_namespace(cd)),
                 )
         self._waiting.pop(uid, None)
         return Verdict(channel, True, reasons.CHANNEL_ALLOCATED, f"IMEX channel {channel}")
@@ -203,15 +208,18 @@ class ChannelAssigner:
             return None
         if uid in conflict.reassignable:
             self.book.forget(uid)
-            self.book.record(LiveDomain(uid, _created(cd), None))
+            self.book.record(replace(_live(cd), channel=None))
             return None
         if not conflict.stuck:
             return None  # the keeper: its younger twins are being given new numbers
-        others = sorted(self._describe(other) for other in (conflict.keeper, *conflict.stuck) if other != uid)
+        others = [other for other in (conflict.keeper, *conflict.stuck) if other != uid]
+        named = sorted(name for other in others if (name := self._describe(other, _namespace(cd))))
+        hidden = len(others) - len(named)
+        holders = named + ([f"{hidden} ComputeDomain(s) of other namespaces"] if hidden else [])
+        advice = "delete one of the ComputeDomains" if not hidden else "delete this ComputeDomain"
         return self._refuse(
             reasons.CHANNEL_CONFLICT,
-            f"channel {channel} is also recorded by {', '.join(others)} and claims use it: delete one "
-            "of the ComputeDomains",
+            f"channel {channel} is also recorded by {', '.join(holders)} and claims use it: {advice}",
             channel=channel,
         )
 
@@ -219,10 +227,15 @@ class ChannelAssigner:
     def _refuse(reason: str, message: str, *, channel: int | None = None) -> Verdict:
         return Verdict(channel, False, reason, message)
 
-    def _exhausted_note(self) -> str:
+    def _exhausted_note(self, namespace: str) -> str:
+        """Who holds the pool, as a domain of ``namespace`` may read it: its own namespace's by name."""
         recorded = sorted(self.book.recorded().items(), key=lambda item: item[1])
-        named = [f"{self._describe(uid)} ({channel})" for uid, channel in recorded[:NAMED_HOLDERS]]
-        holders = and_more(named, len(recorded))
+        own = [(name, channel) for uid, channel in recorded if (name := self._describe(uid, namespace))]
+        named = [f"{name} ({channel})" for name, channel in own[:NAMED_HOLDERS]]
+        holders = and_more(named, len(own))
+        others = len(recorded) - len(own)
+        if others:
+            holders += (", " if holders else "") + f"{others} ComputeDomain(s) of other namespaces"
         by_claims = sum(1 for n in range(FIRST_CHANNEL, self.book.pool_size) if self.book.holders(n))
         return (
             f"all {self.book.pool_size - 1} IMEX channels (1..{self.book.pool_size - 1}) are taken; "
@@ -231,8 +244,10 @@ class ChannelAssigner:
             + "; waiting for one to come free"
         )
 
-    def _describe(self, uid: str) -> str:
-        return self._name_of(uid) or uid
+    def _describe(self, uid: str, namespace: str) -> str | None:
+        """``namespace/name`` of a domain of ``namespace``; None for any other (docs/tenancy.md)."""
+        key = self._name_of(uid)
+        return key if key is not None and key.startswith(f"{namespace}/") else None
 
     def _wake(self) -> None:
         for uid in sorted(self._waiting, key=lambda uid: (self._waiting[uid], uid)):

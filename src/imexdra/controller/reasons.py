@@ -13,6 +13,9 @@ Channel isolation (docs/channel-isolation.md §7), also the reasons of the ``Cha
 condition: ``ChannelAllocated`` (Normal, condition True) and, as Warnings with the condition False,
 ``ChannelsExhausted``, ``AllocationModeUnsupported``, ``ChannelConflict``, ``ChannelOutOfPool``,
 ``IsolationMismatch`` and ``IsolationSwitchPending``.
+Warning ``LabelIgnored``, the one reason recorded on an object that is not a ComputeDomain: an object
+carrying a domain's label outside that domain's place (a look-alike, ``placement``), in its own
+namespace, once.
 """
 
 from __future__ import annotations
@@ -35,3 +38,4 @@ CHANNEL_CONFLICT: Final = "ChannelConflict"
 CHANNEL_OUT_OF_POOL: Final = "ChannelOutOfPool"
 ISOLATION_MISMATCH: Final = "IsolationMismatch"
 ISOLATION_SWITCH_PENDING: Final = "IsolationSwitchPending"
+LABEL_IGNORED: Final = "LabelIgnored"

@@ -34,12 +34,17 @@ import structlog
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.api.constants import DEVICE_CLASS_CHANNEL, DEVICE_CLASS_DEFAULT_CHANNEL, ClaimTemplateTarget
+from imexdra.api.constants import (
+    COMPUTE_DOMAIN_LABEL_KEY,
+    DEVICE_CLASS_CHANNEL,
+    DEVICE_CLASS_DEFAULT_CHANNEL,
+    ClaimTemplateTarget,
+)
 from imexdra.common import tasks
 from imexdra.common.errors import DriverError
 from imexdra.common.events import EventRecorder, and_more
 from imexdra.common.kube import ApiStatusError, is_conflict
-from imexdra.common.store import KubeObject
+from imexdra.common.store import KubeObject, object_key
 from imexdra.controller import reasons, render
 from imexdra.controller.caches import Caches, DaemonSetMeta, domain_label, template_target
 from imexdra.controller.config import ControllerConfig
@@ -49,7 +54,6 @@ from imexdra.controller.deletion import (
     DeletionView,
     FinalizeDomain,
     HoldForUsers,
-    Kind,
     Owned,
     RemoveFinalizer,
     RemoveNodeLabel,
@@ -58,6 +62,7 @@ from imexdra.controller.deletion import (
 from imexdra.controller.isolation import ChannelAssigner, Verdict
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.overlay import Overlay
+from imexdra.controller.placement import Home, Kind, home_of
 from imexdra.controller.switching import ChannelKindDomains, records_channel, template_device_classes
 from imexdra.controller.sync import MembershipSync
 from imexdra.controller.writes import Writer, has_finalizer
@@ -106,6 +111,8 @@ class Reconciler:
         self._sync = MembershipSync(config, caches, writer, events, metrics)
         #: The users last reported in an ``InUse`` event, per held domain (one event per change).
         self._reported_users: dict[str, tuple[str, ...]] = {}
+        #: UIDs of the look-alikes already reported, per domain (one event each).
+        self._reported_lookalikes: dict[str, set[str]] = {}
 
     async def reconcile(self, key: str) -> float | None:
         """Reconcile the domain cached under ``key``; a vanished domain needs nothing."""
@@ -119,6 +126,7 @@ class Reconciler:
             _log.info("Processing deleted ComputeDomain", v=2, generation=cd.metadata.generation)
         else:
             _log.info("Processing added or updated ComputeDomain", v=2, generation=cd.metadata.generation)
+        self._report_lookalikes(home_of(cd))
         try:
             if deleting:
                 return await self._finalize(cd)
@@ -137,7 +145,8 @@ class Reconciler:
             cd = await self._writer.add_finalizer(cd, self._caches.domain_view)
         if self._assigner is not None:
             return await self._ensure_channel(cd, self._assigner)
-        if records_channel(cd) or self._has_template_on(render.domain_uid(cd), DEVICE_CLASS_CHANNEL):
+        home = home_of(cd)
+        if records_channel(cd) or self._has_template_on(home, DEVICE_CLASS_CHANNEL):
             return await self._refuse(
                 cd,
                 Verdict(
@@ -148,13 +157,13 @@ class Reconciler:
                     "recreate it, or set isolation back",
                 ),
             )
-        if self._switching is not None and not self._has_live_workload_template(render.domain_uid(cd)):
+        if self._switching is not None and not self._has_live_workload_template(home):
             held = self._switching.hold(cd)
             if held is not None:
                 return await self._refuse(cd, held)
         steps: list[Awaitable[float | None]] = [self._ensure_workload_template(cd)]
         if not self._config.host_managed:
-            steps.append(self._ensure_daemon_objects(render.domain_uid(cd)))
+            steps.append(self._ensure_daemon_objects(home))
         retry: float | None = None
         for result in await tasks.settle(*steps):
             retry = _sooner_retry(retry, result)
@@ -165,7 +174,7 @@ class Reconciler:
         uid = render.domain_uid(cd)
         self._scan_old_kind(assigner)
         verdict = assigner.decide(
-            cd, domain_kind_template=self._has_template_on(uid, DEVICE_CLASS_DEFAULT_CHANNEL)
+            cd, domain_kind_template=self._has_template_on(home_of(cd), DEVICE_CLASS_DEFAULT_CHANNEL)
         )
         if not verdict.allocated:
             return await self._refuse(cd, verdict)
@@ -197,14 +206,14 @@ class Reconciler:
         await self._sync.sync(cd, verdict)
         return None
 
-    def _has_live_workload_template(self, uid: str) -> bool:
+    def _has_live_workload_template(self, home: Home) -> bool:
         view = self._caches.template_view
         return any(
             not view.terminating(template)
-            for template in self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
+            for template in self._caches.templates_of(home, ClaimTemplateTarget.WORKLOAD)
         )
 
-    def _has_template_on(self, uid: str, device_class: str) -> bool:
+    def _has_template_on(self, home: Home, device_class: str) -> bool:
         """Whether a live workload template of the domain asks ``device_class`` (the domain's kind).
 
         The shared channel 0 class: made under ``domain`` isolation; the channel class: under ``channel``.
@@ -212,7 +221,7 @@ class Reconciler:
         view = self._caches.template_view
         return any(
             not view.terminating(template) and template_device_classes(template) == {device_class}
-            for template in self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
+            for template in self._caches.templates_of(home, ClaimTemplateTarget.WORKLOAD)
         )
 
     def _scan_old_kind(self, assigner: ChannelAssigner) -> None:
@@ -221,10 +230,9 @@ class Reconciler:
             return
         self._old_kind_scanned = True
         for cd in self._caches.domain_view.all():
-            uid = render.domain_uid(cd)
             live = not self._caches.domain_view.terminating(cd)
-            if live and self._has_template_on(uid, DEVICE_CLASS_DEFAULT_CHANNEL):
-                assigner.mark_old_kind(uid)
+            if live and self._has_template_on(home_of(cd), DEVICE_CLASS_DEFAULT_CHANNEL):
+                assigner.mark_old_kind(render.domain_uid(cd))
 
     async def _ensure_one(
         self,
@@ -247,7 +255,7 @@ class Reconciler:
 
     async def _ensure_workload_template(self, cd: ComputeDomain, channel: int | None = None) -> float | None:
         uid = render.domain_uid(cd)
-        existing = self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
+        existing = self._caches.templates_of(home_of(cd), ClaimTemplateTarget.WORKLOAD)
         try:
             return await self._ensure_one(
                 self._caches.template_view,
@@ -280,21 +288,21 @@ class Reconciler:
         )
         return CONFLICT_RETRY_SECONDS
 
-    async def _ensure_daemon_objects(self, uid: str) -> float | None:
+    async def _ensure_daemon_objects(self, home: Home) -> float | None:
         """The DaemonSet and its claim template, created concurrently when both are missing.
 
         A live DaemonSet in any managed namespace is kept as is (upstream: no drift correction) and its
         template is ensured next to it; a new pair always goes to the driver namespace. The template is
         checked on its own, so a crash between the two creates is repaired by the next reconcile.
         """
-        caches, config = self._caches, self._config
-        daemon_sets = caches.daemon_set_view.by_domain(uid)
+        caches, config, uid = self._caches, self._config, home.uid
+        daemon_sets = caches.daemon_sets_of(home)
         live = [ds for ds in daemon_sets if not caches.daemon_set_view.terminating(ds)]
         namespace = live[0].metadata.namespace if live and live[0].metadata else None
         namespace = namespace or config.driver_namespace
         templates = [
             t
-            for t in caches.templates_of(uid, ClaimTemplateTarget.DAEMON)
+            for t in caches.templates_of(home, ClaimTemplateTarget.DAEMON)
             if t.metadata and t.metadata.namespace == namespace
         ]
         steps = [
@@ -312,21 +320,21 @@ class Reconciler:
 
     # -- terminating domain --------------------------------------------------------------------
 
-    def _owned(self, uid: str) -> dict[Owned, tuple[Overlay[Any], Any]]:
+    def _owned(self, home: Home) -> dict[Owned, tuple[Overlay[Any], Any]]:
         caches = self._caches
         groups: list[tuple[Kind, Overlay[Any], list[Any]]] = [
             (
                 Kind.WORKLOAD_TEMPLATE,
                 caches.template_view,
-                caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD),
+                caches.templates_of(home, ClaimTemplateTarget.WORKLOAD),
             ),
             (
                 Kind.DAEMON_TEMPLATE,
                 caches.template_view,
-                caches.templates_of(uid, ClaimTemplateTarget.DAEMON),
+                caches.templates_of(home, ClaimTemplateTarget.DAEMON),
             ),
-            (Kind.DAEMON_SET, caches.daemon_set_view, caches.daemon_set_view.by_domain(uid)),
-            (Kind.CLIQUE, caches.clique_view, caches.clique_view.by_domain(uid)),
+            (Kind.DAEMON_SET, caches.daemon_set_view, caches.daemon_sets_of(home)),
+            (Kind.CLIQUE, caches.clique_view, caches.cliques_of(home)),
         ]
         owned: dict[Owned, tuple[Overlay[Any], Any]] = {}
         for kind, view, objects in groups:
@@ -339,19 +347,20 @@ class Reconciler:
         return owned
 
     async def _finalize(self, cd: ComputeDomain) -> float | None:
-        uid = render.domain_uid(cd)
+        home = home_of(cd)
+        uid = home.uid
         # Each step's writes are recorded in the overlays, so the next step is planned from them at once
         # instead of after the watch events that echo them (one pass for a host-managed domain: delete
         # the template, remove its finalizer, remove the domain's; docs/data-path.md §13).
         previous: list[Action] = []
         for _ in range(MAX_DELETION_STEPS):
-            owned = self._owned(uid)
+            owned = self._owned(home)
             nodes = {
                 n.metadata.name: n
                 for n in self._caches.node_view.by_domain(uid)
                 if n.metadata and n.metadata.name
             }
-            users = tuple(self._caches.channel_users(uid)) if self._config.in_use_protection else ()
+            users = tuple(self._caches.channel_users(home)) if self._config.in_use_protection else ()
             plan = plan_deletion(DeletionView(tuple(owned), tuple(nodes), users))
             if plan and isinstance(plan[0], HoldForUsers):
                 self._report_in_use(cd, uid, plan[0].pods)
@@ -404,7 +413,34 @@ class Reconciler:
     def forget(self, uid: str) -> None:
         """Drop what is remembered about a domain gone from the API."""
         self._reported_users.pop(uid, None)
+        self._reported_lookalikes.pop(uid, None)
         self._sync.forget(uid)
+
+    def _report_lookalikes(self, home: Home) -> None:
+        """One Warning event on each look-alike of the domain, in the look-alike's own namespace.
+
+        The note names nothing of the domain's namespace (docs/tenancy.md, "Events and status").
+        """
+        reported = self._reported_lookalikes.setdefault(home.uid, set())
+        for obj in self._caches.lookalikes(home):
+            meta = obj.metadata
+            if meta is None or not meta.uid or meta.uid in reported:
+                continue
+            reported.add(meta.uid)
+            note = (
+                f"carries the label {COMPUTE_DOMAIN_LABEL_KEY} but is not where the driver puts a "
+                "ComputeDomain's objects (a workload ResourceClaimTemplate lives in its ComputeDomain's "
+                "namespace under spec.channel.resourceClaimTemplate.name); the driver ignores it: remove "
+                "the label, or reference the ComputeDomain's own template"
+            )
+            self._events.record(
+                obj, type="Warning", reason=reasons.LABEL_IGNORED, action="Reconcile", note=note
+            )
+            _log.info(
+                "Object outside its ComputeDomain's place ignored", domain=home.uid, key=object_key(obj)
+            )
+        if not reported:
+            del self._reported_lookalikes[home.uid]
 
     def _report_in_use(self, cd: ComputeDomain, uid: str, pods: tuple[str, ...]) -> None:
         """One Warning event (and log line) per change of the set of pods holding the domain."""

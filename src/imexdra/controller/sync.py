@@ -37,6 +37,7 @@ from imexdra.controller.daemons import DaemonPod, one_per_node
 from imexdra.controller.isolation import CHANNEL_ALLOCATED, Verdict
 from imexdra.controller.membership import CliqueMembers
 from imexdra.controller.metrics import DomainStatusMetrics
+from imexdra.controller.placement import Home, home_of
 from imexdra.controller.render import domain_uid
 from imexdra.controller.writes import Writer
 
@@ -123,9 +124,10 @@ class MembershipSync:
         ``ChannelAllocated`` condition, and is Ready only if the number is its own and its template
         exists; ``guarded`` makes the write conditional on the domain's resourceVersion.
         """
-        uid = domain_uid(cd)
+        home = home_of(cd)
+        uid = home.uid
         if verdict is not None:
-            ready = verdict.allocated and self._has_workload_template(uid)
+            ready = verdict.allocated and self._has_workload_template(home)
             current = cd.status
             recorded = current.channel if current is not None else None
             status = ComputeDomainStatus(
@@ -140,7 +142,7 @@ class MembershipSync:
         if self._config.host_managed:
             # Ready means the workload claim template exists (docs/host-managed.md), not someone else's
             # template of that name, which the reconciler reports as ClaimTemplateConflict; no nodes.
-            ready = self._has_workload_template(uid)
+            ready = self._has_workload_template(home)
             status = ComputeDomainStatus(
                 status=membership.READY if ready else membership.NOT_READY, conditions=others or []
             )
@@ -149,7 +151,7 @@ class MembershipSync:
         members = one_per_node(self._caches.daemon_pods(uid))
         self._report_failing(cd, members)
         cliques_on = self._config.cliques_enabled
-        objects = self._caches.clique_view.by_domain(uid) if cliques_on else []
+        objects = self._caches.cliques_of(home) if cliques_on else []
         if cliques_on:
             published = {clique_id_of(c, uid): list(c.daemons) for c in objects}
         else:
@@ -164,7 +166,7 @@ class MembershipSync:
             nodes=nodes,
             conditions=others or [],
         )
-        clique_changes = self._clique_changes(uid, cliques, objects) if cliques_on else []
+        clique_changes = self._clique_changes(home, cliques, objects) if cliques_on else []
         status_due = others is not None or self._status_changed(cd, status)
         if not clique_changes and not status_due:
             self._observe(cd, status)
@@ -201,11 +203,11 @@ class MembershipSync:
             return 0.0
         return self._last_status.get(uid, -math.inf) + self._config.status_rollup_interval - self._clock()
 
-    def _has_workload_template(self, uid: str) -> bool:
+    def _has_workload_template(self, home: Home) -> bool:
         view = self._caches.template_view
         return any(
             not view.terminating(template)
-            for template in self._caches.templates_of(uid, ClaimTemplateTarget.WORKLOAD)
+            for template in self._caches.templates_of(home, ClaimTemplateTarget.WORKLOAD)
         )
 
     def forget(self, uid: str) -> None:
@@ -248,11 +250,11 @@ class MembershipSync:
                 )
 
     def _clique_changes(
-        self, uid: str, desired: dict[str, CliqueMembers], current: list[ComputeDomainClique]
+        self, home: Home, desired: dict[str, CliqueMembers], current: list[ComputeDomainClique]
     ) -> list[Callable[[], Awaitable[object]]]:
         """The writes that make the domain's clique objects match ``desired`` (none if they do)."""
-        view = self._caches.clique_view
-        owners = self._owner_references(uid)
+        view, uid = self._caches.clique_view, home.uid
+        owners = self._owner_references(home)
         by_id = {clique_id_of(c, uid): c for c in current}
         changes: list[Callable[[], Awaitable[object]]] = []
         for clique_id, members in desired.items():
@@ -275,9 +277,9 @@ class MembershipSync:
     def _owners(clique: ComputeDomainClique) -> list[OwnerReference]:
         return list(clique.metadata.ownerReferences or []) if clique.metadata else []
 
-    def _owner_references(self, uid: str) -> list[OwnerReference]:
+    def _owner_references(self, home: Home) -> list[OwnerReference]:
         """The domain's DaemonSet in the driver namespace: garbage collection follows it."""
-        for ds in self._caches.daemon_set_view.by_domain(uid):
+        for ds in self._caches.daemon_sets_of(home):
             meta = ds.metadata
             if meta and meta.uid and meta.name and meta.namespace == self._config.driver_namespace:
                 return [OwnerReference(apiVersion="apps/v1", kind="DaemonSet", name=meta.name, uid=meta.uid)]

@@ -295,14 +295,13 @@ class ConfigApplier:
             domain = await self.domains.get(domain_uid)
         except DriverError as error:
             raise PermanentError(f"error asserting ComputeDomain's namespace: {error}") from error
-        if domain is None:
+        # One answer for "no such domain" and "a domain of another namespace": the claim's owner learns
+        # nothing of other namespaces (docs/tenancy.md, "Events and status").
+        if domain is None or domain.namespace != claim.namespace:
             raise PermanentError(
-                f"error asserting ComputeDomain's namespace: ComputeDomain not found: {domain_uid}"
-            )
-        if domain.namespace != claim.namespace:
-            raise PermanentError(
-                "error asserting ComputeDomain's namespace: the ResourceClaim's namespace is different "
-                f"than the ComputeDomain's namespace ({claim.namespace} != {domain.namespace})"
+                f"error asserting ComputeDomain's namespace: no ComputeDomain with UID {domain_uid} in the "
+                f"ResourceClaim's namespace {claim.namespace}: a claim may only use a ComputeDomain of its "
+                "own namespace, through that ComputeDomain's spec.channel.resourceClaimTemplate.name"
             )
         return domain
 
@@ -328,8 +327,10 @@ def assert_channel_not_allocated(checkpoint: Checkpoint, channel: int) -> None:
             continue
         for device in claim.all_devices():
             if device.type == DeviceType.CHANNEL and device.id == channel:
+                # The holder may be another namespace's: its UID is not named (docs/tenancy.md).
+                _log.info("Channel held by a prepared claim", channel=channel, holder=uid)
                 raise RetryableError(
-                    f"allocation failed: channel {channel} already allocated by claim {uid} "
+                    f"allocation failed: channel {channel} already allocated by another claim "
                     "(according to checkpoint)"
                 )
 
@@ -357,7 +358,8 @@ def assert_channel_free_for(checkpoint: Checkpoint, channel: int, *, domain_uid:
         except DriverError:
             owners = set()
         if owners != {domain_uid}:
+            _log.info("Channel held by a claim of another domain", channel=channel, holder=uid)
             raise RetryableError(
-                f"channel {channel} is held on this node by claim {uid} of another ComputeDomain "
+                f"channel {channel} is held on this node by a claim of another ComputeDomain "
                 "(according to checkpoint); waiting for it to be unprepared"
             )

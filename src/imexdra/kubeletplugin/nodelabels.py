@@ -80,9 +80,13 @@ class NodeLabeler:
 
         def change(current: str | None) -> str | None:
             if current and current != domain_uid:
+                # The other domain may be another namespace's: its UID goes to our log only, not into
+                # the claim's pod event (docs/tenancy.md, "Events and status").
+                _log.info("Node labelled for another ComputeDomain", node=self.node_name, holder=current)
                 raise LabelConflictError(
-                    f"label already exists for a different ComputeDomain: node {self.node_name} has "
-                    f"{NODE_LABEL_KEY}={current}, this claim needs {domain_uid}"
+                    f"label already exists for a different ComputeDomain: node {self.node_name} is "
+                    f"labelled {NODE_LABEL_KEY} for another ComputeDomain, this claim needs {domain_uid}; "
+                    "it waits until that ComputeDomain's pods leave the node"
                 )
             return domain_uid
 

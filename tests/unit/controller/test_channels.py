@@ -9,6 +9,7 @@ stateful property test runs random sequences of all of these against a brute-for
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,19 +21,21 @@ from imexdra.common.errors import ConfigError
 from imexdra.controller.channels import ChannelBook, ClaimHold, Conflict, LiveDomain
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
+#: Every domain's namespace here, and claims' unless a test says otherwise.
+NAMESPACE = "team-a"
 
 
 def domain(uid: str, channel: int | None = None, *, age: int = 0) -> LiveDomain:
     """A live domain created ``age`` seconds after T0."""
-    return LiveDomain(uid=uid, created=T0 + timedelta(seconds=age), channel=channel)
+    return LiveDomain(uid=uid, created=T0 + timedelta(seconds=age), channel=channel, namespace=NAMESPACE)
 
 
 def book_with(pool_size: int = 8, *domains: LiveDomain, **claims: ClaimHold) -> ChannelBook:
     return ChannelBook.rebuild(pool_size, domains, claims)
 
 
-def hold(*channels: int, domain: str | None = None) -> ClaimHold:
-    return ClaimHold(domain=domain, channels=frozenset(channels))
+def hold(*channels: int, domain: str | None = None, namespace: str = "team-a") -> ClaimHold:
+    return ClaimHold(domain=domain, channels=frozenset(channels), namespace=namespace)
 
 
 def test_numbers_start_at_one_and_go_up() -> None:
@@ -159,12 +162,20 @@ def test_claim_hold_is_replaced_not_added() -> None:
             Conflict(channel=4, keeper="z-old", reassignable=("a-young",), stuck=()),
             id="only-keeper-and-unknown-in-use",
         ),
+        pytest.param(
+            {"c": hold(4, domain="a-young", namespace="tenant")},
+            Conflict(channel=4, keeper="z-old", reassignable=("a-young",), stuck=()),
+            id="claim-of-another-namespace-does-not-use-it",
+        ),
     ],
 )
 def test_duplicates_are_reported_with_the_oldest_domain_keeping_the_number(
     claims: dict[str, ClaimHold], expected: Conflict
 ) -> None:
-    """Two live domains recording one number: the older keeps it; the younger moves only if unused."""
+    """Two live domains recording one number: the older keeps it; the younger moves only if unused.
+
+    Only a claim of the domain's own namespace uses its number (docs/tenancy.md).
+    """
     book = book_with(8, domain("a-young", 4, age=10), domain("z-old", 4, age=1), domain("other", 2), **claims)
     assert book.conflicts() == [expected]
 
@@ -230,14 +241,14 @@ class BookMachine(RuleBasedStateMachine):
         assert self.book.allocate(uid) == expected
         if current is None and expected is not None:
             assert expected not in self._taken()
-            self.domains[uid] = LiveDomain(uid, self.domains[uid].created, expected)
+            self.domains[uid] = replace(self.domains[uid], channel=expected)
 
     @precondition(lambda self: self.domains)
     @rule(data=st.data())
     def lagging_status(self, data: st.DataObject) -> None:
         """The domain is seen again through a cache that has not got its number yet."""
         uid = data.draw(st.sampled_from(sorted(self.domains)))
-        self.book.record(LiveDomain(uid, self.domains[uid].created, None))
+        self.book.record(replace(self.domains[uid], channel=None))
 
     @precondition(lambda self: self.domains)
     @rule(data=st.data())
@@ -254,7 +265,7 @@ class BookMachine(RuleBasedStateMachine):
     )
     def claim(self, name: str, channels: frozenset[int], owner: str | None) -> None:
         """A claim's allocation holds numbers (replacing its earlier ones)."""
-        self.claims[name] = ClaimHold(owner, channels)
+        self.claims[name] = ClaimHold(owner, channels, NAMESPACE)
         self.book.hold(name, self.claims[name])
 
     @rule(name=st.sampled_from(["c1", "c2", "c3"]))

@@ -20,6 +20,8 @@ from imexdra.controller.channels import ClaimHold
 from imexdra.controller.claimholds import ChannelClaim, ClaimUse, channel_number, index_by_used_domain
 
 DRIVER = "compute-domain.nvidia.com"
+#: The namespace of every claim here.
+NS = "team-a"
 
 
 def result(device: str, driver: str = DRIVER) -> dict[str, Any]:
@@ -47,7 +49,7 @@ def claim(
         "kind": "ResourceClaim",
         "metadata": {
             "name": "c",
-            "namespace": "team-a",
+            "namespace": NS,
             "uid": "claim-1",
             "resourceVersion": "42",
             "labels": {"app": "x"},
@@ -67,22 +69,22 @@ def claim(
     ("body", "expected"),
     [
         pytest.param(
-            claim([result("channel-7")], [config()]), ClaimHold("d1", frozenset({7})), id="one-channel"
+            claim([result("channel-7")], [config()]), ClaimHold("d1", frozenset({7}), NS), id="one-channel"
         ),
         pytest.param(
             claim([result("channel-3"), result("channel-12")], [config()]),
-            ClaimHold("d1", frozenset({3, 12})),
+            ClaimHold("d1", frozenset({3, 12}), NS),
             id="several-channels",
         ),
-        pytest.param(claim([result("channel-7")]), ClaimHold(None, frozenset({7})), id="no-config"),
+        pytest.param(claim([result("channel-7")]), ClaimHold(None, frozenset({7}), NS), id="no-config"),
         pytest.param(
             claim([result("channel-7")], [config(kind="GpuConfig"), config("d2")]),
-            ClaimHold("d2", frozenset({7})),
+            ClaimHold("d2", frozenset({7}), NS),
             id="first-channel-config-wins",
         ),
         pytest.param(
             claim([result("channel-7")], [config(driver="gpu.nvidia.com"), config("d3")]),
-            ClaimHold("d3", frozenset({7})),
+            ClaimHold("d3", frozenset({7}), NS),
             id="other-drivers-config-skipped",
         ),
         pytest.param(claim([result("channel-0")], [config()]), None, id="channel-0"),
@@ -103,7 +105,7 @@ def test_odd_parameters_do_not_fail_a_list() -> None:
     body = b'{"metadata": {"resourceVersion": "9"}, "items": [' + msgspec.json.encode(odd) + b"]}"
     _, rv, (only,) = decoders.decode_list(body, ChannelClaim)
     assert rv == "9"
-    assert only.hold == ClaimHold(None, frozenset({5}))
+    assert only.hold == ClaimHold(None, frozenset({5}), NS)
 
 
 def test_only_identity_is_kept() -> None:

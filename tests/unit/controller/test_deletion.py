@@ -13,12 +13,12 @@ from imexdra.controller.deletion import (
     DeletionView,
     FinalizeDomain,
     HoldForUsers,
-    Kind,
     Owned,
     RemoveFinalizer,
     RemoveNodeLabel,
     plan_deletion,
 )
+from imexdra.controller.placement import Kind
 
 WL = Owned(Kind.WORKLOAD_TEMPLATE, "team-a", "cd-channel")
 DRCT = Owned(Kind.DAEMON_TEMPLATE, "drv", "computedomain-daemon-u")

@@ -26,10 +26,15 @@ T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def domain(
-    name: str, *, age: int = 0, channel: int | None = None, mode: AllocationMode = AllocationMode.SINGLE
+    name: str,
+    *,
+    age: int = 0,
+    channel: int | None = None,
+    mode: AllocationMode = AllocationMode.SINGLE,
+    namespace: str = "team-a",
 ) -> ComputeDomain:
     """A domain named and UID'd ``name``, created ``age`` seconds after T0."""
-    cd = make_domain(name=name, uid=name, mode=mode)
+    cd = make_domain(name=name, uid=name, mode=mode, namespace=namespace)
     assert cd.metadata is not None
     cd.metadata.creationTimestamp = T0 + timedelta(seconds=age)
     if channel is not None:
@@ -40,7 +45,7 @@ def domain(
 def claim(uid: str, *channels: int, domain: str | None = None) -> ChannelClaim:
     return ChannelClaim(
         metadata=ObjectMeta(name=uid, namespace="team-a", uid=uid),
-        hold=ClaimHold(domain, frozenset(channels)) if channels else None,
+        hold=ClaimHold(domain, frozenset(channels), "team-a") if channels else None,
     )
 
 
@@ -53,7 +58,8 @@ class Recorder:
 
 def assigner(pool_size: int = 4, *domains: ComputeDomain) -> tuple[ChannelAssigner, Recorder]:
     requeued = Recorder()
-    book = ChannelAssigner(pool_size, name_of=lambda uid: f"team-a/{uid}", requeue=requeued.keys.append)
+    keys = {cd.metadata.uid: f"{cd.metadata.namespace}/{cd.metadata.name}" for cd in domains if cd.metadata}
+    book = ChannelAssigner(pool_size, name_of=keys.get, requeue=requeued.keys.append)
     for cd in domains:
         book.domain_seen(cd)
     return book, requeued
@@ -103,6 +109,24 @@ def test_exhaustion_names_holders_and_wakes_waiting_domains_oldest_first() -> No
     assert decide(book, old).reason == reasons.CHANNELS_EXHAUSTED  # a claim still holds 2
     book.claim_gone(claim("c1"))
     assert decide(book, old).channel == 2
+
+
+def test_notes_name_only_domains_of_the_asking_namespace() -> None:
+    """Exhaustion and conflict notes count other namespaces' domains and name none (docs/tenancy.md)."""
+    mine, theirs = domain("mine", age=0), domain("theirs", age=1, namespace="team-b")
+    book, _ = assigner(3, mine, theirs, domain("late", age=2))
+    assert [decide(book, cd).channel for cd in (mine, theirs)] == [1, 2]
+    refused = decide(book, domain("late", age=2))
+    assert "team-a/mine (1), 1 ComputeDomain(s) of other namespaces" in refused.note
+    assert "team-b" not in refused.note and "theirs" not in refused.note
+
+    older, younger = domain("older", channel=1, namespace="team-b"), domain("younger", age=5, channel=1)
+    book, _ = assigner(4, older, younger)
+    book.claim_seen(claim("c1", 1, domain="younger"))
+    verdict = decide(book, younger)
+    assert verdict.reason == reasons.CHANNEL_CONFLICT
+    assert "recorded by 1 ComputeDomain(s) of other namespaces" in verdict.message
+    assert "team-b" not in verdict.message and "older" not in verdict.message
 
 
 def test_younger_unused_duplicate_gets_a_new_number() -> None:

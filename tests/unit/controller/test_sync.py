@@ -18,6 +18,7 @@ from imexdra.api.constants import ComputeDomainStatusValue
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod
 from imexdra.controller.metrics import DomainStatusMetrics
+from imexdra.controller.placement import Home
 from imexdra.controller.sync import MembershipSync
 from tests.unit.controller.support import UID, make_config, make_domain, member
 
@@ -47,6 +48,12 @@ class Caches:
 
     def daemon_pods(self, uid: str) -> list[DaemonPod]:
         return list(self.pods) if uid == UID else []
+
+    def cliques_of(self, home: Home) -> list[Any]:
+        return self.clique_view.by_domain(home.uid)
+
+    def daemon_sets_of(self, home: Home) -> list[Any]:
+        return self.daemon_set_view.by_domain(home.uid)
 
 
 @dataclass

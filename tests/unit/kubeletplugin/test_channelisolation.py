@@ -119,7 +119,9 @@ async def test_a_channel_preparing_for_another_domain_blocks_the_node(node: Node
         await node.state.prepare(claim_on("channel-7", "claim-b", domain=OTHER_DOMAIN_UID))
     assert await node.entries() == {"claim-b": ClaimState.PREPARE_STARTED}
     node.host_imex.not_ready = None
-    with pytest.raises(RetryableError, match="channel 7 is held on this node by claim claim-b"):
+    with pytest.raises(
+        RetryableError, match="channel 7 is held on this node by a claim of another ComputeDomain"
+    ):
         await node.state.prepare(claim_on("channel-7", "claim-a"))
     await node.state.unprepare(claim_on("channel-7", "claim-b", domain=OTHER_DOMAIN_UID).ref)
     await node.state.prepare(claim_on("channel-7", "claim-a"))

@@ -111,10 +111,10 @@ async def test_label_of_another_domain_is_a_retryable_conflict(node: Node) -> No
 @pytest.mark.parametrize(
     ("known", "message"),
     [
-        ({}, f"ComputeDomain not found: {DOMAIN_UID}"),
+        ({}, f"no ComputeDomain with UID {DOMAIN_UID} in the ResourceClaim's namespace"),
         (
             {DOMAIN_UID: DomainInfo(DOMAIN_UID, "train-a", "elsewhere")},
-            "the ResourceClaim's namespace is different than the ComputeDomain's namespace",
+            f"no ComputeDomain with UID {DOMAIN_UID} in the ResourceClaim's namespace",
         ),
     ],
     ids=["domain-missing", "other-namespace"],
@@ -122,10 +122,14 @@ async def test_label_of_another_domain_is_a_retryable_conflict(node: Node) -> No
 async def test_namespace_assertion_is_permanent(
     node: Node, known: dict[str, DomainInfo], message: str
 ) -> None:
-    """The ComputeDomain must exist in the claim's namespace; otherwise the claim fails for good."""
+    """The ComputeDomain must exist in the claim's namespace; otherwise the claim fails for good.
+
+    Both refusals read alike and name no other namespace: the claim's owner learns nothing of others.
+    """
     node.domains.known = known
-    with pytest.raises(PermanentError, match=message):
+    with pytest.raises(PermanentError, match=message) as refused:
         await node.state.prepare(channel_claim())
+    assert "elsewhere" not in str(refused.value)
     assert node.labels.calls == []
 
 
@@ -143,7 +147,7 @@ async def test_channel_zero_held_by_another_claim(node: Node) -> None:
         ),
     )
     with pytest.raises(
-        RetryableError, match=r"channel 0 already allocated by claim claim-1 \(according to checkpoint\)"
+        RetryableError, match=r"channel 0 already allocated by another claim \(according to checkpoint\)"
     ):
         await node.state.prepare(second)
 
@@ -152,7 +156,7 @@ async def test_device_overlap_with_another_claim(node: Node) -> None:
     """A device held by another prepared claim is refused before anything is written."""
     await node.state.prepare(daemon_claim("daemon-1"))
     with pytest.raises(
-        RetryableError, match="requested device daemon-0 is already allocated to different claim daemon-1"
+        RetryableError, match="requested device daemon-0 is already allocated to a different claim"
     ):
         await node.state.prepare(daemon_claim("daemon-2"))
     assert await node.entries() == {"daemon-1": ClaimState.PREPARE_COMPLETED}
@@ -337,7 +341,7 @@ async def test_unprepare_unknown_claim_succeeds(node: Node) -> None:
 async def test_label_removed_with_the_last_claim_of_its_domain(node: Node) -> None:
     """A refused second claim leaves no entry, so unpreparing the first removes the label."""
     await node.state.prepare(channel_claim("claim-1"))
-    with pytest.raises(RetryableError, match="already allocated to different claim claim-1"):
+    with pytest.raises(RetryableError, match="already allocated to a different claim"):
         await node.state.prepare(channel_claim("claim-2"))
     await node.state.unprepare(channel_claim("claim-1").ref)
     assert node.labels.value is None

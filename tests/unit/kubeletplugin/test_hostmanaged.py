@@ -144,7 +144,7 @@ async def test_second_channel_claim_refused_by_checkpoint_conflict(node: Node) -
             [result("channel", "channel-0", admin=True)], [config(channel_params(), requests=["channel"])]
         ),
     )
-    with pytest.raises(RetryableError, match="channel 0 already allocated by claim claim-1"):
+    with pytest.raises(RetryableError, match="channel 0 already allocated by another claim"):
         await node.state.prepare(second)
     await node.state.unprepare(channel_claim("claim-1").ref)
     await node.state.prepare(second)
