@@ -4,12 +4,15 @@ A victim team runs a Ready ComputeDomain with a running pod on gb200-00. A tenan
 Kubernetes' stock ``edit`` ClusterRole in a namespace of its own tries to reach the victim's IMEX
 domain, the driver's objects and the node. Every attempt must be refused — by RBAC, by the chart's
 admission policies or, with those policies removed, by the kubelet plugin at prepare — with nothing
-prepared for the tenant, and the victim's domain Ready and its pod running after every attempt.
+prepared for the tenant, and the victim's domain Ready and its pod running after every attempt. On
+the controller's side, nothing the tenant labels or claims holds the victim's domain (docs/tenancy.md,
+"A fixed place, not a label").
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -436,6 +439,85 @@ def test_refused_at_prepare_with_the_policies_removed(
     assert_nothing_prepared(cluster, victim, template["metadata"]["name"])
     domain_dirs = cluster.node("gb200-01").plugins_dir / DRIVER_NAME / "domains"
     assert not (domain_dirs / victim.uid).exists()
+
+
+# -- attempts on the controller: holding another team's domain ------------------------------------
+
+HOLD = "tenant.example.com/hold"
+
+
+def lookalike_template(domain_uid: str) -> dict[str, Any]:
+    """A template of the tenant's own namespace dressed as another domain's workload template."""
+    template = as_template(channel_claim("lookalike", domain_uid))
+    template["metadata"] |= {
+        "labels": {
+            "resource.nvidia.com/computeDomain": domain_uid,
+            "resource.nvidia.com/computeDomainTarget": "Workload",
+        },
+        "finalizers": [HOLD],
+    }
+    return template
+
+
+def test_a_tenant_cannot_hold_another_teams_domain(
+    driver_managed_rack: LocalCluster, victim: Victim, tenant: Tenant, clean_tenant: None
+) -> None:
+    """A look-alike template with the tenant's own finalizer, and a pod whose claim names the domain.
+
+    Neither holds the victim's second domain: it is deleted in seconds, the look-alike is untouched
+    and reported once in the tenant's namespace, naming nothing of the victim's.
+    """
+    cluster = driver_managed_rack
+    apply(cluster, compute_domain("second", VICTIM, "second-channel"))
+    wait_until("second Ready", lambda: domain_status(cluster, VICTIM, "second").get("status") == "Ready")
+    uid = get_json(cluster, "computedomain", "second", "-n", VICTIM)["metadata"]["uid"]
+    created = tenant.kubectl(cluster, "create", "-f", "-", objects=(lookalike_template(uid),))
+    assert created.returncode == 0, created.stderr
+    try:
+        attack_through_pod(cluster, tenant, as_template(channel_claim("squat", uid)))
+        lookalike = get_json(cluster, "resourceclaimtemplate", "lookalike", "-n", TENANT)["metadata"]
+        ignored = wait_until(
+            "LabelIgnored on the look-alike",
+            lambda: [
+                e
+                for e in get_json(cluster, "events", "-n", TENANT)["items"]
+                if e["involvedObject"].get("uid") == lookalike["uid"] and e["reason"] == "LabelIgnored"
+            ],
+        )
+        assert VICTIM not in ignored[0]["message"] and "second" not in ignored[0]["message"]
+
+        started = time.monotonic()
+        cluster.kubectl("delete", "computedomain", "second", "-n", VICTIM, "--wait=false")
+        wait_until(
+            "second gone",
+            lambda: (
+                not cluster.kubectl(
+                    "get", "computedomain", "second", "-n", VICTIM, "--ignore-not-found", "-o", "name"
+                ).stdout.strip()
+            ),
+            timeout=60,
+        )
+        print(
+            "victim's domain deleted -> gone with a look-alike and a squatting pod: "
+            f"{time.monotonic() - started:.1f} s"
+        )
+        after = get_json(cluster, "resourceclaimtemplate", "lookalike", "-n", TENANT)["metadata"]
+        assert "deletionTimestamp" not in after and after["finalizers"] == [HOLD]
+        in_use = [e for e in get_json(cluster, "events", "-n", VICTIM)["items"] if e["reason"] == "InUse"]
+        assert in_use == []
+        assert_victim_unaffected(cluster, victim)
+    finally:
+        tenant.kubectl(
+            cluster,
+            "patch",
+            "resourceclaimtemplate",
+            "lookalike",
+            "-n",
+            TENANT,
+            "--type=merge",
+            "-p",
+            '{"metadata":{"finalizers":null}}',
+        )
 
 
 def test_the_tenant_still_runs_its_own_domain(

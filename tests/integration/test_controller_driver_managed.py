@@ -12,8 +12,9 @@ Aspects covered: create → finalizer, both templates, the DaemonSet, Ready; dae
 stable indices and the status follows readiness, and their domain's teardown happens in the documented
 order as watches see it; a daemon replaced on its node keeps its index;
 a non-fabric daemon appears with index -1; a name clash is reported as a Warning Event; objects of
-vanished domains are swept; a deleted template is recreated; delete → everything removed, node labels
-included, and the domain disappears.
+vanished domains are swept, a look-alike outside their place is not; a deleted template is recreated;
+delete → everything removed, node labels included, and the domain disappears; a tenant's look-alike
+template with a finalizer of its own neither holds nor stands in for the domain's (docs/tenancy.md).
 """
 
 from __future__ import annotations
@@ -307,26 +308,94 @@ async def test_claim_template_name_clash_is_reported_then_resolved(
     await delete_and_wait_gone(cluster, kube, "clash", uid)
 
 
+def labelled_template(
+    name: str, namespace: str, uid: str, target: str, finalizer: str = FINALIZER
+) -> dict[str, Any]:
+    """A claim template carrying a domain's label and target, as the controller's or a tenant's look-alike."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {LABEL: uid, "resource.nvidia.com/computeDomainTarget": target},
+            "finalizers": [finalizer],
+        },
+        "spec": {"spec": {"devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "none"}}]}}},
+    }
+
+
+async def test_a_lookalike_in_another_namespace_is_ignored(
+    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+) -> None:
+    """A tenant's template labelled with the domain's UID and holding a finalizer of its own.
+
+    It is reported once in the tenant's namespace (naming nothing of the domain's), never written; the
+    domain's own template is recreated when deleted, and the domain is deleted in seconds.
+    """
+    uid = await create_domain(kube, "victim")
+    await eventually("victim Ready", lambda: has_status(kube, "victim", "Ready"), within=30)
+    tenant = f"{USER_NS}-tenant"
+    cluster.create_namespace(tenant)
+    hold = "tenant.example.com/hold"
+    apply(cluster, labelled_template("lookalike", tenant, uid, "Workload", finalizer=hold))
+    lookalike_uid = get_json(cluster, "resourceclaimtemplate", "lookalike", "-n", tenant)["metadata"]["uid"]
+    [event] = await eventually(
+        "LabelIgnored event",
+        lambda: [e for e in events_of(cluster, tenant, lookalike_uid) if e["reason"] == "LabelIgnored"],
+        within=30,
+    )
+    assert event["type"] == "Warning"
+    assert USER_NS not in event["message"] and "victim" not in event["message"]
+
+    first = get_json(cluster, "resourceclaimtemplate", "victim-channel", "-n", USER_NS)["metadata"]["uid"]
+    cluster.kubectl("delete", "resourceclaimtemplate", "victim-channel", "-n", USER_NS, "--wait=false")
+
+    def recreated() -> bool:
+        items = get_json(cluster, "resourceclaimtemplates", "-n", USER_NS, "-l", f"{LABEL}={uid}")["items"]
+        return [i["metadata"]["uid"] for i in items if i["metadata"]["name"] == "victim-channel"] not in (
+            [],
+            [first],
+        )
+
+    await eventually("the domain's own template recreated", recreated, within=30)
+    await kube.delete(ComputeDomain, "victim", namespace=USER_NS)
+    await eventually("victim gone", lambda: not has_domain(cluster, "victim"), within=30, interval=0.5)
+    lookalike = get_json(cluster, "resourceclaimtemplate", "lookalike", "-n", tenant)["metadata"]
+    assert "deletionTimestamp" not in lookalike and lookalike["finalizers"] == [hold]
+    assert [e["reason"] for e in events_of(cluster, tenant, lookalike_uid)] == ["LabelIgnored"]
+    cluster.kubectl(
+        "patch",
+        "resourceclaimtemplate",
+        "lookalike",
+        "-n",
+        tenant,
+        "--type=merge",
+        "-p",
+        '{"metadata":{"finalizers":null}}',
+    )
+    cluster.kubectl("delete", "namespace", tenant, "--wait=false")
+
+
+def has_domain(cluster: LocalCluster, name: str) -> bool:
+    """Whether the domain ``name`` of the user namespace still exists."""
+    return name in [
+        i["metadata"]["name"] for i in get_json(cluster, "computedomains", "-n", USER_NS)["items"]
+    ]
+
+
 async def test_objects_of_vanished_domains_are_swept(
     cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
 ) -> None:
-    """A finalized template, a clique and a node label naming an unknown domain are removed."""
+    """A finalized template, a clique and a node label naming an unknown domain are removed.
+
+    A daemon template outside the daemon objects' place (a tenant's look-alike) is left alone.
+    """
     ghost = str(uuid.uuid4())
     apply(
         cluster,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {
-                "name": "ghost-channel",
-                "namespace": USER_NS,
-                "labels": {LABEL: ghost, "resource.nvidia.com/computeDomainTarget": "Workload"},
-                "finalizers": [FINALIZER],
-            },
-            "spec": {
-                "spec": {"devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "none"}}]}}
-            },
-        },
+        labelled_template("ghost-channel", USER_NS, ghost, "Workload"),
+        labelled_template("ghost-daemon", USER_NS, ghost, "Daemon"),
         {
             "apiVersion": "resource.nvidia.com/v1beta1",
             "kind": "ComputeDomainClique",
@@ -337,10 +406,23 @@ async def test_objects_of_vanished_domains_are_swept(
 
     def swept() -> bool:
         return leftovers(cluster, ghost) == {
-            "resourceclaimtemplates": [],
+            "resourceclaimtemplates": ["ghost-daemon"],
             "daemonsets": [],
             "computedomaincliques": [],
             "nodes": [],
         }
 
     await eventually("stale objects swept", swept, within=60, interval=1.0)
+    lookalike = get_json(cluster, "resourceclaimtemplate", "ghost-daemon", "-n", USER_NS)["metadata"]
+    assert "deletionTimestamp" not in lookalike and lookalike["finalizers"] == [FINALIZER]
+    cluster.kubectl(
+        "patch",
+        "resourceclaimtemplate",
+        "ghost-daemon",
+        "-n",
+        USER_NS,
+        "--type=merge",
+        "-p",
+        '{"metadata":{"finalizers":null}}',
+    )
+    cluster.kubectl("delete", "resourceclaimtemplate", "ghost-daemon", "-n", USER_NS)

@@ -11,7 +11,8 @@ real kube-controller-manager keeps that reservation while the pod exists and cle
 Aspects covered: deleting the domain while the pod holds the channel keeps the domain Terminating with
 its workload template, and a Warning event ``InUse`` names the pod; deleting the pod lets the teardown
 finish; with ``--compute-domain-in-use-protection=false`` the same deletion completes at once, as
-upstream's.
+upstream's; a claim of another namespace naming the domain (a tenant squatting on it) does not hold it
+(docs/tenancy.md).
 """
 
 from __future__ import annotations
@@ -46,6 +47,17 @@ NO_SCHEDULER = "imexdra-no-such-scheduler"
 async def protected(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIterator[ControllerProcess]:
     """A host-managed controller with in-use protection (its default)."""
     async with controller_running(cluster, DRIVER_NS, USER_NS, f"inuse-{SUFFIX}", gates=HOST_MANAGED) as c:
+        yield c
+
+
+@pytest.fixture
+async def protected_victim(
+    cluster: LocalCluster, compute_domain_crds: None
+) -> AsyncIterator[ControllerProcess]:
+    """A host-managed controller with in-use protection, for a victim team's namespace of its own."""
+    async with controller_running(
+        cluster, f"{DRIVER_NS}-v", f"{USER_NS}-v", f"inuse-v-{SUFFIX}", gates=HOST_MANAGED
+    ) as c:
         yield c
 
 
@@ -132,6 +144,25 @@ async def test_a_domain_in_use_waits_for_its_pods(
     cluster.kubectl("delete", "pod", "worker-0", "-n", USER_NS, "--wait=false")
     await eventually("held gone", lambda: domain_gone(cluster, "held", USER_NS), within=60)
     assert labelled(cluster, "resourceclaimtemplates", uid) == []
+
+
+async def test_a_claim_of_another_namespace_does_not_hold_the_domain(
+    cluster: LocalCluster, kube: AsyncClient, protected_victim: ControllerProcess
+) -> None:
+    """A tenant's reserved claim naming the domain's UID: the domain still goes at once, no InUse event."""
+    namespace = f"{USER_NS}-v"
+    uid = await ready_domain(kube, "victim", namespace)
+    tenant = f"{USER_NS}-tenant"
+    cluster.create_namespace(tenant)
+    try:
+        claim_in_use(cluster, tenant, uid, "squatter")
+        cluster.kubectl("delete", "computedomain", "victim", "-n", namespace, "--wait=false")
+        await eventually("victim gone", lambda: domain_gone(cluster, "victim", namespace), within=30)
+        assert in_use_events(cluster, namespace, uid) == []
+        claim = get_json(cluster, "resourceclaim", "squatter-channel", "-n", tenant)
+        assert claim["status"]["reservedFor"][0]["name"] == "squatter"  # it was held all along
+    finally:
+        cluster.kubectl("delete", "namespace", tenant, "--wait=false")
 
 
 async def test_protection_off_tears_down_at_once(
