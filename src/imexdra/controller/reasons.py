@@ -13,6 +13,8 @@ Channel isolation (docs/channel-isolation.md §7), also the reasons of the ``Cha
 condition: ``ChannelAllocated`` (Normal, condition True) and, as Warnings with the condition False,
 ``ChannelsExhausted``, ``AllocationModeUnsupported``, ``ChannelConflict``, ``ChannelOutOfPool``,
 ``IsolationMismatch`` and ``IsolationSwitchPending``.
+The per-namespace bound (``quota``, docs/tenancy.md "Quotas"): ``NamespaceQuotaExceeded``, a Warning
+with the ``ChannelAllocated`` condition False, under either isolation.
 """
 
 from __future__ import annotations
@@ -35,3 +37,4 @@ CHANNEL_CONFLICT: Final = "ChannelConflict"
 CHANNEL_OUT_OF_POOL: Final = "ChannelOutOfPool"
 ISOLATION_MISMATCH: Final = "IsolationMismatch"
 ISOLATION_SWITCH_PENDING: Final = "IsolationSwitchPending"
+NAMESPACE_QUOTA_EXCEEDED: Final = "NamespaceQuotaExceeded"
