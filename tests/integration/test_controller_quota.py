@@ -7,8 +7,9 @@ namespace are Ready; the third waits NotReady with ``ChannelAllocated=False`` an
 ``NamespaceQuotaExceeded``, no channel and no claim template, and a Warning event that gives the bound,
 the namespace's count, what would work and the admitted domains of its own namespace only; another
 namespace is not held back; once one of the two is deleted the third is admitted (under ``domain``
-isolation its status is upstream's again, without conditions). After a restart with the bound lowered
-to 1, the admitted domains keep their objects and a new one waits.
+isolation its status is upstream's again, without conditions); the startup config line logs the
+bound. After a restart with the bound lowered to 1, the admitted domains keep their objects and a new
+one waits.
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ async def test_third_domain_waits_until_one_is_deleted(
         f"controller-quota-{isolation.value}-{SUFFIX}",
         gates="HostManagedIMEX=true",
         extra_args=arguments(isolation, 2),
-    ):
+    ) as process:
+        config = next(e for e in process.log_events() if e.get("msg") == "controller manager config")
+        assert config["maxComputeDomainsPerNamespace"] == 2
         cluster.create_namespace(other)
         first = await create_ready(kube, cluster, team, "first")
         await create_ready(kube, cluster, team, "second")
