@@ -76,7 +76,8 @@ _EVENT_HINTS = (
     ),
 )
 
-#: What to do about each reason a ``False`` condition of the domain can carry (docs/channel-isolation.md §7).
+#: What to do about each reason a ``False`` condition of the domain can carry (docs/channel-isolation.md §7,
+#: docs/tenancy.md "Quotas").
 _CONDITION_HINTS = {
     reasons.CHANNELS_EXHAUSTED: "every channel 1..channelCount-1 is held by a live ComputeDomain or a claim "
     "still allocated: delete domains (and their pods) no longer used, or raise NVreg_ImexChannelCount on "
@@ -91,6 +92,9 @@ _CONDITION_HINTS = {
     "recreate it, or set the isolation back",
     reasons.ISOLATION_SWITCH_PENDING: "new domains wait until no domain of the previous isolation is left: "
     "delete those (kubectl get computedomains -A shows a Channel column)",
+    reasons.NAMESPACE_QUOTA_EXCEEDED: "the namespace is at the controller's per-namespace bound: delete a "
+    "ComputeDomain of this namespace no longer used (this one is admitted when its turn comes), or ask "
+    "the cluster operator to raise resources.computeDomains.maxPerNamespace (docs/tenancy.md, Quotas)",
 }
 
 

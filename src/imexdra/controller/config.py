@@ -57,6 +57,8 @@ class ControllerConfig:
     imex_channel_count: int = DEFAULT_IMEX_CHANNEL_COUNT
     #: A deleted domain waits for the pods using its channel (docs/in-use-protection.md).
     in_use_protection: bool = True
+    #: Most domains of one namespace admitted at once, 0 = no bound (``quota``, docs/tenancy.md).
+    max_compute_domains_per_namespace: int = 0
     #: The controller's own ``--logging-format``, handed to the daemons so one install logs one way.
     daemon_logging_format: LogFormat = LogFormat.TEXT
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
@@ -97,6 +99,7 @@ class ControllerConfig:
             imex_isolation=imex.isolation(host_managed=host_managed),
             imex_channel_count=imex.imex_channel_count,
             in_use_protection=controller.compute_domain_in_use_protection,
+            max_compute_domains_per_namespace=controller.max_compute_domains_per_namespace,
             daemon_logging_format=logging_format,
         )
 

@@ -10,6 +10,8 @@ workers at once, and adding a queued key again is free):
 - anything labelled for an unknown domain, or a domain vanishing → a sweep (``cleanup``) a second later;
 - with in-use protection, a ResourceClaim whose pods or allocation change → the domain whose channel
   it holds, at once, if that domain is terminating (its deletion may wait for those pods no longer);
+- with a per-namespace bound (``quota``), ComputeDomains also feed it, and a domain gone from the
+  API requeues the domains of its namespace waiting for a place, oldest first;
 - under channel isolation, ResourceClaims and ComputeDomains also feed the channel book, which
   requeues domains waiting for a number, oldest first, when one may have come free; under domain
   isolation ComputeDomains and claim templates feed ``switching``, which requeues held domains when
@@ -23,6 +25,7 @@ cache (a sweep on a half-filled cache would take live objects for stale ones).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +46,7 @@ from imexdra.controller.cleanup import SWEEP_KEY, StaleObjectSweeper
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.isolation import ChannelAssigner
 from imexdra.controller.metrics import DomainStatusMetrics
+from imexdra.controller.quota import NamespaceQuota, holds_place
 from imexdra.controller.reconciler import Reconciler
 from imexdra.controller.switching import ChannelKindDomains
 from imexdra.controller.writes import Writer
@@ -78,6 +82,15 @@ class Controller:
             )
         else:
             self.channel_kind = ChannelKindDomains(requeue=self._requeue_uid)
+        #: The per-namespace bound, when one is set (``quota``, docs/tenancy.md "Quotas").
+        self.quota: NamespaceQuota | None = None
+        if config.max_compute_domains_per_namespace > 0:
+            self.quota = NamespaceQuota(
+                config.max_compute_domains_per_namespace,
+                holds_place=functools.partial(holds_place, self.caches),
+                requeue=self.queue.add,
+                channels=config.imex_isolation is ImexIsolation.CHANNEL,
+            )
         self.reconciler = Reconciler(
             config,
             self.caches,
@@ -86,6 +99,7 @@ class Controller:
             self.metrics,
             assigner=self.assigner,
             switching=self.channel_kind,
+            quota=self.quota,
         )
         self.sweeper = StaleObjectSweeper(self.caches, writer)
         self._started = asyncio.Event()
@@ -135,6 +149,15 @@ class Controller:
         )
         if self.assigner is not None:
             self._wire_channels(self.assigner)
+        if self.quota is not None:
+            quota = self.quota
+            caches.domains.add_handler(
+                EventHandler(
+                    on_add=quota.domain_seen,
+                    on_update=lambda _old, new: quota.domain_seen(new),
+                    on_delete=quota.domain_gone,
+                )
+            )
         if caches.claims is not None and self.config.in_use_protection:
             caches.claims.add_handler(
                 EventHandler(

@@ -94,6 +94,7 @@ def main(
         hostManagedIMEX=config.host_managed,
         imexIsolation=config.imex_isolation.value,
         imexChannelCount=config.imex_channel_count,
+        maxComputeDomainsPerNamespace=config.max_compute_domains_per_namespace,
         computeDomainCliques=config.cliques_enabled,
         leaderElection=leader_election.enabled,
         kubeAPIQPS=kube_client.kube_api_qps,

@@ -16,6 +16,8 @@ condition: ``ChannelAllocated`` (Normal, condition True) and, as Warnings with t
 Warning ``LabelIgnored``, the one reason recorded on an object that is not a ComputeDomain: an object
 carrying a domain's label outside that domain's place (a look-alike, ``placement``), in its own
 namespace, once.
+The per-namespace bound (``quota``, docs/tenancy.md "Quotas"): ``NamespaceQuotaExceeded``, a Warning
+with the ``ChannelAllocated`` condition False, under either isolation.
 """
 
 from __future__ import annotations
@@ -39,3 +41,4 @@ CHANNEL_OUT_OF_POOL: Final = "ChannelOutOfPool"
 ISOLATION_MISMATCH: Final = "IsolationMismatch"
 ISOLATION_SWITCH_PENDING: Final = "IsolationSwitchPending"
 LABEL_IGNORED: Final = "LabelIgnored"
+NAMESPACE_QUOTA_EXCEEDED: Final = "NamespaceQuotaExceeded"

@@ -63,6 +63,7 @@ from imexdra.controller.isolation import ChannelAssigner, Verdict
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.overlay import Overlay
 from imexdra.controller.placement import Home, Kind, home_of
+from imexdra.controller.quota import NamespaceQuota
 from imexdra.controller.switching import ChannelKindDomains, records_channel, template_device_classes
 from imexdra.controller.sync import MembershipSync
 from imexdra.controller.writes import Writer, has_finalizer
@@ -97,8 +98,11 @@ class Reconciler:
         *,
         assigner: ChannelAssigner | None = None,
         switching: ChannelKindDomains | None = None,
+        quota: NamespaceQuota | None = None,
     ) -> None:
         self._config = config
+        #: Set when a per-namespace bound is configured (``quota``).
+        self._quota = quota
         #: Set under channel isolation only.
         self._assigner = assigner
         #: Set under domain isolation only.
@@ -143,6 +147,10 @@ class Reconciler:
         # The finalizer first (upstream's order, in both IMEX modes): nothing exists that it does not guard.
         if not has_finalizer(cd):
             cd = await self._writer.add_finalizer(cd, self._caches.domain_view)
+        # The namespace's bound before anything the bound guards: a template, a channel, daemons.
+        beyond = self._quota.decide(cd) if self._quota is not None else None
+        if beyond is not None:
+            return await self._refuse(cd, beyond)
         if self._assigner is not None:
             return await self._ensure_channel(cd, self._assigner)
         home = home_of(cd)

@@ -273,6 +273,28 @@ def test_in_use_protection_is_a_go_style_boolean(
     assert settings.compute_domain_in_use_protection is expected
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        ((), {}, 0),
+        (("--max-compute-domains-per-namespace=3",), {}, 3),
+        ((), {"MAX_COMPUTE_DOMAINS_PER_NAMESPACE": "5"}, 5),
+    ],
+    ids=["default-unbounded", "flag", "env"],
+)
+def test_max_compute_domains_per_namespace(args: tuple[str, ...], env: dict[str, str], expected: int) -> None:
+    """The per-namespace bound: 0 (none, upstream's behaviour) unless the flag or its variable sets one."""
+    settings = settings_of(controller_options, args, env={**CONTROLLER_ENV, **env})
+    assert settings.max_compute_domains_per_namespace == expected
+
+
+def test_max_compute_domains_per_namespace_rejects_a_negative_bound() -> None:
+    """A negative bound is a usage error naming the flag."""
+    result, _ = invoke([controller_options], ["--max-compute-domains-per-namespace=-1"], env=CONTROLLER_ENV)
+    assert result.exit_code == 2
+    assert "--max-compute-domains-per-namespace" in result.output
+
+
 def test_in_use_protection_rejects_a_non_boolean() -> None:
     """A value that is no boolean is a usage error naming the flag."""
     result, _ = invoke([controller_options], ["--compute-domain-in-use-protection=maybe"], env=CONTROLLER_ENV)

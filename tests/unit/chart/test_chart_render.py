@@ -196,6 +196,18 @@ def test_in_use_protection_reaches_the_controller(value: bool | None, expected: 
 
 
 @pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, "0"), (0, "0"), (3, "3"), (2047, "2047")],
+    ids=["key-absent", "default-unbounded", "three", "large"],
+)
+def test_namespace_bound_reaches_the_controller(value: int | None, expected: str) -> None:
+    """maxPerNamespace is MAX_COMPUTE_DOMAINS_PER_NAMESPACE as a plain integer; a values set without
+    the key (``helm upgrade --reuse-values`` from a release before it) gives 0, no bound."""
+    values = nested("resources.computeDomains.maxPerNamespace", value)
+    assert render(values).env(*CONTROLLER)["MAX_COMPUTE_DOMAINS_PER_NAMESPACE"] == expected
+
+
+@pytest.mark.parametrize(
     ("values", "expected"),
     [
         pytest.param({}, ("20", "40"), id="chart-default"),
@@ -244,6 +256,7 @@ def test_controller_env_wiring() -> None:
         "IMEX_ISOLATION": "domain",
         "IMEX_CHANNEL_COUNT": "2048",
         "COMPUTE_DOMAIN_IN_USE_PROTECTION": "true",
+        "MAX_COMPUTE_DOMAINS_PER_NAMESPACE": "0",
         "CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "a,b",
         "HTTP_ENDPOINT": "$(POD_IP):9090",
         "METRICS_PATH": "/m",

@@ -111,6 +111,14 @@ def test_chart_app_version_is_the_package_version() -> None:
         pytest.param(nested("controller.kubeAPI.qps", 0), "exclusiveMinimum", id="qps-zero"),
         pytest.param(nested("controller.kubeAPI.burst", 0), "minimum", id="burst-zero"),
         pytest.param(
+            nested("resources.computeDomains.maxPerNamespace", -1), "minimum", id="namespace-bound-negative"
+        ),
+        pytest.param(
+            nested("resources.computeDomains.maxPerNamespace", "2"),
+            "got string, want integer",
+            id="namespace-bound-string",
+        ),
+        pytest.param(
             nested("kubeletPlugin.kubeletPluginsDirectoryPath", "plugins"), "does not match", id="relative"
         ),
         pytest.param(

@@ -289,6 +289,7 @@ def test_errors_and_warnings_are_problems(severity: Severity, problem: bool) -> 
         ("AllocationModeUnsupported", "allocationMode: Single"),
         ("ChannelConflict", "delete the younger one"),
         ("IsolationMismatch", "set the isolation back"),
+        ("NamespaceQuotaExceeded", "raise resources.computeDomains.maxPerNamespace"),
     ],
 )
 def test_a_false_channel_condition_is_explained(reason: str, hint: str) -> None:

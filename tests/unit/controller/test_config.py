@@ -108,3 +108,9 @@ def test_claims_are_watched_for_protection_or_channel_isolation(
     )
     assert config.in_use_protection is protection
     assert config.reads_claims is reads_claims
+
+
+def test_namespace_bound_is_passed_on() -> None:
+    """--max-compute-domains-per-namespace reaches the configuration; unset it is 0 (no bound)."""
+    assert make_config().max_compute_domains_per_namespace == 0
+    assert make_config(max_compute_domains_per_namespace=4).max_compute_domains_per_namespace == 4

@@ -42,7 +42,7 @@ def test_an_object_counts_only_in_its_place(kind: Kind, namespace: str, name: st
 
 
 def test_home_comes_from_the_domains_namespace_and_spec() -> None:
-    """The workload template's place is the domain's namespace under spec.channel.resourceClaimTemplate.name."""
+    """The workload template sits in the domain's namespace under spec.channel.resourceClaimTemplate.name."""
     cd = make_domain(name="train", namespace="team-a", uid=UID)
     home = home_of(cd)
     assert (home.uid, home.namespace) == (UID, "team-a")

@@ -39,6 +39,9 @@ class ControllerSettings:
     additional_namespaces: tuple[str, ...]
     #: Keep a deleted domain (Terminating) while pods use its channel (docs/in-use-protection.md).
     compute_domain_in_use_protection: bool = True
+    #: Most ComputeDomains of one namespace given their objects (and channel) at once; 0 = no bound
+    #: (docs/tenancy.md, "Quotas"). Ours: upstream has no such flag.
+    max_compute_domains_per_namespace: int = 0
 
     def __post_init__(self) -> None:
         """Check the names the controller will write into objects."""
@@ -93,6 +96,14 @@ controller_options = OptionGroup(
         flag_value=True,
         default=True,
         help="Keep a deleted ComputeDomain while pods use its channel (false: tear down at once).",
+    ),
+    option(
+        "--max-compute-domains-per-namespace",
+        envvar="MAX_COMPUTE_DOMAINS_PER_NAMESPACE",
+        type=click.IntRange(min=0),
+        default=0,
+        help="Most ComputeDomains of one namespace that get a claim template (and channel); "
+        "the rest wait NotReady in creation order. 0: no bound.",
     ),
 )
 
