@@ -208,3 +208,60 @@ def test_a_tenant_cannot_repoint_the_controllers_template(cluster: LocalCluster,
         check=False,
     )
     assert result.returncode != 0 and "immutable" in result.stderr, result.stderr
+
+
+# -- channelClaimsFromTemplatesOnly ----------------------------------------------------------------
+
+STRICT_RELEASE = "tenantstrict"
+STRICT_DRIVER_NAMESPACE = "tenantstrict-driver"
+STRICT_TENANT = "tenantstrict-team"
+STRICT_CLAIM_REFUSED = "On this cluster every IMEX channel claim is"
+STRICT_TEMPLATE_REFUSED = "On this cluster the same holds for every IMEX channel template"
+
+
+@pytest.fixture
+def strict_policies(cluster: LocalCluster) -> Iterator[str]:
+    """The policies with ``channelClaimsFromTemplatesOnly``; the controller's user name; then removed.
+
+    Function-scoped: the policy judges every namespace but its driver's, so it must not outlive the test.
+    """
+    installed = install_chart_rbac(
+        cluster,
+        release=STRICT_RELEASE,
+        namespace=STRICT_DRIVER_NAMESPACE,
+        values={"validatingAdmissionPolicies": {"channelClaimsFromTemplatesOnly": True}},
+    )
+    cluster.create_namespace(STRICT_TENANT)
+    probe = channel_claim(STRICT_TENANT)
+    deadline = time.monotonic() + 30
+    while admitted(cluster, probe) is None:  # the policies load asynchronously
+        assert time.monotonic() < deadline, "the strict tenant policies were not enforced within 30 s"
+        time.sleep(0.2)
+    yield f"system:serviceaccount:{STRICT_DRIVER_NAMESPACE}:{installed.service_account('controller')}"
+    installed.uninstall()
+    for namespace in (STRICT_DRIVER_NAMESPACE, STRICT_TENANT):
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_with_templates_only_a_hand_written_channel_claim_is_refused(
+    cluster: LocalCluster, strict_policies: str
+) -> None:
+    """No hand-written claim or template on the default channel class or with a channel config.
+
+    Only the makers pass: the resourceclaim controller (a claim from a ComputeDomain's template) and
+    imexdra's controller (the template), so no tenant can allocate a node's channel for a claim that
+    can never be prepared (docs/tenancy.md, "No squatting").
+    """
+    by_config = claim(
+        STRICT_TENANT, {"exactly": {"deviceClassName": "gpu.example.com"}}, "ComputeDomainChannelConfig", UID
+    )
+    for obj, refusal in (
+        (channel_claim(STRICT_TENANT), STRICT_CLAIM_REFUSED),
+        (by_config, STRICT_CLAIM_REFUSED),
+        (template(channel_claim(STRICT_TENANT)), STRICT_TEMPLATE_REFUSED),
+    ):
+        error = admitted(cluster, obj)
+        assert error is not None and refusal in error, error
+    assert admitted(cluster, channel_claim(STRICT_TENANT), as_user=CLAIM_MAKER) is None
+    assert admitted(cluster, template(channel_claim(STRICT_TENANT)), as_user=strict_policies) is None
+    assert admitted(cluster, other_driver(by_config)) is None  # neither our class nor our config
