@@ -88,6 +88,14 @@ class EventHandler(Generic[T_contra]):
     on_delete: Callable[[T_contra], None] | None = None
 
 
+def follow_latest(seen: Callable[[T], None], gone: Callable[[T], None]) -> EventHandler[T]:
+    """A handler for a consumer that keeps each object's latest version.
+
+    ``seen`` on add and on update (with the new object), ``gone`` on delete.
+    """
+    return EventHandler(on_add=seen, on_update=lambda _old, new: seen(new), on_delete=gone)
+
+
 class _Queue(Protocol[K_contra]):
     def add(self, item: K_contra, /) -> None: ...
 
@@ -104,7 +112,7 @@ def enqueue(queue: _Queue[str], key: Callable[[T], str | None] = object_key) -> 
         if item is not None:
             queue.add(item)
 
-    return EventHandler(on_add=add, on_update=lambda _old, new: add(new), on_delete=add)
+    return follow_latest(add, add)
 
 
 def api_kind(resource: type[Any]) -> str:

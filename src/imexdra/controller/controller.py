@@ -36,7 +36,7 @@ from lightkube.resources.core_v1 import Node
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.config.common import ImexIsolation
 from imexdra.common.events import EventRecorder
-from imexdra.common.informer import EventHandler
+from imexdra.common.informer import EventHandler, follow_latest
 from imexdra.common.store import KubeObject, object_key
 from imexdra.common.transport import Transport
 from imexdra.common.workqueue import WorkQueue, run_workers
@@ -140,24 +140,12 @@ class Controller:
 
     def _wire(self) -> None:
         caches = self.caches
-        caches.domains.add_handler(
-            EventHandler(
-                on_add=self._domain_changed,
-                on_update=lambda _old, new: self._domain_changed(new),
-                on_delete=self._domain_deleted,
-            )
-        )
+        caches.domains.add_handler(follow_latest(self._domain_changed, self._domain_deleted))
         if self.assigner is not None:
             self._wire_channels(self.assigner)
         if self.quota is not None:
             quota = self.quota
-            caches.domains.add_handler(
-                EventHandler(
-                    on_add=quota.domain_seen,
-                    on_update=lambda _old, new: quota.domain_seen(new),
-                    on_delete=quota.domain_gone,
-                )
-            )
+            caches.domains.add_handler(follow_latest(quota.domain_seen, quota.domain_gone))
         if caches.claims is not None and self.config.in_use_protection:
             caches.claims.add_handler(
                 EventHandler(
@@ -168,20 +156,8 @@ class Controller:
             )
         if self.channel_kind is not None:
             kinds = self.channel_kind
-            caches.domains.add_handler(
-                EventHandler(
-                    on_add=kinds.domain_seen,
-                    on_update=lambda _old, new: kinds.domain_seen(new),
-                    on_delete=kinds.domain_gone,
-                )
-            )
-            caches.templates.add_handler(
-                EventHandler(
-                    on_add=kinds.template_seen,
-                    on_update=lambda _old, new: kinds.template_seen(new),
-                    on_delete=kinds.template_gone,
-                )
-            )
+            caches.domains.add_handler(follow_latest(kinds.domain_seen, kinds.domain_gone))
+            caches.templates.add_handler(follow_latest(kinds.template_seen, kinds.template_gone))
         caches.templates.add_handler(self._owned_handler())
         for pod_informer in caches.pods:
             pod_informer.add_handler(self._owned_handler())
@@ -194,21 +170,9 @@ class Controller:
 
     def _wire_channels(self, assigner: ChannelAssigner) -> None:
         """Feed the channel book every domain's recorded number and every claim's held numbers."""
-        self.caches.domains.add_handler(
-            EventHandler(
-                on_add=assigner.domain_seen,
-                on_update=lambda _old, new: assigner.domain_seen(new),
-                on_delete=assigner.domain_gone,
-            )
-        )
+        self.caches.domains.add_handler(follow_latest(assigner.domain_seen, assigner.domain_gone))
         assert self.caches.claims is not None
-        self.caches.claims.add_handler(
-            EventHandler(
-                on_add=assigner.claim_seen,
-                on_update=lambda _old, new: assigner.claim_seen(new),
-                on_delete=assigner.claim_gone,
-            )
-        )
+        self.caches.claims.add_handler(follow_latest(assigner.claim_seen, assigner.claim_gone))
 
     def _requeue_uid(self, uid: str) -> None:
         key = self.caches.domain_key(uid)
