@@ -261,30 +261,43 @@ async def test_workers_requeue_after_returned_delay() -> None:
 
 
 async def test_one_key_is_never_reconciled_concurrently() -> None:
-    """With many workers and a burst of adds, a key is processed by one worker at a time."""
+    """With idle workers to spare, a key added again while in flight waits for it, then runs once more.
+
+    The reconciles are held in flight, so the outcome does not depend on how fast the machine is: four
+    more adds of each key while both are in flight make exactly one more reconcile of each.
+    """
     queue = new_queue()
     active: set[Hashable] = set()
     overlaps = 0
     processed = 0
+    release, both_in_flight, all_done = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
     async def reconcile(key: str) -> None:
         nonlocal overlaps, processed
         overlaps += key in active
         active.add(key)
-        await asyncio.sleep(0.01)
+        if len(active) == 2:
+            both_in_flight.set()
+        await release.wait()
         active.discard(key)
         processed += 1
+        if processed == 4:
+            all_done.set()
 
     runner = asyncio.create_task(run_workers(queue, reconcile, workers=4))
-    for _ in range(5):
-        for key in ("a", "b"):
-            queue.add(key)
-        await asyncio.sleep(0.004)
-    await asyncio.sleep(0.1)
+    queue.add("a")
+    queue.add("b")
+    await asyncio.wait_for(both_in_flight.wait(), 2)
+    for _ in range(4):
+        queue.add("a")
+        queue.add("b")
+        await asyncio.sleep(0)  # the two idle workers get their chance to (wrongly) take a key
+    release.set()
+    await asyncio.wait_for(all_done.wait(), 2)
     queue.shut_down()
     await asyncio.wait_for(runner, 2)
     assert overlaps == 0
-    assert 2 <= processed < 10  # de-duplicated, yet every burst was seen
+    assert processed == 4  # de-duplicated: one more reconcile per key, whatever the number of adds
 
 
 async def test_cancelling_workers_stops_them() -> None:
