@@ -51,7 +51,7 @@ bench: venv k8s
 # Reliability soak (not CI; about an hour on 2 cores): >= 100 000 fuzz inputs, >= 100 plugin SIGKILLs,
 # 20 daemon SIGKILLs (bounded by the kubelet's restart backoff), 20 rounds of controller SIGKILLs
 # mid-create/mid-delete (driver-managed and under channel isolation) and the control-plane fault test.
-# Its figures are README's reliability table.
+# It writes no result file; the figures of the last soak are in bench/README.md, "Figures without a result file".
 SOAK_PLUGIN_KILLS ?= 100
 SOAK_DAEMON_KILLS ?= 20
 SOAK_CONTROLLER_ROUNDS ?= 20

@@ -145,7 +145,7 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
             job = seedworkloads.mpijob(CLAIM_TEMPLATE, namespace=WORKLOAD_NAMESPACE, workers=config.nodes)
             cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([compute_domain(), job]))
             # A full rack on 2 cores is CPU-bound: 18 nodes' kubelets, IMEX daemons and their probes
-            # (README, "The seed workloads, as written"); the waits grow with the rack.
+            # (docs/node-runtime.md §9); the waits grow with the rack.
             workers_running = functools.partial(_workers_running, cluster, config.nodes)
             rack.wait_for("all workers Running", workers_running, timeout=120 + 20 * config.nodes)
             rack.wait_for(

@@ -5,10 +5,11 @@ launcher's and workers' cpu/memory requests, the clique pod affinity), character
 one placeholder the document asks the reader to fill, the claim template name, is filled by
 :func:`mpijob`. ``COMPUTE_DOMAIN_0`` and ``DEPLOYMENT`` are the ComputeDomain and the 18-replica
 Deployment with the ``cd-0`` claim of NVIDIA's introduction to ComputeDomains, comments included (the
-post prints them without indentation; the structure is the one its text describes). README, "The seed
-workloads, as written", says where each comes from. The simulated nodes are GB200 trays to the kubelet
-(``localcluster.machine``), so these requests are scheduled and admitted as on a real rack. Where the
-demo must differ (fewer workers on a smaller rack), it says so: README §"The seed workloads".
+post prints them without indentation; the structure is the one its text describes).
+docs/local-cluster.md §2, "The seed workloads, as written", says where each comes from. The simulated
+nodes are GB200 trays to the kubelet (``localcluster.machine``), so these requests are scheduled and
+admitted as on a real rack. Where the demo must differ (fewer workers on a smaller rack), it says so
+there too.
 """
 
 from __future__ import annotations
