@@ -4,13 +4,18 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv k8s lint test test-unit test-integration test-e2e demo cluster-up bench soak protos clean
+.PHONY: venv k8s image lint test test-unit test-integration test-e2e demo cluster-up bench soak protos clean
 
 venv:
 	@hack/venv.sh
 
 k8s:
 	@tools/k8s/build.sh
+
+# The project's image alone (`make k8s` builds it too, with the local cluster's images): one OCI image
+# index for linux/amd64 and linux/arm64, ${IMEXDRA_CACHE:-~/.cache/imexdra}/images/imexdra.tar (docs/image.md).
+image:
+	@tools/image/build.sh imexdra
 
 lint: venv
 	$(BIN)/ruff check src sim tests bench tools

@@ -18,6 +18,11 @@
 #       filesystem with Debian's python3, the venv /opt/imexdra with the wheel and its pinned dependencies
 #       (pip inside a chroot), the same env, user and CMD. The values both recipes share live in
 #       contract.env (tests/unit/image/test_image_recipes.py holds the Dockerfile to them).
+#       One image index for linux/amd64 and linux/arm64 (contract.env's IMAGE_PLATFORMS; docs/image.md):
+#       the arm64 root is Debian's arm64 packages unpacked and configured without running them
+#       (debootstrap --foreign, debroot.py) and its venv is pip's aarch64 wheels, so nothing of arm64
+#       runs here; tests/integration/test_image_arm64.py runs it under qemu user-mode emulation
+#       (.../images/qemu-aarch64-static, from Debian's qemu-user-static).
 # No base image can be pulled on these machines, so root filesystems come from Debian packages fetched
 # with `apt-get download` at pinned versions (the imexdra image's base excepted: debootstrap installs
 # bookworm's current packages, see below). Idempotent: an image is rebuilt only when the stamp of its
@@ -25,7 +30,8 @@
 #
 # `build.sh --print-imexdra-config` prints the arguments the imexdra image is built with (debootstrap,
 # venv steps, smoke test, image config) without building anything: the unit tests compare them with
-# the Dockerfile.
+# the Dockerfile. `build.sh imexdra` (`make image`) builds the imexdra image alone.
+# IMEXDRA_IMAGE_PLATFORMS=linux/amd64 leaves arm64 out (a quicker local build; CI builds both).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -72,12 +78,35 @@ read -r -a image_env_extra <<< "$IMAGE_ENV"
 image_env=("PATH=$IMAGE_VENV/bin:$IMAGE_BASE_PATH" "${image_env_extra[@]}")
 debootstrap_args=(--variant=minbase "--include=${IMAGE_PYTHON_PACKAGES// /,}" "$IMAGE_DEBIAN_SUITE")
 # The Dockerfile's build stage, step for step, run in the chroot (sh -c: the wheel's name is a glob).
+# --only-binary: every dependency from its wheel, so no package's build code runs (docs/image.md).
 venv_steps=(
   "python3 -m venv $IMAGE_VENV"
   "$IMAGE_VENV/bin/python -m pip install --quiet pip==$IMAGE_PIP_VERSION"
   "$IMAGE_VENV/bin/python -m pip wheel --quiet --no-deps --wheel-dir /wheels /src"
-  "$IMAGE_VENV/bin/python -m pip install --quiet --constraint /src/constraints.txt /wheels/imexdra-*.whl"
+  "$IMAGE_VENV/bin/python -m pip install --quiet --only-binary=:all: --constraint /src/constraints.txt /wheels/imexdra-*.whl"
 )
+# The platforms: the build machine's (amd64; debootstrap configures its root) first, then arm64, the
+# only other one this script knows how to build (docs/image.md, "The arm64 root").
+read -r -a image_platforms <<< "${IMEXDRA_IMAGE_PLATFORMS:-$IMAGE_PLATFORMS}"
+case " ${image_platforms[*]} " in
+  " linux/amd64 " | " linux/amd64 linux/arm64 ") ;;
+  *) echo "build.sh: platforms must be 'linux/amd64' or 'linux/amd64 linux/arm64', not '${image_platforms[*]}'" >&2
+     exit 2 ;;
+esac
+arm64=$([ "${#image_platforms[@]}" = 2 ] && echo 1 || echo 0)
+# The arm64 venv: the Dockerfile's last step as pip does it for another machine, run by the amd64
+# venv's pip with the arm64 root mounted at /mnt/arm64. The platform tags are those pip computes on a
+# Grace tray with the suite's glibc (manylinux_2_17 up to its own, and manylinux2014, the name some
+# wheels, protobuf's, carry alone); a wheel tagged otherwise is not taken, and one missing fails.
+arm64_wheel_platforms=""
+for ((minor = ${IMAGE_GLIBC_VERSION#2.}; minor >= 17; minor--)); do
+  arm64_wheel_platforms+=" --platform manylinux_2_${minor}_aarch64"
+done
+arm64_wheel_platforms+=" --platform manylinux2014_aarch64"
+arm64_site_packages="$IMAGE_VENV/lib/python$IMAGE_PYTHON_VERSION/site-packages"
+arm64_venv_step="$IMAGE_VENV/bin/python -m pip install --quiet --only-binary=:all: --implementation cp \
+--python-version $IMAGE_PYTHON_VERSION --abi cp${IMAGE_PYTHON_VERSION/./}$arm64_wheel_platforms \
+--target /mnt/arm64$arm64_site_packages --constraint /src/constraints.txt /wheels/imexdra-*.whl"
 smoke_test="for command in ${image_entry_points[*]}; do \"\$command\" --help > /dev/null || exit 1; done"
 revision_label="org.opencontainers.image.revision=$revision"
 imexdra_oci_args=(--ref "$imexdra_ref" --cmd "$IMAGE_CMD" --user "$IMAGE_USER"
@@ -88,16 +117,20 @@ imexdra_oci_args=(--ref "$imexdra_ref" --cmd "$IMAGE_CMD" --user "$IMAGE_USER"
   --label "org.opencontainers.image.licenses=$IMAGE_LICENSES")
 for kv in "${image_env[@]}"; do imexdra_oci_args+=(--env "$kv"); done
 
+only=""
 case "${1:-}" in
   "") ;;
+  imexdra) only=imexdra ;;
   --print-imexdra-config)
     printf 'debootstrap\t%s\n' "${debootstrap_args[@]}"
     printf 'python\t%s\n' "$IMAGE_PYTHON_VERSION"
     printf 'venv-step\t%s\n' "${venv_steps[@]}"
+    printf 'arm64-venv-step\t%s\n' "$arm64_venv_step"
+    printf 'platform\t%s\n' "${image_platforms[@]}"
     printf 'smoke\t%s\n' "$smoke_test"
     printf 'oci\t%s\n' "${imexdra_oci_args[@]}"
     exit 0 ;;
-  *) echo "usage: $0 [--print-imexdra-config]" >&2; exit 2 ;;
+  *) echo "usage: $0 [imexdra | --print-imexdra-config]" >&2; exit 2 ;;
 esac
 
 cache_root=${IMEXDRA_CACHE:-$HOME/.cache/imexdra}
@@ -112,6 +145,8 @@ if ! flock -n 9; then
   flock 9
 fi
 BUSYBOX_DEB="busybox-static=1:1.35.0-4+deb12u1+b1"
+# qemu-aarch64-static, for running the arm64 image's smoke test on this machine (never for building it).
+QEMU_USER_STATIC_DEB="qemu-user-static=1:7.2+dfsg-7+deb12u18+b3"
 
 log() { printf '[image-build %(%H:%M:%S)T] %s\n' -1 "$*"; }
 
@@ -149,6 +184,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 start=$SECONDS
 
+# The local cluster's images; `build.sh imexdra` skips them (they need tools/k8s/build.sh's outputs).
+if [ -z "$only" ]; then
 # -- pause -------------------------------------------------------------------------------------------
 kube_dir=$(cd "$here/../k8s/kube" && GOFLAGS=-mod=mod GOTOOLCHAIN=local go list -m -f '{{.Dir}}' k8s.io/kubernetes)
 pause_src="$kube_dir/build/pause/linux/pause.c"
@@ -243,6 +280,7 @@ else
     --out "$out/coredns.tar" --entrypoint '["/coredns"]'
   echo "$stamp" > "$out/coredns.stamp"
 fi
+fi  # the local cluster's images
 
 # -- imexdra component image -------------------------------------------------------------------------
 # Step 1, the base: debootstrap's bookworm root filesystem with Debian's python3 (the slow part, about a
@@ -269,24 +307,90 @@ fi
 base="$out/imexdra-base-$IMAGE_DEBIAN_SUITE"
 base_stamp=$(printf '%s\n' "$("${debootstrap[@]}" --version)" "${debootstrap_args[@]}" "$DEBIAN_MIRROR" \
   | sha256sum | cut -c1-16)
-if [ -d "$base" ] && [ "$(cat "$base.stamp" 2>/dev/null)" = "$base_stamp" ]; then
-  log "imexdra base: debootstrap rootfs up to date"
-else
-  log "imexdra base: debootstrap ${debootstrap_args[*]} from $DEBIAN_MIRROR"
-  step=$SECONDS
-  rm -rf --one-file-system "$base.tmp" "$base" "$base.stamp"
-  # In a mount namespace of its own: debootstrap mounts /proc and /sys inside the target while it
-  # configures packages; if it dies half-way those mounts die with the namespace instead of staying
-  # on the host under a directory the next run deletes.
+# debootstrap_into DIR LOG [ARGS...]: debootstrap the suite into DIR with ARGS before the usual ones.
+# In a mount namespace of its own: debootstrap mounts /proc and /sys inside the target while it
+# configures packages; if it dies half-way those mounts die with the namespace instead of staying
+# on the host under a directory the next run deletes.
+debootstrap_into() {
+  local dir=$1 log_file=$2; shift 2
   if ! unshare --mount --propagation private -- "${debootstrap[@]}" --keyring="$DEBIAN_KEYRING" \
-      "${debootstrap_args[@]}" "$base.tmp" "$DEBIAN_MIRROR" > "$out/imexdra-base.log" 2>&1; then
-    tail -n 20 "$out/imexdra-base.log" >&2
-    log "ERROR: debootstrap failed; full log: $out/imexdra-base.log"
+      "$@" "${debootstrap_args[@]}" "$dir" "$DEBIAN_MIRROR" > "$log_file" 2>&1; then
+    tail -n 20 "$log_file" >&2
+    log "ERROR: debootstrap failed; full log: $log_file"
     exit 1
   fi
+}
+build_base() {
+  log "imexdra base: debootstrap ${debootstrap_args[*]} from $DEBIAN_MIRROR"
+  local step=$SECONDS
+  rm -rf --one-file-system "$base.tmp" "$base" "$base.stamp"
+  debootstrap_into "$base.tmp" "$out/imexdra-base.log"
   mv "$base.tmp" "$base"
   echo "$base_stamp" > "$base.stamp"
   log "imexdra base: done, $(du -sh "$base" | cut -f1) ($((SECONDS - step)) s)"
+}
+if [ -d "$base" ] && [ "$(cat "$base.stamp" 2>/dev/null)" = "$base_stamp" ]; then
+  log "imexdra base: debootstrap rootfs up to date"
+else
+  build_base
+fi
+
+# Step 1 for arm64: the same debootstrap for arm64, first stage only (--foreign: download, unpack the
+# essential packages, run nothing), then debroot.py unpacks the rest and configures the root from the
+# amd64 base above, without running any arm64 code (docs/image.md, "The arm64 root"). Both bases must
+# hold the same packages at the same versions; debootstrap takes the suite's current ones, so when
+# bookworm has had a point release since the amd64 base was made, that base is made again first.
+arm64_base="$base-arm64"
+arm64_base_stamp() {
+  { echo "$base_stamp"; cat "$base/var/lib/dpkg/status" "$here/debroot.py"; } | sha256sum | cut -c1-16
+}
+# build_arm64_base: sets arm64_packages_differ=1 (and builds nothing) when debroot.py finds the
+# packages differ from the amd64 base's (its exit status 3); any other failure ends the build.
+build_arm64_base() {
+  log "imexdra arm64 base: debootstrap --foreign --arch=arm64 ${debootstrap_args[*]}, then debroot.py"
+  local step=$SECONDS status=0
+  rm -rf --one-file-system "$arm64_base.tmp" "$arm64_base" "$arm64_base.stamp"
+  debootstrap_into "$arm64_base.tmp" "$out/imexdra-base-arm64.log" --foreign --arch=arm64
+  "$python" "$here/debroot.py" --root "$arm64_base.tmp" --debs "$arm64_base.tmp/var/cache/apt/archives" \
+    --configured "$base" --arch arm64 || status=$?
+  arm64_packages_differ=$([ "$status" = 3 ] && echo 1 || echo 0)
+  [ "$status" != 3 ] || return 0
+  [ "$status" = 0 ] || exit "$status"
+  rm -rf "$arm64_base.tmp/debootstrap"
+  mv "$arm64_base.tmp" "$arm64_base"
+  arm64_base_stamp > "$arm64_base.stamp"
+  log "imexdra arm64 base: done, $(du -sh "$arm64_base" | cut -f1) ($((SECONDS - step)) s)"
+}
+if [ "$arm64" = 1 ]; then
+  if [ -d "$arm64_base" ] && [ "$(cat "$arm64_base.stamp" 2>/dev/null)" = "$(arm64_base_stamp)" ]; then
+    log "imexdra arm64 base: up to date"
+  else
+    build_arm64_base
+    if [ "$arm64_packages_differ" = 1 ]; then
+      log "imexdra arm64 base: bookworm's packages changed since the amd64 base was made; making both again"
+      build_base
+      build_arm64_base
+      if [ "$arm64_packages_differ" = 1 ]; then
+        log "ERROR: the amd64 and arm64 bases still differ (bookworm changing during the build?); run again"
+        exit 1
+      fi
+    fi
+  fi
+  # The arm64 venv takes wheels up to the contract's glibc: it must be the root's.
+  libc6=$(awk '/^Package: libc6$/ {p = 1} p && /^Version:/ {print $2; exit}' "$arm64_base/var/lib/dpkg/status")
+  if [ "${libc6%%-*}" != "$IMAGE_GLIBC_VERSION" ]; then
+    log "ERROR: the arm64 base's libc6 is $libc6; contract.env's IMAGE_GLIBC_VERSION says $IMAGE_GLIBC_VERSION"
+    exit 1
+  fi
+  # The arm64 smoke test's emulator (tests/integration/test_image_arm64.py): Debian's static
+  # qemu-aarch64, alone, from its pinned .deb. Nothing here runs it.
+  if [ "$(cat "$out/qemu-aarch64-static.stamp" 2>/dev/null)" != "$QEMU_USER_STATIC_DEB" ]; then
+    log "qemu-aarch64-static: unpacking $QEMU_USER_STATIC_DEB"
+    mkdir -p "$work/qemu"
+    dpkg-deb --fsys-tarfile "$(fetch_deb "$QEMU_USER_STATIC_DEB")" | tar -x -C "$work/qemu" ./usr/bin/qemu-aarch64-static
+    install -m 0755 "$work/qemu/usr/bin/qemu-aarch64-static" "$out/qemu-aarch64-static"
+    echo "$QEMU_USER_STATIC_DEB" > "$out/qemu-aarch64-static.stamp"
+  fi
 fi
 
 # Step 2, the image: a copy of the base, the venv built in it as the Dockerfile's build stage does, the
@@ -295,13 +399,17 @@ fi
 # but the revision. The revision changes where the contents do not (committing a tree the image was
 # built from dirty, say): then the archive is relabelled (ociarchive.py --relabel, about a second,
 # the same bytes a build would give) instead of rebuilt (half a minute). imexdra.revision records it.
+# With arm64, the arm64 base's stamp and the platforms are in the stamp too, and both roots are made
+# side by side: the amd64 chroot's pip and Python install and compile the arm64 venv (docs/image.md).
 sources_stamp=$(cd "$top" && find "${wheel_inputs[@]}" "$constraints" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
   -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 stamped_args=()
 for arg in "${imexdra_oci_args[@]}"; do
   [ "$arg" = "$revision_label" ] || stamped_args+=("$arg")
 done
-stamp=$(stamp_of "$base_stamp" "$sources_stamp" "${stamped_args[@]}")
+platforms_stamp=${image_platforms[*]}
+[ "$arm64" = 0 ] || platforms_stamp+=" $(arm64_base_stamp)"
+stamp=$(stamp_of "$base_stamp" "$sources_stamp" "$platforms_stamp" "${stamped_args[@]}")
 if current imexdra "$stamp" && [ "$(cat "$out/imexdra.revision" 2>/dev/null)" = "$revision" ]; then
   log "imexdra: up to date ($imexdra_ref, revision $revision)"
 elif current imexdra "$stamp" && [ -f "$out/imexdra.revision" ]; then
@@ -313,6 +421,12 @@ else
   step=$SECONDS
   root="$work/imexdra"
   cp -a "$base" "$root"
+  pack_args=(--rootfs "$root" --platform linux/amd64)
+  if [ "$arm64" = 1 ]; then
+    root_arm64="$work/imexdra-arm64"
+    cp -a "$arm64_base" "$root_arm64"
+    pack_args+=(--rootfs "$root_arm64" --platform linux/arm64)
+  fi
   # The build context, filtered as /.dockerignore filters it (no bytecode), at /src as in the Dockerfile.
   mkdir -p "$root/src"
   tar -C "$top" --exclude=__pycache__ --exclude='*.pyc' -cf - "${wheel_inputs[@]}" | tar -C "$root/src" -xf -
@@ -335,9 +449,28 @@ else
     if [ -n "${!var:-}" ]; then build_env+=("$var=${!var}"); fi
   done
   log "imexdra: $(chroot "$root" "${build_env[@]}" python3 --version) in the chroot; creating $IMAGE_VENV"
-  for venv_step in "${venv_steps[@]}"; do
-    chroot "$root" "${build_env[@]}" sh -c "$venv_step"
+  for index in "${!venv_steps[@]}"; do
+    chroot "$root" "${build_env[@]}" sh -c "${venv_steps[index]}"
+    # After the first two steps the venv holds Debian's python3 links, the activate scripts and pip:
+    # no file of it depends on the CPU, so it is the arm64 image's venv too, before the wheels go in.
+    if [ "$index" = 1 ] && [ "$arm64" = 1 ]; then cp -a "$root$IMAGE_VENV" "$root_arm64$IMAGE_VENV"; fi
   done
+  if [ "$arm64" = 1 ]; then
+    mkdir -p "$root/mnt/arm64"
+    mount --bind "$root_arm64" "$root/mnt/arm64"
+    chroot "$root" "${build_env[@]}" sh -c "$arm64_venv_step"
+    # pip --target puts console scripts under the target; a venv's are in bin/, which its RECORD
+    # names from site-packages as ../../../bin/ (--target's layout: ../../bin/).
+    site="$root_arm64$arm64_site_packages"
+    mv "$site"/bin/* "$root_arm64$IMAGE_VENV/bin/"
+    rmdir "$site/bin"
+    sed -i 's|^\.\./\.\./bin/|../../../bin/|' "$site"/*.dist-info/RECORD
+    # Both venvs hold the same distributions at the same versions (only their wheels' tags differ).
+    if ! diff <(cd "$root$arm64_site_packages" && ls -d ./*.dist-info) <(cd "$site" && ls -d ./*.dist-info); then
+      log "ERROR: the amd64 and arm64 venvs hold different distributions"
+      exit 1
+    fi
+  fi
   # The archive fixes every mtime (ociarchive.py, for reproducible digests), so the timestamp-checked
   # bytecode pip and Debian wrote would never match its source again: every Python start in a
   # container would compile each module it imports (seconds of CPU per daemon probe, every second,
@@ -345,24 +478,40 @@ else
   # image keeps its mtimes and needs none of this (docs/node-runtime.md §1).
   chroot "$root" "${build_env[@]}" python3 -m compileall -q -f -j 0 --invalidation-mode checked-hash \
     "/usr/lib/python$IMAGE_PYTHON_VERSION" /usr/lib/python3 "$IMAGE_VENV"
+  # The arm64 root's bytecode, compiled by the same Debian Python 3.11 (bytecode does not depend on
+  # the CPU; its magic number, on the minor version alone), with its paths as the arm64 root sees them.
+  if [ "$arm64" = 1 ]; then
+    chroot "$root" "${build_env[@]}" python3 -m compileall -q -f -j 0 --invalidation-mode checked-hash \
+      -s /mnt/arm64 -p / "/mnt/arm64/usr/lib/python$IMAGE_PYTHON_VERSION" /mnt/arm64/usr/lib/python3 \
+      "/mnt/arm64$IMAGE_VENV"
+    umount "$root/mnt/arm64"
+  fi
   log "imexdra: venv ready ($((SECONDS - step)) s); smoke test: each entry point --help"
   # The smoke test runs in the image's own environment (its PATH finds the console scripts).
   chroot "$root" env -i HOME=/root "${image_env[@]}" sh -c "$smoke_test"
   umount "$root/proc"
+  rmdir "$root/mnt/arm64" 2>/dev/null || true
   # Strip what the image does not need, as debian:bookworm-slim and `rm -rf /var/lib/apt/lists/*` do:
   # build leftovers, pip and apt caches, apt lists, logs, the host's resolv.conf/hostname that
   # debootstrap copied in, device nodes (the runtime mounts /dev), and docs except the copyrights.
-  rm -rf "$root/src" "$root/wheels" "$root/root/.cache" "$root/etc/resolv.conf" "$root/etc/hostname"
-  find "$root/tmp" "$root/var/tmp" "$root/dev" "$root/usr/share/man" "$root/usr/share/info" \
-    "$root/usr/share/locale" -mindepth 1 -delete
-  # Files only: apt expects its directories (lists/partial, archives/partial) in derived images.
-  find "$root/var/cache/apt" "$root/var/lib/apt/lists" "$root/var/log" ! -type d -delete
-  find "$root/usr/share/doc" ! -type d ! -name copyright -delete
-  find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
-  rm -f "$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old
-  "$python" "$here/ociarchive.py" --rootfs "$root" --out "$out/imexdra.tar" "${imexdra_oci_args[@]}"
+  for stripped in "$root" ${root_arm64:+"$root_arm64"}; do
+    rm -rf "$stripped/src" "$stripped/wheels" "$stripped/root/.cache" "$stripped/etc/resolv.conf" \
+      "$stripped/etc/hostname"
+    find "$stripped/tmp" "$stripped/var/tmp" "$stripped/dev" "$stripped/usr/share/man" \
+      "$stripped/usr/share/info" "$stripped/usr/share/locale" -mindepth 1 -delete
+    # Files only: apt expects its directories (lists/partial, archives/partial) in derived images.
+    find "$stripped/var/cache/apt" "$stripped/var/lib/apt/lists" "$stripped/var/log" ! -type d -delete
+    find "$stripped/usr/share/doc" ! -type d ! -name copyright -delete
+    find "$stripped/usr/share/doc" -mindepth 1 -type d -empty -delete
+    rm -f "$stripped"/var/cache/debconf/*-old "$stripped"/var/lib/dpkg/*-old
+  done
+  "$python" "$here/ociarchive.py" "${pack_args[@]}" --out "$out/imexdra.tar" "${imexdra_oci_args[@]}"
   echo "$stamp" > "$out/imexdra.stamp"
   echo "$revision" > "$out/imexdra.revision"
-  log "imexdra: done, $(du -h "$out/imexdra.tar" | cut -f1) ($((SECONDS - step)) s)"
+  sizes=""
+  for sized in "$root" ${root_arm64:+"$root_arm64"}; do
+    sizes+=" $(du -s --apparent-size --block-size=1M "$sized" | cut -f1) MB"
+  done
+  log "imexdra: done, $(du -h "$out/imexdra.tar" | cut -f1) (${image_platforms[*]}:$sizes) ($((SECONDS - step)) s)"
 fi
 log "images ready in $out ($((SECONDS - start)) s)"

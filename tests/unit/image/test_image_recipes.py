@@ -2,7 +2,8 @@
 
 deployments/container/Dockerfile (``docker build``) and tools/image/build.sh (debootstrap and a chroot,
 for the local cluster's containerd nodes, where no registry and no Docker exist) must give the same
-entry points, user, Python (Debian's python3 of bookworm), venv, environment and CMD. The shared values
+entry points, user, Python (Debian's python3 of bookworm), platforms (linux/amd64 and linux/arm64, one
+image index), venv, environment and CMD. The shared values
 live in tools/image/contract.env: build.sh sources it, the Dockerfile spells the values out. The
 Dockerfile is parsed here; build.sh is asked for the arguments it builds with
 (``--print-imexdra-config``: the same code path as a build, which stops before building anything). No
@@ -33,6 +34,10 @@ CHART = REPO / "deployments/helm/imexdra"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 #: The Python each Debian suite ships as ``python3``.
 DEBIAN_PYTHON = {"bookworm": "3.11"}
+#: The glibc each Debian suite ships (libc6): the newest manylinux tag its Python takes.
+DEBIAN_GLIBC = {"bookworm": "2.36"}
+#: Architecture names that a recipe building every platform alike never spells out.
+ARCH_WORDS = re.compile(r"amd64|arm64|x86[_-]64|aarch64|armv8", re.IGNORECASE)
 LABEL = "org.opencontainers.image."
 
 
@@ -134,7 +139,12 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> BuildConfig:
         text=True,
         check=False,
         timeout=60,
-        env={**os.environ, "IMEXDRA_CACHE": str(cache), "PYTHON": sys.executable},
+        # The contract's platforms, whatever a developer's quicker local build asks for.
+        env={
+            **{k: v for k, v in os.environ.items() if k != "IMEXDRA_IMAGE_PLATFORMS"},
+            "IMEXDRA_CACHE": str(cache),
+            "PYTHON": sys.executable,
+        },
     )
     assert result.returncode == 0, result.stderr
     assert list(cache.iterdir()) == [], "printing the config must not touch the cache"
@@ -207,6 +217,8 @@ def test_venv_is_built_the_same_way(build: BuildConfig) -> None:
     assert docker_steps == build.lines["venv-step"]
     assert docker_steps[0] == f"python3 -m venv {venv}"
     assert f"pip=={CONTRACT['IMAGE_PIP_VERSION']}" in docker_steps[1]
+    # Every dependency from a wheel: no package's build code runs (docs/image.md, "The wheels").
+    assert "--only-binary=:all:" in docker_steps[3].split()
     assert FINAL.all("COPY") == [f"--from=build {venv} {venv}"]
 
 
@@ -277,3 +289,43 @@ def test_the_tests_run_on_the_images_python() -> None:
     """
     assert f"{sys.version_info.major}.{sys.version_info.minor}" == CONTRACT["IMAGE_PYTHON_VERSION"]
     assert PYPROJECT["tool"]["mypy"]["python_version"] == CONTRACT["IMAGE_PYTHON_VERSION"]
+
+
+def test_platforms_are_the_contracts_and_the_dockerfile_names_none(build: BuildConfig) -> None:
+    """build.sh builds the contract's platforms; the Dockerfile (buildx builds it for each) names none."""
+    assert CONTRACT["IMAGE_PLATFORMS"].split() == build.lines["platform"] == ["linux/amd64", "linux/arm64"]
+    assert [stage.base for stage in STAGES if "--platform" in stage.base] == []
+    for keyword, args in instructions():
+        assert not ARCH_WORDS.search(args), f"{keyword} {args}"
+
+
+def test_arm64_venv_is_the_last_step_for_a_grace_tray(build: BuildConfig) -> None:
+    """build.sh's arm64 venv step is the Dockerfile's install step, for aarch64 wheels of the image's glibc.
+
+    The tags are those pip computes on an arm64 machine with the suite's glibc: manylinux_2_17 up to
+    it, and manylinux2014 (protobuf's aarch64 wheel carries that name alone).
+    """
+    suite, python = CONTRACT["IMAGE_DEBIAN_SUITE"], CONTRACT["IMAGE_PYTHON_VERSION"]
+    assert CONTRACT["IMAGE_GLIBC_VERSION"] == DEBIAN_GLIBC[suite]
+    (step,) = build.lines["arm64-venv-step"]
+    words = shlex.split(step)
+    cross: dict[str, list[str]] = {}
+    plain = []
+    index = 0
+    while index < len(words):
+        if words[index] in ("--implementation", "--python-version", "--abi", "--platform", "--target"):
+            cross.setdefault(words[index], []).append(words[index + 1])
+            index += 2
+        else:
+            plain.append(words[index])
+            index += 1
+    assert plain == shlex.split(build.lines["venv-step"][3])
+    assert cross.pop("--implementation") == ["cp"]
+    assert cross.pop("--python-version") == [python]
+    assert cross.pop("--abi") == [f"cp{python.replace('.', '')}"]
+    site_packages = f"{CONTRACT['IMAGE_VENV']}/lib/python{python}/site-packages"
+    assert cross.pop("--target") == [f"/mnt/arm64{site_packages}"]
+    newest = int(DEBIAN_GLIBC[suite].split(".")[1])
+    expected = {f"manylinux_2_{minor}_aarch64" for minor in range(17, newest + 1)} | {"manylinux2014_aarch64"}
+    assert set(cross.pop("--platform")) == expected
+    assert cross == {}
