@@ -1,4 +1,4 @@
-"""The wheel, as the image builds and installs it: four working console scripts in a fresh venv.
+"""The wheel, as the image builds and installs it: its working console scripts in a fresh venv.
 
 Mirrors the Dockerfile's build stage (``pip wheel --no-deps .``, then ``pip install`` of the wheel
 with its pinned dependencies from PyPI) outside a container engine. Needs network access to PyPI and
@@ -62,7 +62,7 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_wheel_holds_the_package_and_its_entry_points(wheel: Path) -> None:
-    """The wheel has every module (stubs and py.typed too), no tests, and the four console scripts."""
+    """The wheel has every module (stubs and py.typed too), no tests, and the console scripts."""
     version = PYPROJECT["project"]["version"]
     assert wheel.name == f"imexdra-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel) as archive:

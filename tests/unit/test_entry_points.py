@@ -1,4 +1,4 @@
-"""The four console scripts exist and answer --help (what packaging promises users)."""
+"""The console scripts exist and answer --help (what packaging promises users)."""
 
 import subprocess
 import sys
@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = ["compute-domain-controller", "compute-domain-kubelet-plugin", "compute-domain-daemon", "imexdra"]
+SCRIPTS = [
+    "compute-domain-controller",
+    "compute-domain-kubelet-plugin",
+    "compute-domain-daemon",
+    "imexdra",
+    "kubectl-imexdra",
+]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
