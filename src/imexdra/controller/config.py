@@ -57,6 +57,8 @@ class ControllerConfig:
     imex_channel_count: int = DEFAULT_IMEX_CHANNEL_COUNT
     #: A deleted domain waits for the pods using its channel (docs/in-use-protection.md).
     in_use_protection: bool = True
+    #: Each driver-managed domain gets a NetworkPolicy for its daemons (``netpolicy``, docs/tenancy.md).
+    daemon_network_policy: bool = True
     #: The controller's own ``--logging-format``, handed to the daemons so one install logs one way.
     daemon_logging_format: LogFormat = LogFormat.TEXT
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
@@ -97,8 +99,14 @@ class ControllerConfig:
             imex_isolation=imex.isolation(host_managed=host_managed),
             imex_channel_count=imex.imex_channel_count,
             in_use_protection=controller.compute_domain_in_use_protection,
+            daemon_network_policy=controller.compute_domain_daemon_network_policy,
             daemon_logging_format=logging_format,
         )
+
+    @property
+    def writes_network_policies(self) -> bool:
+        """Whether the controller makes daemon NetworkPolicies (driver-managed mode, option on)."""
+        return self.daemon_network_policy and not self.host_managed
 
     @property
     def reads_claims(self) -> bool:

@@ -95,6 +95,7 @@ def main(
         imexIsolation=config.imex_isolation.value,
         imexChannelCount=config.imex_channel_count,
         computeDomainCliques=config.cliques_enabled,
+        daemonNetworkPolicy=config.writes_network_policies,
         leaderElection=leader_election.enabled,
         kubeAPIQPS=kube_client.kube_api_qps,
         kubeAPIBurst=kube_client.kube_api_burst,

@@ -57,6 +57,7 @@ from imexdra.controller.deletion import (
 )
 from imexdra.controller.isolation import ChannelAssigner, Verdict
 from imexdra.controller.metrics import DomainStatusMetrics
+from imexdra.controller.netpolicy import DaemonPolicies
 from imexdra.controller.overlay import Overlay
 from imexdra.controller.switching import ChannelKindDomains, records_channel, template_device_classes
 from imexdra.controller.sync import MembershipSync
@@ -92,12 +93,15 @@ class Reconciler:
         *,
         assigner: ChannelAssigner | None = None,
         switching: ChannelKindDomains | None = None,
+        policies: DaemonPolicies | None = None,
     ) -> None:
         self._config = config
         #: Set under channel isolation only.
         self._assigner = assigner
         #: Set under domain isolation only.
         self._switching = switching
+        #: The daemons' NetworkPolicies, when the controller makes them (``netpolicy``).
+        self._policies = policies
         self._old_kind_scanned = False
         self._caches = caches
         self._writer = writer
@@ -308,6 +312,8 @@ class Reconciler:
         retry: float | None = None
         for result in await tasks.settle(*steps):
             retry = _sooner_retry(retry, result)
+        if self._policies is not None:  # after the DaemonSet: the policy names it as its owner
+            await self._policies.ensure(uid, caches.daemon_set_view.by_domain(uid), self._writer)
         return retry
 
     # -- terminating domain --------------------------------------------------------------------

@@ -195,6 +195,13 @@ def test_in_use_protection_reaches_the_controller(value: bool | None, expected: 
     assert render(values).env(*CONTROLLER)["COMPUTE_DOMAIN_IN_USE_PROTECTION"] == expected
 
 
+@pytest.mark.parametrize(("value", "expected"), [(None, "true"), (True, "true"), (False, "false")])
+def test_daemon_network_policy_reaches_the_controller(value: bool | None, expected: str) -> None:
+    """daemonNetworkPolicy is COMPUTE_DOMAIN_DAEMON_NETWORK_POLICY, on without the key (--reuse-values)."""
+    values = nested("resources.computeDomains.daemonNetworkPolicy", value)
+    assert render(values).env(*CONTROLLER)["COMPUTE_DOMAIN_DAEMON_NETWORK_POLICY"] == expected
+
+
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
@@ -244,6 +251,7 @@ def test_controller_env_wiring() -> None:
         "IMEX_ISOLATION": "domain",
         "IMEX_CHANNEL_COUNT": "2048",
         "COMPUTE_DOMAIN_IN_USE_PROTECTION": "true",
+        "COMPUTE_DOMAIN_DAEMON_NETWORK_POLICY": "true",
         "CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "a,b",
         "HTTP_ENDPOINT": "$(POD_IP):9090",
         "METRICS_PATH": "/m",

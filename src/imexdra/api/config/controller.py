@@ -39,6 +39,8 @@ class ControllerSettings:
     additional_namespaces: tuple[str, ...]
     #: Keep a deleted domain (Terminating) while pods use its channel (docs/in-use-protection.md).
     compute_domain_in_use_protection: bool = True
+    #: Give each domain's IMEX daemons a NetworkPolicy admitting only each other (docs/tenancy.md).
+    compute_domain_daemon_network_policy: bool = True
 
     def __post_init__(self) -> None:
         """Check the names the controller will write into objects."""
@@ -93,6 +95,16 @@ controller_options = OptionGroup(
         flag_value=True,
         default=True,
         help="Keep a deleted ComputeDomain while pods use its channel (false: tear down at once).",
+    ),
+    option(
+        "--compute-domain-daemon-network-policy",
+        envvar="COMPUTE_DOMAIN_DAEMON_NETWORK_POLICY",
+        type=click.BOOL,
+        is_flag=False,
+        flag_value=True,
+        default=True,
+        help="Create a NetworkPolicy per ComputeDomain: its IMEX daemons accept IMEX traffic from each "
+        "other only (false: none, as upstream).",
     ),
 )
 
