@@ -58,6 +58,8 @@ HOST_MANAGED = rack.RackConfig(nodes=3, host_managed=True, no_fabric_nodes=(2,))
 #: installs with it underneath the rack's own values, as an operator moving from upstream would.
 DRIVER_MANAGED = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES_FILE,))
 REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd")
+#: The same rack with a NetworkPolicy enforcer (kube-router's firewall) on every node (docs/tenancy.md).
+NETWORK_POLICY = rack.RackConfig(nodes=2, runtime="containerd", network_policy=True)
 #: The seeds' workloads on a full NVL72 rack: 18 trays, each a containerd node with its own cgroups
 #: (docs/node-runtime.md §9 says why that made 18 fit on the 2-core CI machine).
 SEED_RACK = rack.RackConfig(nodes=seedworkloads.RACK_WORKERS, runtime="containerd")
@@ -73,6 +75,12 @@ def host_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
 def real_nodes_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """Two nodes in one clique on containerd + runc, driver-managed IMEX, the project's image."""
     yield from _rack(REAL_NODES, pytestconfig)
+
+
+@pytest.fixture(scope="module")
+def network_policy_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Two containerd nodes in one clique, driver-managed, NetworkPolicies enforced by kube-router."""
+    yield from _rack(NETWORK_POLICY, pytestconfig)
 
 
 @pytest.fixture(scope="module")

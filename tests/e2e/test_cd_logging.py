@@ -54,6 +54,7 @@ INFORMER_RESOURCES = {
     "Node",
     "ComputeDomainClique",
     "ResourceClaim",  # in-use protection (on by default) reads claims: docs/in-use-protection.md
+    "NetworkPolicy",  # the daemons' policies (on by default): docs/tenancy.md, "Network"
 }
 
 

@@ -185,6 +185,35 @@ async def test_create_makes_finalizer_templates_daemonset_and_ready(
     await delete_and_wait_gone(cluster, kube, "solo", uid)
 
 
+async def test_daemon_network_policy_is_made_again_and_goes_with_its_daemonset(
+    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+) -> None:
+    """The daemons' NetworkPolicy: owned by the DaemonSet, made again when deleted, collected with it."""
+    uid = await create_domain(kube, "fenced")
+    name = f"computedomain-daemon-{uid}"
+
+    def policy() -> dict[str, Any] | None:
+        items = get_json(cluster, "networkpolicies", "-n", DRIVER_NS, "-l", f"{LABEL}={uid}")["items"]
+        live = [i for i in items if "deletionTimestamp" not in i["metadata"]]
+        return live[0] if live else None
+
+    first = await eventually("the daemons' NetworkPolicy", policy, within=30)
+    daemon_set = get_json(cluster, "daemonset", name, "-n", DRIVER_NS)
+    [owner] = first["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("DaemonSet", name, daemon_set["metadata"]["uid"])
+    assert first["metadata"]["name"] == name
+    assert first["spec"]["podSelector"] == {"matchLabels": {LABEL: uid}}
+    cluster.kubectl("delete", "networkpolicy", name, "-n", DRIVER_NS)
+    again = await eventually(
+        "the policy made again",
+        lambda: (p := policy()) and p["metadata"]["uid"] != first["metadata"]["uid"] and p,
+        within=30,
+    )
+    assert again["spec"] == first["spec"]
+    await delete_and_wait_gone(cluster, kube, "fenced", uid)
+    await eventually("the policy collected with its DaemonSet", lambda: policy() is None, within=30)
+
+
 async def test_daemons_join_one_clique_with_stable_indices(
     cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
 ) -> None:

@@ -5,6 +5,7 @@
 #   imex-probe is the fake fabric's GPU program (docs/fake-fabric.md), static, standard library only;
 #   the node runtime: containerd, containerd-shim-runc-v2, ctr, runc and the CNI plugins bridge,
 #   host-local and loopback (docs/node-runtime.md); coredns, the cluster DNS of containerd clusters;
+#   kube-router-netpol and ipset, the NetworkPolicy enforcer of clusters that run one;
 #   first, tools/nvml-mock/build.sh builds the mock libnvidia-ml.so.1 into .../nvml-mock/ (C, seconds);
 #   last, tools/image/build.sh builds the nodes' container images into .../images/
 # Idempotent: a component is rebuilt only when the stamp of its inputs (versions + go.mod/go.sum/sources)
@@ -131,6 +132,24 @@ LD_LIBRARY_PATH=$ipt/usr/lib/x86_64-linux-gnu XTABLES_LIBDIR=$ipt/usr/lib/x86_64
 WRAPPER
   chmod 0755 "$bin/$tool"
 done
+# The NetworkPolicy enforcer of clusters that ask for one (LocalCluster(network_policy=True)):
+# kube-router's network policy controller alone (tools/k8s/kuberouter/main.go), which runs iptables from
+# the wrappers above and ipset, Debian's, unpacked beside iptables (it needs the same libmnl).
+build_step kuberouter kuberouter "$KUBE_ROUTER_VERSION" kube-router-netpol -- -ldflags="-s -w" \
+  -o "$bin/kube-router-netpol" .
+ipset_dir="$out/ipset"
+if [ ! -f "$ipset_dir/stamp" ] || [ "$(cat "$ipset_dir/stamp")" != "$IPSET_DEBS" ]; then
+  log "ipset: unpacking $IPSET_DEBS"
+  rm -rf "$ipset_dir" && mkdir -p "$ipset_dir"
+  for spec in $IPSET_DEBS; do dpkg-deb -x "$(fetch_deb "$spec")" "$ipset_dir"; done
+  echo "$IPSET_DEBS" > "$ipset_dir/stamp"
+fi
+cat > "$bin/ipset" <<WRAPPER
+#!/bin/sh
+# Debian's ipset from $ipset_dir (libmnl from $ipt), written by tools/k8s/build.sh.
+LD_LIBRARY_PATH=$ipset_dir/usr/lib/x86_64-linux-gnu:$ipt/usr/lib/x86_64-linux-gnu exec $ipset_dir/usr/sbin/ipset "\$@"
+WRAPPER
+chmod 0755 "$bin/ipset"
 # Cluster DNS for containerd clusters: CoreDNS with the plugins kubeadm's default Corefile uses
 # (tools/k8s/coredns/main.go); tools/image/build.sh packs it as the CoreDNS image.
 build_step coredns coredns "$COREDNS_VERSION" coredns -- -ldflags="-s -w" -o "$bin/coredns" .

@@ -21,10 +21,24 @@ import click
     show_default=True,
     help="containerd: real containers of the project's image; fakecri: pods as host processes",
 )
-def demo(nodes: int, host_managed: bool, keep: bool, runtime: Literal["containerd", "fakecri"]) -> None:
+@click.option(
+    "--network-policy/--no-network-policy",
+    default=True,
+    show_default=True,
+    help="containerd: enforce NetworkPolicies (kube-router's firewall on every node); fakecri has none",
+)
+def demo(
+    nodes: int,
+    host_managed: bool,
+    keep: bool,
+    runtime: Literal["containerd", "fakecri"],
+    network_policy: bool,
+) -> None:
     """Run the seed's MPIJob with a ComputeDomain on a simulated NVL72 rack."""
     # Imported here so that `imexdra --help`, which lists this command, stays as quick as before.
     from imexdra_sim.demo import run_demo
     from imexdra_sim.rack import RackConfig
 
-    run_demo(RackConfig(nodes=nodes, host_managed=host_managed, runtime=runtime), keep=keep)
+    enforced = network_policy and runtime == "containerd"
+    config = RackConfig(nodes=nodes, host_managed=host_managed, runtime=runtime, network_policy=enforced)
+    run_demo(config, keep=keep)

@@ -131,6 +131,8 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
     cluster = rack.new_rack_cluster(config)
     mode = "HostManagedIMEX" if config.host_managed else "driver-managed IMEX"
     runtime = "containerd + runc, the project's image" if config.runtime == "containerd" else "fakecri"
+    if config.network_policy:
+        runtime += ", NetworkPolicies enforced"
     click.secho(
         f"imexdra demo: {config.nodes}-node simulated GB200 rack, {mode}, on {runtime}", fg="green", bold=True
     )
@@ -164,6 +166,8 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
                     ("get", "pods", "-n", rack.DRIVER_NAMESPACE, "-o", "wide"),
                 )
             ),
+            # Enforced on every node by kube-router (docs/tenancy.md, "Network").
+            *((("get", "networkpolicies", "-n", rack.DRIVER_NAMESPACE),) if config.network_policy else ()),
         ):
             click.echo(f"$ kubectl {' '.join(args)}")
             click.echo(cluster.kubectl(*args).stdout)

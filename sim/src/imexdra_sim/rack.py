@@ -78,6 +78,9 @@ class RackConfig:
     fakecri: the driver's pods as host processes from this virtualenv."""
     node_monitor_grace_seconds: int | None = None
     """How soon a lost node is marked ``Unknown`` (``LocalCluster.node_monitor_grace_seconds``)."""
+    network_policy: bool = False
+    """Enforce NetworkPolicies: kube-router's firewall on every node (``LocalCluster.network_policy``;
+    containerd racks only)."""
 
     @property
     def clique_id(self) -> str:
@@ -118,6 +121,7 @@ def new_rack_cluster(config: RackConfig, run_dir: Path | None = None) -> LocalCl
         host_path_map={SIM_DIR: "sim"},
         cdi_dirs=(CDI_ROOT,),
         node_monitor_grace_seconds=config.node_monitor_grace_seconds,
+        network_policy=config.network_policy,
     )
 
 

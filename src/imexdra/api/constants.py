@@ -65,6 +65,10 @@ DAEMON_REQUEST_NAME: Final = "daemon"
 DAEMON_OBJECT_NAME_PREFIX: Final = "computedomain-daemon-"
 #: Upstream's bound on daemons per IMEX domain (flag ``--max-nodes-per-imex-domain``).
 DEFAULT_MAX_NODES_PER_IMEX_DOMAIN: Final = 18
+#: TCP ports of an IMEX daemon's peer service (``SERVER_PORT``) and command service (``IMEX_CMD_PORT``),
+#: as the daemon's config template sets them; the daemons' NetworkPolicy opens these to peers only.
+IMEX_SERVER_PORT: Final = 50000
+IMEX_CMD_PORT: Final = 50005
 
 
 class DeviceType(StrEnum):

@@ -59,6 +59,8 @@ class ControllerConfig:
     in_use_protection: bool = True
     #: Most domains of one namespace admitted at once, 0 = no bound (``quota``, docs/tenancy.md).
     max_compute_domains_per_namespace: int = 0
+    #: Each driver-managed domain gets a NetworkPolicy for its daemons (``netpolicy``, docs/tenancy.md).
+    daemon_network_policy: bool = True
     #: The controller's own ``--logging-format``, handed to the daemons so one install logs one way.
     daemon_logging_format: LogFormat = LogFormat.TEXT
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
@@ -100,8 +102,14 @@ class ControllerConfig:
             imex_channel_count=imex.imex_channel_count,
             in_use_protection=controller.compute_domain_in_use_protection,
             max_compute_domains_per_namespace=controller.max_compute_domains_per_namespace,
+            daemon_network_policy=controller.compute_domain_daemon_network_policy,
             daemon_logging_format=logging_format,
         )
+
+    @property
+    def writes_network_policies(self) -> bool:
+        """Whether the controller makes daemon NetworkPolicies (driver-managed mode, option on)."""
+        return self.daemon_network_policy and not self.host_managed
 
     @property
     def reads_claims(self) -> bool:

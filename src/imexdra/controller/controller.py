@@ -46,6 +46,7 @@ from imexdra.controller.cleanup import SWEEP_KEY, StaleObjectSweeper
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.isolation import ChannelAssigner
 from imexdra.controller.metrics import DomainStatusMetrics
+from imexdra.controller.netpolicy import DaemonPolicies
 from imexdra.controller.quota import NamespaceQuota, holds_place
 from imexdra.controller.reconciler import Reconciler
 from imexdra.controller.switching import ChannelKindDomains
@@ -91,6 +92,11 @@ class Controller:
                 requeue=self.queue.add,
                 channels=config.imex_isolation is ImexIsolation.CHANNEL,
             )
+        #: The daemons' NetworkPolicies (docs/tenancy.md, "Network"): watched like the other owned kinds.
+        self.policies: DaemonPolicies | None = None
+        if config.writes_network_policies:
+            self.policies = DaemonPolicies(client, config)
+            self.caches.informers.extend(self.policies.informers)
         self.reconciler = Reconciler(
             config,
             self.caches,
@@ -100,6 +106,7 @@ class Controller:
             assigner=self.assigner,
             switching=self.channel_kind,
             quota=self.quota,
+            policies=self.policies,
         )
         self.sweeper = StaleObjectSweeper(self.caches, writer)
         self._started = asyncio.Event()
@@ -167,6 +174,9 @@ class Controller:
             ds_informer.add_handler(self._owned_handler(changed=_metadata_changed))
         if caches.nodes is not None:
             caches.nodes.add_handler(self._owned_handler(changed=_label_changed))
+        for policy_informer in self.policies.informers if self.policies else ():
+            # A deleted policy is made again; its own updates (by users) are left alone.
+            policy_informer.add_handler(EventHandler(on_delete=self._owned_handler().on_delete))
 
     def _wire_channels(self, assigner: ChannelAssigner) -> None:
         """Feed the channel book every domain's recorded number and every claim's held numbers."""

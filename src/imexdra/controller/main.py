@@ -96,6 +96,7 @@ def main(
         imexChannelCount=config.imex_channel_count,
         maxComputeDomainsPerNamespace=config.max_compute_domains_per_namespace,
         computeDomainCliques=config.cliques_enabled,
+        daemonNetworkPolicy=config.writes_network_policies,
         leaderElection=leader_election.enabled,
         kubeAPIQPS=kube_client.kube_api_qps,
         kubeAPIBurst=kube_client.kube_api_burst,

@@ -6,7 +6,9 @@ instead of cluster-wide, cliques get ``create``/``patch``/``delete`` because the
 only writer, and Events are written through ``events.k8s.io``. Nothing is read with ``get``: the
 informers ``list`` and ``watch``; only leader election reads its Lease. ResourceClaims are read only
 under channel isolation (the numbers claims hold, docs/channel-isolation.md §4) or in-use protection
-(the pods using a domain, docs/in-use-protection.md §3), and never written.
+(the pods using a domain, docs/in-use-protection.md §3), and never written. NetworkPolicies are read and
+created (never changed; garbage collection deletes them) in the managed namespaces while the controller
+makes its daemons' policies (``netpolicy``, the default; the chart grants it with that value only).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ NAMESPACE_RULES: tuple[Rule, ...] = (
     Rule(("apps",), ("daemonsets",), (*_READ, "create", "patch", "delete")),
     Rule(("",), ("pods",), _READ),
     Rule(("resource.nvidia.com",), ("computedomaincliques",), (*_READ, "create", "patch", "delete")),
+    Rule(("networking.k8s.io",), ("networkpolicies",), (*_READ, "create")),
 )
 
 #: Also bound cluster-wide when the claim projection (``claimholds``) runs: it reads every claim.

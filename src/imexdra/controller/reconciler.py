@@ -61,6 +61,7 @@ from imexdra.controller.deletion import (
 )
 from imexdra.controller.isolation import ChannelAssigner, Verdict
 from imexdra.controller.metrics import DomainStatusMetrics
+from imexdra.controller.netpolicy import DaemonPolicies
 from imexdra.controller.overlay import Overlay
 from imexdra.controller.placement import Home, Kind, home_of
 from imexdra.controller.quota import NamespaceQuota
@@ -99,6 +100,7 @@ class Reconciler:
         assigner: ChannelAssigner | None = None,
         switching: ChannelKindDomains | None = None,
         quota: NamespaceQuota | None = None,
+        policies: DaemonPolicies | None = None,
     ) -> None:
         self._config = config
         #: Set when a per-namespace bound is configured (``quota``).
@@ -107,6 +109,8 @@ class Reconciler:
         self._assigner = assigner
         #: Set under domain isolation only.
         self._switching = switching
+        #: The daemons' NetworkPolicies, when the controller makes them (``netpolicy``).
+        self._policies = policies
         self._old_kind_scanned = False
         self._caches = caches
         self._writer = writer
@@ -324,6 +328,8 @@ class Reconciler:
         retry: float | None = None
         for result in await tasks.settle(*steps):
             retry = _sooner_retry(retry, result)
+        if self._policies is not None:  # after the DaemonSet: the policy names it as its owner
+            await self._policies.ensure(uid, caches.daemon_sets_of(home), self._writer)
         return retry
 
     # -- terminating domain --------------------------------------------------------------------

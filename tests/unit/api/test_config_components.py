@@ -295,6 +295,23 @@ def test_max_compute_domains_per_namespace_rejects_a_negative_bound() -> None:
     assert "--max-compute-domains-per-namespace" in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        ((), {}, True),
+        (("--compute-domain-daemon-network-policy=false",), {}, False),
+        ((), {"COMPUTE_DOMAIN_DAEMON_NETWORK_POLICY": "false"}, False),
+    ],
+    ids=["default-on", "flag-equals-false", "env-false"],
+)
+def test_daemon_network_policy_is_a_go_style_boolean(
+    args: tuple[str, ...], env: dict[str, str], expected: bool
+) -> None:
+    """On by default (docs/tenancy.md, "Network"); ``=false`` or the variable turn it off, as upstream."""
+    settings = settings_of(controller_options, args, env={**CONTROLLER_ENV, **env})
+    assert settings.compute_domain_daemon_network_policy is expected
+
+
 def test_in_use_protection_rejects_a_non_boolean() -> None:
     """A value that is no boolean is a usage error naming the flag."""
     result, _ = invoke([controller_options], ["--compute-domain-in-use-protection=maybe"], env=CONTROLLER_ENV)

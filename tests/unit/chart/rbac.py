@@ -20,7 +20,15 @@ from tests.unit.chart.helm import CHART_DIR, Rendered
 USES_FILE = CHART_DIR / "rbac-uses.yaml"
 COMPONENTS = ("controller", "kubeletPlugin", "daemon")
 CONDITIONS = frozenset(
-    {"driverManaged", "cliques", "noCliques", "leaderElection", "gpuCliqueLabel", "claims"}
+    {
+        "driverManaged",
+        "cliques",
+        "noCliques",
+        "leaderElection",
+        "gpuCliqueLabel",
+        "claims",
+        "daemonNetworkPolicy",
+    }
 )
 CLUSTER_SCOPED = frozenset({"nodes", "nodes/status", "resourceslices", "deviceclasses", "clusterroles"})
 

@@ -19,7 +19,9 @@ from tests.unit.chart.helm import NAMESPACE, merge, nested, render
 
 BASE = "imexdra-service-account"
 LEASE = "imexdra-controller"
-DRIVER = frozenset({"driverManaged", "cliques", "claims"})
+#: The controller makes each domain's daemon NetworkPolicy by default (docs/tenancy.md, "Network").
+POLICIES = frozenset({"daemonNetworkPolicy"})
+DRIVER = frozenset({"driverManaged", "cliques", "claims"}) | POLICIES
 #: In-use protection is on by default: the controller reads ResourceClaims (docs/in-use-protection.md).
 CLAIMS = frozenset({"claims"})
 PROTECTION_OFF = nested("resources.computeDomains.inUseProtection", False)
@@ -30,6 +32,11 @@ ADDITIONAL = nested(
 INSTALLS: dict[str, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {
     "defaults": ({}, DRIVER, ()),
     "in-use-protection-off": (PROTECTION_OFF, DRIVER - CLAIMS, ()),
+    "daemon-network-policy-off": (
+        nested("resources.computeDomains.daemonNetworkPolicy", False),
+        DRIVER - POLICIES,
+        (),
+    ),
     "host-managed": ({"featureGates": {"HostManagedIMEX": True}}, CLAIMS, ()),
     "host-managed-protection-off": (
         merge({"featureGates": {"HostManagedIMEX": True}}, PROTECTION_OFF),
@@ -39,12 +46,12 @@ INSTALLS: dict[str, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {
     "host-managed-alias": ({"featureGates": {"HostManagedIMEXDaemon": True}}, CLAIMS, ()),
     "cliques-off": (
         {"featureGates": {"ComputeDomainCliques": False}},
-        frozenset({"driverManaged", "noCliques"}) | CLAIMS,
+        frozenset({"driverManaged", "noCliques"}) | CLAIMS | POLICIES,
         (),
     ),
     "all-beta-off": (
         {"featureGates": {"AllBeta": False}},
-        frozenset({"driverManaged", "noCliques"}) | CLAIMS,
+        frozenset({"driverManaged", "noCliques"}) | CLAIMS | POLICIES,
         (),
     ),
     "leader-election": (
@@ -68,7 +75,7 @@ INSTALLS: dict[str, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {
     "additional-namespaces": (ADDITIONAL, DRIVER, ("old-a",)),
     "additional-namespaces-cliques-off": (
         merge(ADDITIONAL, {"featureGates": {"ComputeDomainCliques": False}}),
-        frozenset({"driverManaged", "noCliques"}) | CLAIMS,
+        frozenset({"driverManaged", "noCliques"}) | CLAIMS | POLICIES,
         ("old-a",),
     ),
 }
@@ -189,6 +196,6 @@ def test_controller_rules_module_agrees_with_the_uses_list(
         for resource in rule.resources
         for verb in rule.verbs
     }
-    everything = install(conditions | {"driverManaged", "cliques"})
+    everything = install(conditions | {"driverManaged", "cliques", "daemonNetworkPolicy"})
     used = {(p.group, p.resource, p.verb) for p in rbac.expected("controller", everything)}
     assert listed == used

@@ -72,7 +72,8 @@ def _daemon_objects(rendered: Any) -> set[tuple[str, str]]:
 
 
 def test_defaults_render_the_compute_domain_driver() -> None:
-    """Default values: controller, plugin, DeviceClasses, ServiceAccounts, RBAC, policies, tenant roles."""
+    """Default values: controller, plugin, DeviceClasses, ServiceAccounts, RBAC, policies, tenant roles,
+    the plugin's ingress NetworkPolicy."""
     rendered = render()
     assert rendered.kinds() == {
         ("Deployment", "imexdra-controller"),
@@ -102,6 +103,7 @@ def test_defaults_render_the_compute_domain_driver() -> None:
         ("ValidatingAdmissionPolicyBinding", "imexdra-tenant-resourceclaimtemplates"),
         ("ClusterRole", "imexdra-computedomains-edit"),
         ("ClusterRole", "imexdra-computedomains-view"),
+        ("NetworkPolicy", "imexdra-kubelet-plugin-ingress"),
     }
     namespaced = [obj for obj in rendered.objects if obj["kind"] in ("Deployment", "DaemonSet", "Role")]
     assert {obj["metadata"]["namespace"] for obj in namespaced} == {NAMESPACE}
@@ -195,6 +197,13 @@ def test_in_use_protection_reaches_the_controller(value: bool | None, expected: 
     assert render(values).env(*CONTROLLER)["COMPUTE_DOMAIN_IN_USE_PROTECTION"] == expected
 
 
+@pytest.mark.parametrize(("value", "expected"), [(None, "true"), (True, "true"), (False, "false")])
+def test_daemon_network_policy_reaches_the_controller(value: bool | None, expected: str) -> None:
+    """daemonNetworkPolicy is COMPUTE_DOMAIN_DAEMON_NETWORK_POLICY, on without the key (--reuse-values)."""
+    values = nested("resources.computeDomains.daemonNetworkPolicy", value)
+    assert render(values).env(*CONTROLLER)["COMPUTE_DOMAIN_DAEMON_NETWORK_POLICY"] == expected
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [(None, "0"), (0, "0"), (3, "3"), (2047, "2047")],
@@ -257,6 +266,7 @@ def test_controller_env_wiring() -> None:
         "IMEX_CHANNEL_COUNT": "2048",
         "COMPUTE_DOMAIN_IN_USE_PROTECTION": "true",
         "MAX_COMPUTE_DOMAINS_PER_NAMESPACE": "0",
+        "COMPUTE_DOMAIN_DAEMON_NETWORK_POLICY": "true",
         "CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "a,b",
         "HTTP_ENDPOINT": "$(POD_IP):9090",
         "METRICS_PATH": "/m",
@@ -507,7 +517,7 @@ def test_network_policies_when_enabled() -> None:
     rendered = render(
         {
             "controller": {"networkPolicy": {"enabled": True}},
-            "kubeletPlugin": {"networkPolicy": {"enabled": True}},
+            "kubeletPlugin": {"networkPolicy": {"enabled": True}, "ingressNetworkPolicy": {"enabled": False}},
         }
     )
     policies = {p["metadata"]["name"]: p["spec"] for p in rendered.of_kind("NetworkPolicy")}
@@ -516,7 +526,43 @@ def test_network_policies_when_enabled() -> None:
         component = name.removeprefix("imexdra-")
         assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == component
         assert spec["policyTypes"] == ["Egress"]
-    assert render().of_kind("NetworkPolicy") == []
+
+
+PLUGIN_INGRESS = "imexdra-kubelet-plugin-ingress"
+
+
+@pytest.mark.parametrize(
+    ("values", "ingress"),
+    [
+        pytest.param({}, [{"ports": [{"protocol": "TCP", "port": 8081}]}], id="default-metrics-only"),
+        pytest.param(
+            nested("kubeletPlugin.metrics.computeDomainHttpEndpoint", "$(POD_IP):9400"),
+            [{"ports": [{"protocol": "TCP", "port": 9400}]}],
+            id="metrics-elsewhere",
+        ),
+        pytest.param(nested("kubeletPlugin.metrics.enabled", False), [], id="no-metrics-nothing"),
+        pytest.param(
+            nested("kubeletPlugin.ingressNetworkPolicy", None),
+            [{"ports": [{"protocol": "TCP", "port": 8081}]}],
+            id="key-absent-on",
+        ),
+    ],
+)
+def test_plugin_ingress_policy_opens_the_metrics_port_only(
+    values: dict[str, Any], ingress: list[Any]
+) -> None:
+    """Plugin pods take ingress on the metrics port alone; the health port is the kubelet's (node-local)."""
+    policies = {p["metadata"]["name"]: p["spec"] for p in render(values).of_kind("NetworkPolicy")}
+    assert set(policies) == {PLUGIN_INGRESS}
+    spec = policies[PLUGIN_INGRESS]
+    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "kubelet-plugin"
+    assert spec["policyTypes"] == ["Ingress"]
+    assert spec["ingress"] == ingress
+
+
+def test_plugin_ingress_policy_can_be_turned_off() -> None:
+    """ingressNetworkPolicy.enabled=false renders no policy at all (upstream's default set)."""
+    assert render(nested("kubeletPlugin.ingressNetworkPolicy.enabled", False)).of_kind("NetworkPolicy") == []
 
 
 def test_commands_and_daemon_account_match_the_package() -> None:

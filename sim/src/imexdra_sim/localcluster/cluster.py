@@ -25,7 +25,8 @@ from types import TracebackType
 import structlog
 import yaml
 
-from imexdra_sim.localcluster import dns
+from imexdra.common.errors import ConfigError
+from imexdra_sim.localcluster import dns, enforcer
 from imexdra_sim.localcluster.binaries import Binaries, locate
 from imexdra_sim.localcluster.cgroups import remove_stale_runs
 from imexdra_sim.localcluster.containerd import kill_shims
@@ -97,6 +98,10 @@ class LocalCluster:
     """How long the node lifecycle controller waits for a silent kubelet before marking its node
     ``Unknown`` (kube-controller-manager's ``--node-monitor-grace-period``; None: its default, 50 s).
     Kubelets then renew their lease four times within it, as with the defaults."""
+    network_policy: bool = False
+    """Run a NetworkPolicy enforcer (kube-router's firewall, ``localcluster.enforcer``) on every
+    containerd node, control plane included; containerd clusters only. Off: policies are stored but
+    nothing enforces them, as on a cluster whose network plugin has no policy support."""
 
     nodes: list[Node] = field(default_factory=list, init=False)
     """The nodes of ``nodes_specs`` and ``add_nodes``: the workers."""
@@ -116,6 +121,13 @@ class LocalCluster:
         self._health: dict[str, Callable[[], bool]] = {}
         self._node_starts: dict[str, Callable[[], None]] = {}
         self._proxy_kubeconfig: Path | None = None
+        self._enforcer_kubeconfig: Path | None = None
+        if self.network_policy:
+            missing = [name for name in enforcer.BINARIES if not self.binaries.path(name).exists()]
+            if missing:
+                raise ConfigError(
+                    f"{', '.join(missing)} missing in {self.binaries.bin_dir}; run `make k8s` first"
+                )
         self._fabric_slots = 0
         self.fabric: Fabric | None = None
         """The pod network of containerd nodes (docs/node-runtime.md §6); made when the first spec
@@ -186,6 +198,10 @@ class LocalCluster:
         etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
         self.apiserver_port = api_port
         bind_address, advertise_address = "127.0.0.1", self._node_ip
+        if self.network_policy and any(spec.runtime != "containerd" for spec in self.nodes_specs):
+            raise ClusterStartError(
+                "network_policy needs containerd nodes: fakecri pods share the host's network"
+            )
         if any(spec.runtime == "containerd" for spec in self.nodes_specs):
             # Pods and containerd nodes live in namespaces of their own: the apiserver listens on the
             # fabric, where they (through kube-proxy's Service rules) and the machine reach it.
@@ -360,6 +376,8 @@ class LocalCluster:
         started = [node for node, _ in starts]
         for node in started:
             self._wait_node_ready(node, timeout)
+        if self.network_policy:
+            self._start_enforcers(started, timeout)
         if started:
             self.startup_seconds["nodes"] = time.monotonic() - t0
         return started
@@ -410,6 +428,32 @@ class LocalCluster:
             self._proxy_kubeconfig = self._kubeconfig("kube-proxy", cert, "system:kube-proxy")
         self._fabric_slots += 1
         return NodeNetwork(self.fabric, self._fabric_slots - 1, self._proxy_kubeconfig)
+
+    def _start_enforcers(self, nodes: list[Node], timeout: float) -> None:
+        """Start each Ready node's NetworkPolicy enforcer; wait until each has hooked its chains in."""
+        assert self.binaries is not None
+        if self._enforcer_kubeconfig is None:
+            cert = self.pki.issue("kube-router", common_name=enforcer.USER)
+            self._enforcer_kubeconfig = self._kubeconfig("kube-router", cert, enforcer.USER)
+            self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(enforcer.rbac_manifests()))
+        started = [
+            enforcer.start_enforcer(
+                node,
+                binaries=self.binaries,
+                supervisor=self._supervisor,
+                kubeconfig=self._enforcer_kubeconfig,
+                service_cidr=SERVICE_CIDR,
+            )
+            for node in nodes
+        ]
+        binaries = self.binaries
+        for node, process in zip(nodes, started, strict=True):
+            wait_until(
+                f"{node.name}'s NetworkPolicy enforcer",
+                functools.partial(enforcer.enforcing, node, binaries),
+                timeout=timeout,
+                process=process,
+            )
 
     def _install_cluster_dns(self, control_plane: Node, timeout: float = 90) -> None:
         """Label the control-plane node as kubeadm does, run CoreDNS on it, wait until it answers.

@@ -42,6 +42,8 @@ class ControllerSettings:
     #: Most ComputeDomains of one namespace given their objects (and channel) at once; 0 = no bound
     #: (docs/tenancy.md, "Quotas"). Ours: upstream has no such flag.
     max_compute_domains_per_namespace: int = 0
+    #: Give each domain's IMEX daemons a NetworkPolicy admitting only each other (docs/tenancy.md).
+    compute_domain_daemon_network_policy: bool = True
 
     def __post_init__(self) -> None:
         """Check the names the controller will write into objects."""
@@ -104,6 +106,16 @@ controller_options = OptionGroup(
         default=0,
         help="Most ComputeDomains of one namespace that get a claim template (and channel); "
         "the rest wait NotReady in creation order. 0: no bound.",
+    ),
+    option(
+        "--compute-domain-daemon-network-policy",
+        envvar="COMPUTE_DOMAIN_DAEMON_NETWORK_POLICY",
+        type=click.BOOL,
+        is_flag=False,
+        flag_value=True,
+        default=True,
+        help="Create a NetworkPolicy per ComputeDomain: its IMEX daemons accept IMEX traffic from each "
+        "other only (false: none, as upstream).",
     ),
 )
 

@@ -1,0 +1,255 @@
+"""Network isolation on containerd nodes with a real NetworkPolicy enforcer (docs/tenancy.md, "Network").
+
+A two-node driver-managed rack whose nodes each run kube-router's network policy controller
+(``LocalCluster(network_policy=True)``, docs/node-runtime.md §10). Team ``team`` runs a ComputeDomain
+over both nodes; pod ``outsider`` runs in another namespace on gb200-00, so it meets one daemon on its
+own node (through the node's bridge) and one on the other node (routed across the fabric).
+
+Each refusal is told apart from "nothing listens there" three ways: a peer daemon connects to the same
+address and port just before and just after; the outsider itself reaches something else in the same
+pod (the plugin's metrics port) or the API server, so its own network works; and the enforcer's REJECT
+rule for the target pod counts the refused packets in its node's filter table.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, IMEX_CMD_PORT, IMEX_SERVER_PORT
+from imexdra_sim import rack
+from imexdra_sim.builders import compute_domain
+from imexdra_sim.localcluster import enforcer
+from imexdra_sim.localcluster.cluster import LocalCluster
+from tests.e2e.helpers import PLUGIN_SELECTOR, driver_pods, is_ready, pod_phase
+from tests.support.kubectl import apply, get_json
+from tests.support.waiting import wait_until
+
+TEAM, OTHER = "team", "other-team"
+OUTSIDER_NODE = "gb200-00"
+STAND_IN = "docker.io/library/ubuntu:22.04"
+HEALTH_PORT, METRICS_PORT = 51515, 8081
+"""The plugin's gRPC health port (chart default) and its metrics port (the rack's values)."""
+CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()"
+"""A TCP connect in the project's image (the daemons have python3, no nc)."""
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """One IMEX daemon pod of the team's domain."""
+
+    name: str
+    node: str
+    ip: str
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The team's ComputeDomain: its UID and a daemon on each node."""
+
+    uid: str
+    daemons: dict[str, Daemon]
+
+    def peer_of(self, daemon: Daemon) -> Daemon:
+        """The domain's daemon on the other node."""
+        return next(d for d in self.daemons.values() if d.node != daemon.node)
+
+
+def worker(name: str, node: str) -> dict[str, Any]:
+    """A stand-in workload pod holding the team's channel on ``node``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": TEAM},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 1,
+            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "train-channel"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": STAND_IN,
+                    "command": ["sleep", "3600"],
+                    "resources": {"claims": [{"name": "channel"}]},
+                }
+            ],
+        },
+    }
+
+
+def ready_daemons(cluster: LocalCluster, uid: str) -> dict[str, Daemon] | None:
+    """The domain's daemons by node, once one is Ready on each node."""
+    pods = [p for p in driver_pods(cluster, f"{COMPUTE_DOMAIN_LABEL_KEY}={uid}") if is_ready(p)]
+    daemons = {
+        p["spec"]["nodeName"]: Daemon(p["metadata"]["name"], p["spec"]["nodeName"], p["status"]["podIP"])
+        for p in pods
+    }
+    return daemons if len(daemons) == len(cluster.nodes) else None
+
+
+def domain_ready(cluster: LocalCluster) -> bool:
+    """Whether the team's domain says Ready."""
+    status = get_json(cluster, "computedomain", "train", "-n", TEAM).get("status") or {}
+    return status.get("status") == "Ready"
+
+
+def rules_on(cluster: LocalCluster, node: str) -> str:
+    """The node's filter table with counters, as its enforcer made it."""
+    assert cluster.binaries is not None
+    return enforcer.filter_rules(cluster.node(node), cluster.binaries)
+
+
+def rejected(cluster: LocalCluster, node: str, pod: str, namespace: str) -> int | None:
+    """Packets the enforcer's REJECT rule for ``pod`` has refused on its node (None: no such rule)."""
+    rule = re.search(
+        rf"^\[(\d+):\d+\] .*rule to REJECT traffic destined for POD name:{re.escape(pod)} "
+        rf"namespace: {re.escape(namespace)}\".* -j REJECT",
+        rules_on(cluster, node),
+        re.MULTILINE,
+    )
+    return int(rule.group(1)) if rule else None
+
+
+def enforced(cluster: LocalCluster, daemon: Daemon, policy: str) -> bool:
+    """Whether the daemon's node runs the daemon's traffic through ``policy`` and rejects the rest."""
+    rules = rules_on(cluster, daemon.node)
+    return f'"run through nw policy {policy}"' in rules and (
+        rejected(cluster, daemon.node, daemon.name, rack.DRIVER_NAMESPACE) is not None
+    )
+
+
+def from_daemon(cluster: LocalCluster, daemon: Daemon, ip: str, port: int) -> bool:
+    """Whether ``daemon`` opens a TCP connection to ``ip:port``."""
+    argv = ("exec", "-n", rack.DRIVER_NAMESPACE, daemon.name, "--", "python3", "-c", CONNECT, ip, str(port))
+    return cluster.kubectl(*argv, check=False).returncode == 0
+
+
+def from_outsider(cluster: LocalCluster, ip: str, port: int) -> bool:
+    """Whether the other team's pod opens a TCP connection to ``ip:port`` (3 s at most).
+
+    busybox's nc has no ``-z``: ``-e true`` runs ``true`` on the connection and exits 0 once connected,
+    1 when the connect fails.
+    """
+    argv = ("exec", "-n", OTHER, "outsider", "--", "nc", "-w", "3", ip, str(port), "-e", "true")
+    return cluster.kubectl(*argv, check=False).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def domain(network_policy_rack: LocalCluster) -> Domain:
+    """The team's two-node domain, Ready, with its policy enforced on both nodes."""
+    cluster = network_policy_rack
+    cluster.create_namespace(TEAM)
+    spec = compute_domain("train", TEAM, "train-channel")
+    spec["spec"]["numNodes"] = len(cluster.nodes)
+    apply(cluster, spec)
+    uid = wait_until(
+        "the domain's UID",
+        lambda: get_json(cluster, "computedomain", "train", "-n", TEAM)["metadata"].get("uid"),
+    )
+    wait_until(
+        "the channel claim template",
+        lambda: (
+            cluster.kubectl("get", "resourceclaimtemplate/train-channel", "-n", TEAM, check=False).returncode
+            == 0
+        ),
+    )
+    apply(cluster, *(worker(f"worker-{node.name}", node.name) for node in cluster.nodes))
+    daemons: dict[str, Daemon] = wait_until(
+        "a Ready IMEX daemon on each node", lambda: ready_daemons(cluster, uid), timeout=300
+    )
+    policy = f"computedomain-daemon-{uid}"
+    for daemon in daemons.values():
+        wait_until(
+            f"{policy} enforced on {daemon.node}", functools.partial(enforced, cluster, daemon, policy)
+        )
+    return Domain(uid, daemons)
+
+
+@pytest.fixture(scope="module")
+def outsider(network_policy_rack: LocalCluster) -> Iterator[str]:
+    """A pod of another namespace on gb200-00 with busybox's nc."""
+    cluster = network_policy_rack
+    cluster.create_namespace(OTHER)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "outsider", "namespace": OTHER},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": OUTSIDER_NODE},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": STAND_IN, "command": ["sleep", "3600"]}],
+        },
+    }
+    apply(cluster, pod)
+    wait_until("the outsider Running", lambda: pod_phase(cluster, OTHER, "outsider") == "Running")
+    yield "outsider"
+
+
+def test_the_chart_and_the_controller_made_the_policies(
+    network_policy_rack: LocalCluster, domain: Domain
+) -> None:
+    """The domain's policy (owned by its DaemonSet) and the plugin's ingress policy, driver namespace."""
+    items = get_json(network_policy_rack, "networkpolicies", "-n", rack.DRIVER_NAMESPACE)["items"]
+    policies = {p["metadata"]["name"]: p for p in items}
+    name = f"computedomain-daemon-{domain.uid}"
+    assert set(policies) == {name, f"{rack.RELEASE}-kubelet-plugin-ingress"}
+    [owner] = policies[name]["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("DaemonSet", name)
+
+
+def test_the_domains_daemons_reach_each_other_and_the_domain_is_ready(
+    network_policy_rack: LocalCluster, domain: Domain
+) -> None:
+    """Under the enforced policy each daemon connects to its peer's IMEX ports, and the domain is Ready."""
+    for daemon in domain.daemons.values():
+        peer = domain.peer_of(daemon)
+        for port in (IMEX_SERVER_PORT, IMEX_CMD_PORT):
+            assert from_daemon(network_policy_rack, daemon, peer.ip, port), (
+                f"{daemon.name} -> {peer.ip}:{port}"
+            )
+    wait_until("the domain Ready", lambda: domain_ready(network_policy_rack))
+
+
+@pytest.mark.parametrize("port", [IMEX_SERVER_PORT, IMEX_CMD_PORT], ids=["server-port", "command-port"])
+@pytest.mark.parametrize("node", ["gb200-00", "gb200-01"], ids=["same-node", "other-node"])
+def test_a_pod_of_another_namespace_cannot_reach_a_daemon(
+    network_policy_rack: LocalCluster, domain: Domain, outsider: str, node: str, port: int
+) -> None:
+    """The outsider is refused by the enforcer's rule; the daemon's peer gets through, before and after."""
+    cluster, target = network_policy_rack, domain.daemons[node]
+    peer = domain.peer_of(target)
+    assert from_daemon(cluster, peer, target.ip, port), "the peer must reach it first: it listens"
+    before = rejected(cluster, node, target.name, rack.DRIVER_NAMESPACE)
+    assert before is not None
+    assert not from_outsider(cluster, target.ip, port)
+    after = rejected(cluster, node, target.name, rack.DRIVER_NAMESPACE)
+    assert after is not None and after > before, "the enforcer's REJECT rule for the daemon refused it"
+    assert from_daemon(cluster, peer, target.ip, port), "and the peer still gets through"
+
+
+@pytest.mark.parametrize("node", ["gb200-00", "gb200-01"], ids=["same-node", "other-node"])
+def test_a_pod_cannot_reach_the_plugins_health_port(
+    network_policy_rack: LocalCluster, domain: Domain, outsider: str, node: str
+) -> None:
+    """The plugin's gRPC health port refuses the outsider, its metrics port answers it, and the kubelet's
+    probes of the health port keep the plugin Ready."""
+    cluster = network_policy_rack
+    [plugin] = [p for p in driver_pods(cluster, PLUGIN_SELECTOR) if p["spec"]["nodeName"] == node]
+    name, ip = plugin["metadata"]["name"], plugin["status"]["podIP"]
+    wait_until(
+        f"the plugin's ingress policy enforced on {node}",
+        lambda: rejected(cluster, node, name, rack.DRIVER_NAMESPACE) is not None,
+    )
+    assert from_outsider(cluster, ip, METRICS_PORT), "the outsider reaches the plugin pod's metrics port"
+    before = rejected(cluster, node, name, rack.DRIVER_NAMESPACE)
+    assert before is not None
+    assert not from_outsider(cluster, ip, HEALTH_PORT)
+    after = rejected(cluster, node, name, rack.DRIVER_NAMESPACE)
+    assert after is not None and after > before, "the enforcer's REJECT rule for the plugin refused it"
+    [now] = [p for p in driver_pods(cluster, PLUGIN_SELECTOR) if p["metadata"]["name"] == name]
+    assert is_ready(now) and now["status"]["containerStatuses"][0]["restartCount"] == 0
