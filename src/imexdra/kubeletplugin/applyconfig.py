@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,14 +51,13 @@ from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, recorded_status
 from imexdra.kubeletplugin.cdi import ContainerEdits, channel_edits, daemon_edits
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState, ConfigState
 from imexdra.kubeletplugin.configs import ConfigGroup, allocation_results, opaque_device_configs
+from imexdra.kubeletplugin.domaindirs import prepare_domain_dir
 from imexdra.kubeletplugin.paths import PluginPaths
 
 _log = structlog.get_logger(__name__)
 
 #: Where upstream's image ships the IMEX daemon config template copied into each domain directory.
 DAEMON_CONFIG_TEMPLATE = Path("/templates/compute-domain-daemon-config.tmpl.cfg")
-DAEMON_CONFIG_TEMPLATE_NAME = "imexd.cfg.tmpl"
-DOMAIN_DIR_MODE = 0o755
 
 NO_CLIQUE_MESSAGE = "host-managed IMEX requires an NVLink clique on this node; NVML reports none"
 DAEMON_CLAIMS_DISABLED_MESSAGE = (
@@ -267,7 +265,7 @@ class ConfigApplier:
             raise RetryableError(f"only expected 1 device for requests {requests}, got {sorted(distinct)}")
         domain_dir = self.paths.domain_dir(config.domain_id)
         with _retryable(f"error preparing daemon directory {domain_dir}"):
-            await asyncio.to_thread(self._prepare_domain_dir, domain_dir)
+            await asyncio.to_thread(self._prepare_domain_dir, config.domain_id)
         with _retryable("error looking up ComputeDomain"):
             domain = await self.domains.get(config.domain_id)
         if domain is None:
@@ -310,12 +308,11 @@ class ConfigApplier:
         with _retryable("error building IMEX channel device nodes"):
             return channel_edits(self.devices.channel(channel) for channel in channels)
 
-    def _prepare_domain_dir(self, domain_dir: Path) -> None:
-        domain_dir.mkdir(mode=DOMAIN_DIR_MODE, parents=True, exist_ok=True)
-        if self.daemon_config_template.is_file():
-            target = domain_dir / DAEMON_CONFIG_TEMPLATE_NAME
-            shutil.copyfile(self.daemon_config_template, target)
-            target.chmod(0o644)
+    def _prepare_domain_dir(self, domain_uid: str) -> None:
+        # The directory is the daemon container's to write: domaindirs never follows a link in it.
+        template = self.daemon_config_template
+        data = template.read_bytes() if template.is_file() else None
+        prepare_domain_dir(self.paths.domains_dir, domain_uid, data)
 
 
 def assert_channel_not_allocated(checkpoint: Checkpoint, channel: int) -> None:
