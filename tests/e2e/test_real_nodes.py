@@ -143,12 +143,8 @@ def test_daemons_run_nvidia_imex_from_their_nodes_driver_root(
 ) -> None:
     """In each daemon container /usr/bin/nvidia-imex is the CDI bind mount of its node's driver-root file."""
 
-    def ready_daemons() -> list[dict[str, Any]]:
-        pods = driver_pods(real_nodes_rack, DAEMON)
-        return pods if len(pods) == len(workers) and all(map(is_ready, pods)) else []
-
     script = "grep ' /usr/bin/nvidia-imex ' /proc/self/mountinfo; nvidia-imex-ctl -q -c /imexd/imexd.cfg"
-    for pod in wait_until("an IMEX daemon per node, Ready", ready_daemons):
+    for pod in ready_daemons(real_nodes_rack, len(workers)):
         node, name = pod["spec"]["nodeName"], pod["metadata"]["name"]
         exec_ = ("exec", "-n", rack.DRIVER_NAMESPACE, name, "--", "sh", "-c", script)
         mount, ready = real_nodes_rack.kubectl(*exec_).stdout.splitlines()
@@ -156,6 +152,47 @@ def test_daemons_run_nvidia_imex_from_their_nodes_driver_root(
         assert mount.split()[3].endswith(source), mount  # the mount's root: the node's driver-root file
         assert " ro," in f" {mount.split()[5]},", mount
         assert ready == "READY"
+
+
+def test_daemons_run_as_root_with_no_capability_and_write_their_files(
+    real_nodes_rack: LocalCluster, workers: dict[str, str]
+) -> None:
+    """The daemon container's securityContext holds for every process in it, IMEX's too (docs/tenancy.md).
+
+    Root with no capability, no privilege escalation, seccomp filtering: and yet the daemon has
+    rewritten the pod's hosts file and written /imexd, all owned by root.
+    """
+    script = (
+        "for p in /proc/[0-9]*; do echo \"cmd=$(tr '\\0' ' ' < $p/cmdline)\"; "
+        "grep -E '^(Uid|CapEff|NoNewPrivs|Seccomp):' $p/status; done; "
+        "stat -c 'owner=%u %n' /etc/hosts /imexd /imexd/imexd.cfg /imexd/nodes.cfg; "
+        "echo mappings=$(grep -c '^[^#].*compute-domain-daemon-' /etc/hosts)"
+    )
+    expected = {"Uid": "0\t0\t0\t0", "CapEff": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"}
+    for pod in ready_daemons(real_nodes_rack, len(workers)):
+        name = pod["metadata"]["name"]
+        exec_ = ("exec", "-n", rack.DRIVER_NAMESPACE, name, "--", "sh", "-c", script)
+        lines = real_nodes_rack.kubectl(*exec_).stdout.splitlines()
+        commands = [line.removeprefix("cmd=") for line in lines if line.startswith("cmd=")]
+        assert any("nvidia-imex -c /imexd/imexd.cfg" in command for command in commands), commands
+        status = [line.split(":", 1) for line in lines if ":" in line and not line.startswith("cmd=")]
+        # At least the daemon's and IMEX's (a probe's process may come and go while the loop runs).
+        assert len(status) >= 2 * len(expected), lines
+        for key, value in status:
+            assert value.strip() == expected[key], (commands, key, value)
+        owners = [line.removeprefix("owner=").split()[0] for line in lines if line.startswith("owner=")]
+        assert owners == ["0"] * 4, lines
+        assert f"mappings={len(workers)}" in lines, lines
+
+
+def ready_daemons(cluster: LocalCluster, count: int) -> list[dict[str, Any]]:
+    """Wait for ``count`` IMEX daemon pods, all Ready."""
+
+    def ready() -> list[dict[str, Any]]:
+        pods = driver_pods(cluster, DAEMON)
+        return pods if len(pods) == count and all(map(is_ready, pods)) else []
+
+    return wait_until("an IMEX daemon per node, Ready", ready)
 
 
 def free_node(cluster: LocalCluster, node: str) -> None:

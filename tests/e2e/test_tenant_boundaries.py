@@ -364,13 +364,20 @@ def clean_tenant(driver_managed_rack: LocalCluster) -> Iterator[None]:
 def test_channel_claim_naming_another_namespaces_domain_is_refused_at_prepare(
     driver_managed_rack: LocalCluster, victim: Victim, tenant: Tenant, clean_tenant: None
 ) -> None:
-    """A UID cannot be traced to its namespace at admission; the plugin refuses it before labelling a node."""
+    """A UID cannot be traced to its namespace at admission; the plugin refuses it before writing anything.
+
+    Not even a checkpoint entry: its unchecked domainID must not reach an unprepare (docs/tenancy.md).
+    """
     cluster = driver_managed_rack
     event = attack_through_pod(cluster, tenant, as_template(channel_claim("steal-channel", victim.uid)))
     refusal = f"no ComputeDomain with UID {victim.uid} in the ResourceClaim's namespace {TENANT}"
     assert refusal in event["message"]
     assert VICTIM not in event["message"]  # nothing of another namespace (docs/tenancy.md)
     assert_nothing_prepared(cluster, victim, "steal-channel")
+    claims = {c["metadata"]["uid"] for c in get_json(cluster, "resourceclaims", "-n", TENANT)["items"]}
+    for node in ("gb200-00", "gb200-01"):
+        assert not claims & prepared(cluster, node).keys()
+    assert_victim_unaffected(cluster, victim)
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ Pure functions of a ComputeDomain and the controller configuration (docs/data-pa
   channel isolation it asks the channel class for the domain's own number by a CEL selector
   (docs/channel-isolation.md §6), the config unchanged;
 - the daemon ResourceClaimTemplate and the daemon DaemonSet, both ``computedomain-daemon-<uid>`` in the
-  driver namespace (driver-managed mode only).
+  driver namespace (driver-managed mode only). The daemon's container adds one thing to upstream's:
+  a least-privilege securityContext (docs/tenancy.md, "The IMEX daemon's privileges").
 
 None carries ownerReferences (the domain may live in another namespace); the CD label and the finalizer
 tie them to the domain. Upstream renders YAML templates baked into its image; building typed objects
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from lightkube.models.apps_v1 import DaemonSetSpec
 from lightkube.models.core_v1 import (
+    Capabilities,
     Container,
     EnvVar,
     EnvVarSource,
@@ -31,6 +33,8 @@ from lightkube.models.core_v1 import (
     Probe,
     ResourceClaim,
     ResourceRequirements,
+    SeccompProfile,
+    SecurityContext,
     Toleration,
 )
 from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
@@ -221,6 +225,23 @@ def _check_probe(
     )
 
 
+def daemon_security_context() -> SecurityContext:
+    """The daemon container's privileges: root, as nvidia-imex is, without any capability or escalation.
+
+    Root because the files the daemon and nvidia-imex write are root's: the pod's ``/etc/hosts`` (the
+    kubelet's), the plugin-made ``/imexd`` and nvidia-imex's stats file under ``/var/log``. As their
+    owner, root writes them without ``CAP_DAC_OVERRIDE``; signalling its own child, binding ports
+    50000/50005 and opening the device nodes the CDI spec grants need no capability either
+    (docs/tenancy.md, "The IMEX daemon's privileges").
+    """
+    return SecurityContext(
+        privileged=False,
+        allowPrivilegeEscalation=False,
+        capabilities=Capabilities(drop=["ALL"]),
+        seccompProfile=SeccompProfile(type="RuntimeDefault"),
+    )
+
+
 def _daemon_container(config: ControllerConfig) -> Container:
     return Container(
         name=DAEMON_CONTAINER_NAME,
@@ -231,6 +252,7 @@ def _daemon_container(config: ControllerConfig) -> Container:
         startupProbe=_check_probe(period=1, failure_threshold=1200, initial_delay=0, success_threshold=1),
         livenessProbe=_check_probe(period=60, failure_threshold=20),
         readinessProbe=_check_probe(period=10, failure_threshold=1),
+        securityContext=daemon_security_context(),
     )
 
 

@@ -12,17 +12,24 @@ Rules, upstream's minus its quirks (docs/compatibility.md §3.3):
 - the managed block is one header line followed by ``IP<TAB>name`` lines sorted by name; the header is
   not repeated on each rewrite and lines are not re-trimmed;
 - the file is rewritten in place (a bind-mounted file cannot be replaced by rename) and only when its
-  content changes.
+  content changes;
+- a symbolic link at the path is refused rather than followed (``O_NOFOLLOW``), and a new file gets
+  its mode through its descriptor, so no other file is ever written or re-moded (docs/tenancy.md).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from imexdra.daemon.imexconfig import DNS_NAME_PREFIX
 
 HEADER = "# Compute Domain Daemon mappings"
+HOSTS_FILE_MODE = 0o644
+
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def render_hosts(existing: str, mapping: Mapping[str, str]) -> str:
@@ -49,16 +56,44 @@ def update_hosts_file(path: Path, mapping: Mapping[str, str]) -> bool:
     """Make ``path``'s managed block equal ``mapping``; tell whether the file changed.
 
     Blocking: async callers use ``asyncio.to_thread``. A missing file is created (mode 0644).
+
+    Raises:
+        OSError: ``path`` is a symbolic link (refused, nothing written), or reading or writing failed.
+
     """
-    try:
-        existing: str | None = path.read_text()
-    except FileNotFoundError:
-        existing = None
+    existing = _read(path)
     wanted = render_hosts(existing or "", mapping)
     if wanted == existing:
         return False
-    with path.open("w") as hosts:
-        hosts.write(wanted)
-    if existing is None:
-        path.chmod(0o644)
+    flags = os.O_WRONLY | os.O_TRUNC | _OPEN_FLAGS | (os.O_CREAT if existing is None else 0)
+    fd = _open(path, flags)
+    try:
+        if existing is None:
+            os.fchmod(fd, HOSTS_FILE_MODE)
+        view = memoryview(wanted.encode())
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
     return True
+
+
+def _read(path: Path) -> str | None:
+    """``path``'s text, or None when there is no such file."""
+    try:
+        fd = _open(path, os.O_RDONLY | _OPEN_FLAGS)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, encoding="utf-8") as hosts:
+        return hosts.read()
+
+
+def _open(path: Path, flags: int) -> int:
+    try:
+        return os.open(path, flags, HOSTS_FILE_MODE)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise OSError(
+                errno.ELOOP, "hosts file is a symbolic link; refusing to follow it", str(path)
+            ) from error
+        raise

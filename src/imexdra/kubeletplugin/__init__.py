@@ -16,5 +16,6 @@ docs/compatibility.md is the contract with upstream):
   ``daemonowners``: who may hold a daemon claim; ``slices``: the devices of the node's ResourceSlice;
   ``cleanup``: stale claims, tombstones and domain directories.
 - ``checkpoint`` / ``checkpointstore``: the Go-compatible prepared-claims checkpoint and its file.
-- ``cdi`` / ``cdifiles``: CDI base and per-claim specs, and their files; ``paths``: the on-disk layout.
+- ``cdi`` / ``cdifiles``: CDI base and per-claim specs, and their files; ``paths``: the on-disk layout;
+  ``domaindirs``: the daemons' ``/imexd`` directories, written and removed without following links.
 """

@@ -27,6 +27,14 @@ before anything is written — holds them to the domain's own IMEX daemon pods (
 docs/tenancy.md); then one device, the per-domain ``/imexd`` directory, and the daemon's environment,
 mount and (with a clique) fabric-management node.
 
+Each claim's checks that write nothing — for channel claims everything up to and including the
+namespace assertion (and, under channel isolation, the channel checks) — run in ``check``, before
+``DeviceState`` records PrepareStarted; the side effects (node label, daemon directory) and the
+waits run in ``apply``, after it. So no checkpoint entry carries a ``domainID`` that was not checked
+against the claim's namespace, and ``undo`` looks a PrepareStarted entry's domain up again before
+removing a label, for entries older versions (or upstream) recorded before the check
+(docs/tenancy.md).
+
 The collaborators that reach the API are Protocols, implemented in ``domains``, ``nodelabels`` and
 ``daemonowners``.
 """
@@ -35,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,14 +59,13 @@ from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, recorded_status
 from imexdra.kubeletplugin.cdi import ContainerEdits, channel_edits, daemon_edits
 from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState, ConfigState
 from imexdra.kubeletplugin.configs import ConfigGroup, allocation_results, opaque_device_configs
+from imexdra.kubeletplugin.domaindirs import prepare_domain_dir
 from imexdra.kubeletplugin.paths import PluginPaths
 
 _log = structlog.get_logger(__name__)
 
 #: Where upstream's image ships the IMEX daemon config template copied into each domain directory.
 DAEMON_CONFIG_TEMPLATE = Path("/templates/compute-domain-daemon-config.tmpl.cfg")
-DAEMON_CONFIG_TEMPLATE_NAME = "imexd.cfg.tmpl"
-DOMAIN_DIR_MODE = 0o755
 
 NO_CLIQUE_MESSAGE = "host-managed IMEX requires an NVLink clique on this node; NVML reports none"
 DAEMON_CLAIMS_DISABLED_MESSAGE = (
@@ -124,6 +130,24 @@ class DaemonClaimOwners(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class CheckedGroup:
+    """A config group that passed every check made before PrepareStarted is recorded."""
+
+    group: ConfigGroup
+    #: A channel group's ComputeDomain, found in the claim's namespace; None for a daemon group.
+    domain: DomainInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DomainUser:
+    """Another claim on this node whose channel config names a domain, as its checkpoint entry says."""
+
+    namespace: str
+    #: PrepareCompleted: its namespace was checked when it was prepared.
+    checked: bool
+
+
+@dataclass(frozen=True, slots=True)
 class AppliedConfig:
     """What preparing one group produced: its persisted state and its container edits (maybe none)."""
 
@@ -166,32 +190,25 @@ class ConfigApplier:
             raise PermanentError(DAEMON_CLAIMS_DISABLED_MESSAGE)
         await self.daemon_owners.check(claim, config.domain_id)
 
-    async def apply(self, group: ConfigGroup, claim: ClaimRef, checkpoint: Checkpoint) -> AppliedConfig:
-        """Prepare ``group`` of ``claim``; ``checkpoint`` is the state read under ``pu.lock``."""
+    async def check(self, group: ConfigGroup, claim: ClaimRef, checkpoint: Checkpoint) -> CheckedGroup:
+        """Run ``group``'s checks that write nothing, the namespace assertion last, in their fixed order.
+
+        Called before PrepareStarted is recorded, so a claim refused here leaves no checkpoint entry
+        whose unchecked ``domainID`` an unprepare could act on. ``checkpoint`` is the state read under
+        ``pu.lock``.
+        """
         config = group.config
-        if isinstance(config, ComputeDomainChannelConfig):
-            return await self._channel(config, group, claim, checkpoint)
-        return await self._daemon(config, group)
-
-    async def undo(self, group: ConfigGroup, *, domain_still_used: bool) -> None:
-        """Unprepare ``group``: drop the node label of a channel claim's domain unless still needed."""
-        if group.device_type != DeviceType.CHANNEL or self.host_managed or domain_still_used:
-            return
-        with _retryable("error removing node label"):
-            await self.labels.remove(group.config.domain_id)
-
-    async def _channel(
-        self, config: ComputeDomainChannelConfig, group: ConfigGroup, claim: ClaimRef, checkpoint: Checkpoint
-    ) -> AppliedConfig:
+        if not isinstance(config, ComputeDomainChannelConfig):
+            return CheckedGroup(group)
         if len(group.results) != 1:
             requests = [result.request for result in group.results]
             raise RetryableError(
                 f"applyComputeDomainChannelConfig: unexpected results for requests {requests}"
             )
-        state = ConfigState(type=DeviceType.CHANNEL.value, compute_domain=config.domain_id)
         number = group.devices[0].id
         if self.channel_isolation:
-            return await self._isolated_channel(config, number, claim, checkpoint, state)
+            domain = await self._check_isolated_channel(config, number, claim, checkpoint)
+            return CheckedGroup(group, domain)
         if self.host_managed and config.allocation_mode != AllocationMode.SINGLE:
             raise PermanentError(
                 f'allocationMode "{config.allocation_mode}" is not supported under HostManagedIMEX '
@@ -203,8 +220,58 @@ class ConfigApplier:
                 f"runs domain isolation, where every ComputeDomain uses channel 0: {RECREATE_ADVICE}"
             )
         assert_channel_not_allocated(checkpoint, 0)
-        domain = await self._domain_of(config.domain_id, claim)
+        return CheckedGroup(group, await self._domain_of(config.domain_id, claim))
+
+    async def apply(self, checked: CheckedGroup) -> AppliedConfig:
+        """Prepare a group that passed ``check``: its side effects and container edits."""
+        config = checked.group.config
+        if isinstance(config, ComputeDomainChannelConfig):
+            assert checked.domain is not None  # check() found every channel group's domain
+            return await self._channel(config, checked.group.devices[0].id, checked.domain)
+        return await self._daemon(config, checked.group)
+
+    async def undo(
+        self, group: ConfigGroup, *, namespace: str, checked: bool, users: Iterable[DomainUser] = ()
+    ) -> None:
+        """Unprepare ``group`` of a claim in ``namespace``: drop its domain's node label unless still needed.
+
+        Only a ``domainID`` checked against its claim's namespace is acted on. A PrepareCompleted entry
+        (``checked``) passed the check; a PrepareStarted one may come from a version that recorded it
+        before checking (upstream does), so its domain is looked up again, and a domain of another
+        namespace keeps its label. The same goes for ``users``, the other claims on this node naming
+        the domain: only those whose claim may use it keep the label.
+        """
+        if group.device_type != DeviceType.CHANNEL or self.host_managed:
+            return
+        domain_uid = group.config.domain_id
+        if not checked and not await self._may_use(domain_uid, namespace):
+            _log.warning(
+                "Not removing the node label of a ComputeDomain of another namespace: the claim was "
+                "refused for it",
+                compute_domain=domain_uid,
+                namespace=namespace,
+            )
+            return
+        for user in users:
+            if user.checked or await self._may_use(domain_uid, user.namespace):
+                return
+        with _retryable("error removing node label"):
+            await self.labels.remove(domain_uid)
+
+    async def _may_use(self, domain_uid: str, namespace: str) -> bool:
+        """False only when ``domain_uid`` is a ComputeDomain of another namespace than ``namespace``."""
+        with _retryable("error asserting ComputeDomain's namespace"):
+            domain = await self.domains.get(domain_uid)
+        return domain is None or domain.namespace == namespace
+
+    async def _channel(
+        self, config: ComputeDomainChannelConfig, number: int, domain: DomainInfo
+    ) -> AppliedConfig:
+        state = ConfigState(type=DeviceType.CHANNEL.value, compute_domain=config.domain_id)
         clique_id = self.clique_id()
+        if self.channel_isolation:
+            await self._host_imex_ready(clique_id)
+            return AppliedConfig(state, self._channels((number,)))
         if self.host_managed:
             await self._host_imex_ready(clique_id)
             return AppliedConfig(state, self._channels(range(1)))
@@ -217,14 +284,9 @@ class ConfigApplier:
         count = self.devices.channel_count if config.allocation_mode == AllocationMode.ALL else 1
         return AppliedConfig(state, self._channels(range(count)))
 
-    async def _isolated_channel(
-        self,
-        config: ComputeDomainChannelConfig,
-        number: int,
-        claim: ClaimRef,
-        checkpoint: Checkpoint,
-        state: ConfigState,
-    ) -> AppliedConfig:
+    async def _check_isolated_channel(
+        self, config: ComputeDomainChannelConfig, number: int, claim: ClaimRef, checkpoint: Checkpoint
+    ) -> DomainInfo:
         """A channel claim under channel isolation: the checks of docs/channel-isolation.md §6, in order."""
         if number == 0:
             raise PermanentError(
@@ -248,8 +310,7 @@ class ConfigApplier:
                 f"{domain.channel}: a claim may only hold its own ComputeDomain's channel; {RECREATE_ADVICE}"
             )
         assert_channel_free_for(checkpoint, number, domain_uid=domain.uid, claim_uid=claim.uid)
-        await self._host_imex_ready(self.clique_id())
-        return AppliedConfig(state, self._channels((number,)))
+        return domain
 
     async def _host_imex_ready(self, clique_id: str) -> None:
         """Host-managed IMEX: a clique on this node and the host's nvidia-imex answering READY."""
@@ -267,7 +328,7 @@ class ConfigApplier:
             raise RetryableError(f"only expected 1 device for requests {requests}, got {sorted(distinct)}")
         domain_dir = self.paths.domain_dir(config.domain_id)
         with _retryable(f"error preparing daemon directory {domain_dir}"):
-            await asyncio.to_thread(self._prepare_domain_dir, domain_dir)
+            await asyncio.to_thread(self._prepare_domain_dir, config.domain_id)
         with _retryable("error looking up ComputeDomain"):
             domain = await self.domains.get(config.domain_id)
         if domain is None:
@@ -309,12 +370,11 @@ class ConfigApplier:
         with _retryable("error building IMEX channel device nodes"):
             return channel_edits(self.devices.channel(channel) for channel in channels)
 
-    def _prepare_domain_dir(self, domain_dir: Path) -> None:
-        domain_dir.mkdir(mode=DOMAIN_DIR_MODE, parents=True, exist_ok=True)
-        if self.daemon_config_template.is_file():
-            target = domain_dir / DAEMON_CONFIG_TEMPLATE_NAME
-            shutil.copyfile(self.daemon_config_template, target)
-            target.chmod(0o644)
+    def _prepare_domain_dir(self, domain_uid: str) -> None:
+        # The directory is the daemon container's to write: domaindirs never follows a link in it.
+        template = self.daemon_config_template
+        data = template.read_bytes() if template.is_file() else None
+        prepare_domain_dir(self.paths.domains_dir, domain_uid, data)
 
 
 def assert_channel_not_allocated(checkpoint: Checkpoint, channel: int) -> None:

@@ -9,13 +9,13 @@ without a live entry (left by a plugin killed mid-unprepare before the spec was 
 deleted in the same pass.
 
 Domain directories, every 10 minutes but not at start: ``domains/<UID>`` of a ComputeDomain that
-no longer exists is removed. Nothing is removed before the ComputeDomain cache has synced.
+no longer exists is removed (``domaindirs``: without following the links a daemon may have planted
+there). Nothing is removed before the ComputeDomain cache has synced.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from imexdra.dra.resourceclaim import ClaimRef
 from imexdra.kubeletplugin.checkpoint import ClaimState
 from imexdra.kubeletplugin.checkpointstore import CheckpointStore
 from imexdra.kubeletplugin.devicestate import DeviceState
+from imexdra.kubeletplugin.domaindirs import remove_orphaned_domain_dirs
 
 _log = structlog.get_logger(__name__)
 
@@ -106,16 +107,3 @@ async def clean_domain_dirs_periodically(
         known = known_uids()
         if known is not None:
             await asyncio.to_thread(remove_orphaned_domain_dirs, domains_dir, known)
-
-
-def remove_orphaned_domain_dirs(domains_dir: Path, known_uids: set[str]) -> list[str]:
-    """Remove ``domains_dir/<uid>`` for every ``uid`` not in ``known_uids``; return those removed."""
-    if not domains_dir.is_dir():
-        return []
-    removed = []
-    for entry in sorted(domains_dir.iterdir()):
-        if entry.is_dir() and entry.name not in known_uids:
-            shutil.rmtree(entry, ignore_errors=True)
-            _log.info("Removed directory of a deleted ComputeDomain", path=str(entry))
-            removed.append(entry.name)
-    return removed

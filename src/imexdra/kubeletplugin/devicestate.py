@@ -5,17 +5,20 @@ Callers hold ``pu.lock`` (``driver``). Prepare (docs/data-path.md §7):
 1. a PrepareCompleted entry is returned as stored — a restarted plugin answers the same;
 2. a PrepareAborted entry with an equal status is a permanent "stale prepare";
 3. the configs are decoded and validated, daemon claims must be held by their domain's own daemon
-   pods (``ConfigApplier.admit``), and this node's devices must not be held by another prepared
-   claim — all before anything is written, so a claim that can never be prepared leaves no
-   checkpoint entry behind (upstream records PrepareStarted first; nothing depends on that entry);
+   pods (``ConfigApplier.admit``), this node's devices must not be held by another prepared claim,
+   and every group's checks that write nothing pass (``ConfigApplier.check``; for a channel claim
+   the namespace assertion comes last) — all before anything is written, so a claim that can never
+   be prepared leaves no checkpoint entry behind. Upstream records PrepareStarted first; an entry of
+   a claim refused for its namespace would carry an unchecked ``domainID`` into unprepare;
 4. PrepareStarted is recorded, every config group is applied (``applyconfig``), the claim's CDI spec
    is written atomically when any group has container edits, and PrepareCompleted is recorded with
    the devices. A failure after PrepareStarted leaves that entry, for unprepare or the stale-claim
    cleanup to find.
 
 Unprepare (docs/data-path.md §11): nothing to do for an unknown or PrepareAborted claim; otherwise
-undo the groups (the node label goes when no other claim on the node still uses that domain), delete
-the claim's CDI spec, then delete a PrepareCompleted entry or turn a PrepareStarted one into a
+undo the groups (the node label goes when no other claim on the node still uses that domain, and only
+a ``domainID`` checked against its claim's namespace is acted on: docs/tenancy.md), delete the
+claim's CDI spec, then delete a PrepareCompleted entry or turn a PrepareStarted one into a
 PrepareAborted tombstone.
 """
 
@@ -33,7 +36,7 @@ from imexdra.common.errors import DriverError, PermanentError, RetryableError
 from imexdra.dra.driver import ClaimGetter, Device
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, ResourceClaimStatus, recorded_status
 from imexdra.kubeletplugin import checkpointstore as lifecycle
-from imexdra.kubeletplugin.applyconfig import AppliedConfig, ConfigApplier
+from imexdra.kubeletplugin.applyconfig import AppliedConfig, ConfigApplier, DomainUser
 from imexdra.kubeletplugin.cdi import ContainerEdits, DriverRoots, base_device_id, claim_device_id, claim_spec
 from imexdra.kubeletplugin.cdifiles import claim_spec_uids, remove_claim_spec, write_claim_spec
 from imexdra.kubeletplugin.checkpoint import (
@@ -101,12 +104,13 @@ class DeviceState:
             group.config.validate()
             await self._applier.admit(group, claim)
         validate_no_overlap(checkpoint, ref.uid, status)
+        checked = [await self._applier.check(group, ref, checkpoint) for group in groups]
         await self._update(
             lambda cp: lifecycle.mark_prepare_started(
                 cp, ref.uid, status=status_json, name=ref.name, namespace=ref.namespace
             )
         )
-        applied = [await self._applier.apply(group, ref, checkpoint) for group in groups]
+        applied = [await self._applier.apply(group) for group in checked]
         prepared = tuple(
             _prepared_group(ref.uid, group, done) for group, done in zip(groups, applied, strict=True)
         )
@@ -138,9 +142,12 @@ class DeviceState:
         status = recorded_status(entry.status)
         if status.allocation is None:
             status = await self._legacy_status(ref)
-        in_use = domains_in_use(checkpoint, exclude=ref.uid)
+        users = domain_users(checkpoint, exclude=ref.uid)
+        checked = entry.state == ClaimState.PREPARE_COMPLETED
         for group in config_groups(status, self._allocatable, strict=False):
-            await self._applier.undo(group, domain_still_used=group.config.domain_id in in_use)
+            await self._applier.undo(
+                group, namespace=ref.namespace, checked=checked, users=users.get(group.config.domain_id, ())
+            )
         # The spec goes before the entry: a plugin killed between the two leaves an entry the
         # kubelet's retry unprepares again, never a spec nothing refers to (docs/data-path.md §11).
         try:
@@ -256,27 +263,35 @@ def validate_no_overlap(checkpoint: Checkpoint, uid: str, status: ResourceClaimS
             raise RetryableError(f"requested device {device} is already allocated to a different claim")
 
 
-def domains_in_use(checkpoint: Checkpoint, *, exclude: str) -> set[str]:
-    """Domains whose channel claims on this node (other than ``exclude``) are prepared or preparing."""
-    used: set[str] = set()
+def domain_users(checkpoint: Checkpoint, *, exclude: str) -> dict[str, list[DomainUser]]:
+    """The claims on this node (other than ``exclude``) whose channel configs name each domain.
+
+    PrepareCompleted claims count as checked; PrepareStarted ones as recorded, for ``undo`` to check.
+    """
+    users: dict[str, list[DomainUser]] = {}
     for uid, claim in checkpoint.claims.items():
         if uid == exclude:
             continue
         if claim.state == ClaimState.PREPARE_COMPLETED:
-            used.update(
+            domains = {
                 group.config_state.compute_domain
                 for group in claim.prepared_devices
                 if group.config_state.type == DeviceType.CHANNEL.value
-            )
+            }
         elif claim.state == ClaimState.PREPARE_STARTED:
             try:
                 configs = opaque_device_configs(recorded_status(claim.status), strict=False)
             except DriverError:
                 continue  # it never got past decoding, so it never labelled the node
-            used.update(
+            domains = {
                 c.config.domain_id for c in configs if isinstance(c.config, ComputeDomainChannelConfig)
-            )
-    return used
+            }
+        else:
+            continue
+        user = DomainUser(claim.namespace, checked=claim.state == ClaimState.PREPARE_COMPLETED)
+        for domain in domains:
+            users.setdefault(domain, []).append(user)
+    return users
 
 
 def _reported(record: CheckpointedDevice) -> Device:

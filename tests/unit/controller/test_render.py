@@ -107,7 +107,7 @@ def field_env(name: str, path: str) -> dict[str, Any]:
 
 
 def test_daemon_set_matches_upstream() -> None:
-    """Metadata, selector, node selector, tolerations, claim, command, env and probes as upstream renders."""
+    """Upstream's metadata, selectors, tolerations, claim, command, env and probes; our securityContext."""
     config = make_config(cd_daemon_image_pull_secret_names=("regcred",))
     ds = render.daemon_set(UID, config).to_dict()
     label = {"resource.nvidia.com/computeDomain": UID}
@@ -152,6 +152,12 @@ def test_daemon_set_matches_upstream() -> None:
             "startupProbe": probe(1, 1200, initialDelaySeconds=0, successThreshold=1),
             "livenessProbe": probe(60, 20),
             "readinessProbe": probe(10, 1),
+            "securityContext": {
+                "privileged": False,
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
         }
     ]
 

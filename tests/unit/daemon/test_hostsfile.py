@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from imexdra.daemon.hostsfile import HEADER, managed_mappings, render_hosts, update_hosts_file
 
 USER_LINES = "127.0.0.1\tlocalhost\n# a comment\n10.0.0.5\tmy-pod\n"
@@ -58,3 +60,16 @@ def test_update_creates_missing_file(tmp_path: Path) -> None:
     assert update_hosts_file(hosts, {"compute-domain-daemon-0002": "fd00::2"}) is True
     assert hosts.read_text() == f"{HEADER}\nfd00::2\tcompute-domain-daemon-0002\n"
     assert hosts.stat().st_mode & 0o777 == 0o644
+
+
+def test_update_refuses_a_symbolic_link(tmp_path: Path) -> None:
+    """A link at the hosts file's path is neither written through nor re-moded: a clear error instead."""
+    target = tmp_path / "elsewhere"
+    target.write_text(USER_LINES)
+    target.chmod(0o600)
+    hosts = tmp_path / "hosts"
+    hosts.symlink_to(target)
+    with pytest.raises(OSError, match="hosts file is a symbolic link; refusing to follow it"):
+        update_hosts_file(hosts, {"compute-domain-daemon-0000": "10.0.0.1"})
+    assert target.read_text() == USER_LINES
+    assert target.stat().st_mode & 0o777 == 0o600

@@ -12,8 +12,8 @@ from imexdra.common.errors import RetryableError
 from imexdra.common.kube import PermanentApiError, RetryableApiError
 from imexdra.dra.resourceclaim import ResourceClaim, parse_claim
 from imexdra.kubeletplugin.checkpoint import ClaimState
-from imexdra.kubeletplugin.cleanup import StaleClaimCleanup, remove_orphaned_domain_dirs
-from tests.unit.kubeletplugin.support import DOMAIN_UID, NAMESPACE, Node, channel_claim, daemon_claim
+from imexdra.kubeletplugin.cleanup import StaleClaimCleanup
+from tests.unit.kubeletplugin.support import NAMESPACE, Node, channel_claim, daemon_claim
 
 
 class Api:
@@ -128,14 +128,3 @@ async def test_pass_removes_claim_specs_without_a_live_entry(tmp_path: Path) -> 
     assert node.cdi_file("claim-1").exists() and node.cdi_file("claim-2").exists()
     assert (node.cdi_root / "vendor.com-gpu.yaml").exists()
     assert [log.get("claims") for log in logs if "CDI specs" in log["event"]] == [["gone"]]
-
-
-def test_orphaned_domain_dirs_removed(tmp_path: Path) -> None:
-    """Directories of domains that no longer exist go; known ones and plain files stay."""
-    (tmp_path / DOMAIN_UID).mkdir()
-    (tmp_path / "gone-uid").mkdir()
-    (tmp_path / "gone-uid" / "imexd.cfg").write_text("x")
-    (tmp_path / "stray-file").write_text("x")
-    assert remove_orphaned_domain_dirs(tmp_path, {DOMAIN_UID}) == ["gone-uid"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [DOMAIN_UID, "stray-file"]
-    assert remove_orphaned_domain_dirs(tmp_path / "missing", set()) == []

@@ -200,21 +200,12 @@ def other_namespace(node: Node) -> None:
 STEPS: list[tuple[str, Any, type[DriverError], str | None]] = [
     ("1-decode", {"claim": channel_claim(params=channel_params(bogus=1))}, PermanentError, None),
     ("1-validate", {"claim": channel_claim(params=channel_params(domain=""))}, PermanentError, None),
-    ("2-result-count", {"claim": two_results()}, RetryableError, ClaimState.PREPARE_STARTED),
-    (
-        "3-mode",
-        {"claim": channel_claim(params=channel_params(mode="All"))},
-        PermanentError,
-        ClaimState.PREPARE_STARTED,
-    ),
-    (
-        "5-conflict",
-        {"before": prepared_elsewhere, "claim": admin_on_channel_0()},
-        RetryableError,
-        ClaimState.PREPARE_STARTED,
-    ),
-    ("6-domain-missing", {"domains": {}}, PermanentError, ClaimState.PREPARE_STARTED),
-    ("6-other-namespace", {"tweak": other_namespace}, PermanentError, ClaimState.PREPARE_STARTED),
+    # Steps 2-6 write nothing, so they run before PrepareStarted is recorded (docs/tenancy.md).
+    ("2-result-count", {"claim": two_results()}, RetryableError, None),
+    ("3-mode", {"claim": channel_claim(params=channel_params(mode="All"))}, PermanentError, None),
+    ("5-conflict", {"before": prepared_elsewhere, "claim": admin_on_channel_0()}, RetryableError, None),
+    ("6-domain-missing", {"domains": {}}, PermanentError, None),
+    ("6-other-namespace", {"tweak": other_namespace}, PermanentError, None),
     ("7-no-clique", {"clique": ""}, PermanentError, ClaimState.PREPARE_STARTED),
     ("7b-host-imex", {"host_imex": "not ready"}, RetryLaterError, ClaimState.PREPARE_STARTED),
     ("8-cdi-write", {"cdi_root_is_file": True}, RetryableError, ClaimState.PREPARE_STARTED),
