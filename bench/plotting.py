@@ -18,6 +18,16 @@ from matplotlib.figure import Figure
 P50_COLOUR = "tab:green"
 P99_COLOUR = "tab:red"
 MODE_COLOURS = {"driver_managed": "tab:blue", "host_managed": "tab:orange"}
+#: The controller compared with ours (``--controller-command``), drawn in grey wherever it appears.
+OTHER_COLOUR = "tab:gray"
+
+
+def other_name(results: dict[str, Any]) -> str:
+    """What the compared controller is: upstream's (bench/upstream_controller.sh) or another one."""
+    command = results.get("controller_command") or (results.get("other_controller") or {}).get(
+        "controller_command"
+    )
+    return "upstream's controller" if "upstream" in str(command or "") else "other controller"
 
 
 def _figure(title: str, panels: int) -> tuple[Figure, list[Axes]]:
@@ -143,6 +153,13 @@ def write_controller_plot(
     modes = {mode: results[f"single_{mode}"] for mode in MODE_COLOURS}
     curve = results["burst"]["ready_curve_s"]
     all_ready = results["burst"]["all_ready_s"]
+    burst_mode = str(results["burst"].get("controller_mode", "host_managed")).replace("_", "-")
+    # A side-by-side run (--controller-command): the other controller's driver-managed single domains,
+    # burst and writes, in grey beside ours.
+    other = results.get("other_controller")
+    if other is not None and "single_driver_managed" not in other:
+        other = None  # it failed; its error is in the JSON
+    name = other_name(results)
     figure, (single, burst, writes) = _figure("ComputeDomain controller", panels=3)
 
     for mode, single_results in modes.items():
@@ -150,6 +167,11 @@ def write_controller_plot(
         label = f"{mode.replace('_', '-')} (p50 {p50:g} ms)"
         _cdf(single, single_results["samples_ms"], "domains", color=MODE_COLOURS[mode], label=label)
     slowest = max(max(single_results["samples_ms"]) for single_results in modes.values())
+    if other is not None:
+        theirs = other["single_driver_managed"]
+        label = f"{name}, driver-managed (p50 {theirs['create_to_ready_ms']['p50']:g} ms)"
+        _cdf(single, theirs["samples_ms"], "domains", color=OTHER_COLOUR, linestyle="--", label=label)
+        slowest = max(slowest, max(theirs["samples_ms"]))
     single.set_xlim(0, max(slowest, target_p50_ms) * 1.1)
     single.set_title("Single domain: create → Ready (CDF)")
     single.set_xlabel("create → Ready (ms)")
@@ -157,10 +179,25 @@ def write_controller_plot(
     # Below the axes: inside, a legend can hide a curve or the target's label.
     single.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=2, frameon=False)
 
-    label = f"domain isolation: {len(curve)} domains"
-    burst.step(curve, range(1, len(curve) + 1), where="post", linewidth=1.8, color="tab:orange", label=label)
-    _vertical(burst, all_ready, f"all Ready {all_ready:g} s", "tab:orange", target=False)
+    label = f"imexdra, domain isolation: {len(curve)} domains"
+    colour = MODE_COLOURS.get(burst_mode.replace("-", "_"), "tab:orange")
+    burst.step(curve, range(1, len(curve) + 1), where="post", linewidth=1.8, color=colour, label=label)
+    _vertical(burst, all_ready, f"all Ready {all_ready:g} s", colour, target=False)
     latest, most = all_ready, len(curve)
+    if other is not None:
+        their_curve, their_ready = other["burst"]["ready_curve_s"], other["burst"]["all_ready_s"]
+        label = f"{name}: {len(their_curve)} domains"
+        burst.step(
+            their_curve,
+            range(1, len(their_curve) + 1),
+            where="post",
+            linewidth=1.8,
+            linestyle="--",
+            color=OTHER_COLOUR,
+            label=label,
+        )
+        _vertical(burst, their_ready, f"all Ready {their_ready:g} s", OTHER_COLOUR, target=False)
+        latest, most = max(latest, their_ready), max(most, len(their_curve))
     # Phase 4 (when it ran): the burst under channel isolation, each domain given its own channel.
     channel = results.get("burst_channel_isolation")
     if channel is not None:
@@ -177,9 +214,13 @@ def write_controller_plot(
         )
         _vertical(burst, channel_ready, f"all Ready {channel_ready:g} s", "tab:purple", target=False)
         latest, most = max(latest, channel_ready), max(most, len(channel_curve))
-    burst.set_xlim(0, max(latest, target_burst_s) * 1.1)
+    if other is not None:  # minutes against seconds: a log axis keeps both curves readable
+        burst.set_xscale("log")
+        burst.set_xlim(0.1, max(latest, target_burst_s) * 1.5)
+    else:
+        burst.set_xlim(0, max(latest, target_burst_s) * 1.1)
     burst.set_ylim(0, most * 1.05)
-    burst.set_title("Bursts of host-managed domains")
+    burst.set_title(f"Bursts of {burst_mode} domains")
     burst.set_xlabel("time since the first create (s)")
     burst.set_ylabel("domains Ready")
     _vertical(burst, target_burst_s, f"target all Ready ≤ {target_burst_s:g} s", P99_COLOUR, target=True)
@@ -192,6 +233,11 @@ def write_controller_plot(
         names.append("host-managed,\nchannel isolation (burst)")
         counts.append(channel["api_writes_per_domain"] + channel["api_writes_per_domain_delete"])
         colours.append("tab:purple")
+    if other is not None:
+        names.append(f"{name},\ndriver-managed")
+        # Counted by the API server (the other controller has no metric of its own writes).
+        counts.append(other["single_driver_managed"]["apiserver_writes_per_lifecycle"])
+        colours.append(OTHER_COLOUR)
     bars = writes.bar(names, counts, color=colours, width=0.5)
     writes.bar_label(bars, fmt="%g")
     writes.margins(y=0.15)
@@ -217,6 +263,7 @@ def write_jobstart_plot(results: dict[str, Any], path: Path, *, targets_s: dict[
         "Job start: submit → every worker's channel prepared", panels=3
     )
     runs = {series: [run for run in results.get(series, []) if "ours" in run] for series in SERIES_COLOURS}
+    name = other_name(results)
     for series, series_runs in runs.items():
         if not series_runs:
             continue
@@ -243,8 +290,8 @@ def write_jobstart_plot(results: dict[str, Any], path: Path, *, targets_s: dict[
                 others,
                 marker="s",
                 linewidth=1.2,
-                color="tab:gray",
-                label=f"{series}: other controller",
+                color=OTHER_COLOUR,
+                label=f"{series}: {name}",
             )
     for size, target in targets_s.items():
         scaling.plot([size], [target], marker="_", markersize=18, color=P99_COLOUR)
@@ -267,6 +314,17 @@ def write_jobstart_plot(results: dict[str, Any], path: Path, *, targets_s: dict[
                 linewidth=1.5,
                 label=f"{run['nodes']} nodes, {mode}",
             )
+            if "other" in run:
+                theirs = run["other"]["prepared_curve_s"]
+                curves.step(
+                    theirs,
+                    range(1, len(theirs) + 1),
+                    where="post",
+                    linestyle=style,
+                    linewidth=1.5,
+                    color=OTHER_COLOUR,
+                    label=f"{run['nodes']} nodes, {mode}, {name}",
+                )
     for size, target in targets_s.items():
         _vertical(curves, target, f"target {size} nodes ≤ {target:g} s", P99_COLOUR, target=True)
     curves.set_xlabel("seconds since submit")
@@ -278,13 +336,34 @@ def write_jobstart_plot(results: dict[str, Any], path: Path, *, targets_s: dict[
     shown = runs["simulated"] or runs["kubelets"] or runs["simulated_driver_managed"] or [{}]
     largest = max(shown, key=lambda run: run.get("nodes", 0))
     if "ours" in largest:
-        table = list(largest["ours"]["api"]["by_verb_and_resource"].items())[:12]
-        labels = [name for name, _ in table][::-1]
+        ours_api = largest["ours"]["api"]
+        their_api = largest["other"]["api"] if "other" in largest else None
+        table = list(ours_api["by_verb_and_resource"].items())[:12]
+        labels = [label for label, _ in table][::-1]
         values = [count for _, count in table][::-1]
-        bars = requests.barh(labels, values, color="tab:blue")
-        requests.bar_label(bars, fmt="%g", fontsize=8)
-        api = largest["ours"]["api"]
-        requests.set_title(f"API requests, {largest['nodes']} nodes (409: {api['409']}, 429: {api['429']})")
+        height = 0.4 if their_api is not None else 0.8
+        rows = range(len(labels))
+        bars = requests.barh(
+            [r + (height / 2 if their_api is not None else 0) for r in rows],
+            values,
+            height=height,
+            color="tab:blue",
+            label=f"imexdra (409: {ours_api['409']}, 429: {ours_api['429']})",
+        )
+        requests.bar_label(bars, fmt="%g", fontsize=7)
+        if their_api is not None:  # the same requests of the other controller's run, beside ours
+            theirs = [their_api["by_verb_and_resource"].get(label, 0) for label in labels]
+            bars = requests.barh(
+                [r - height / 2 for r in rows],
+                theirs,
+                height=height,
+                color=OTHER_COLOUR,
+                label=f"{name} (409: {their_api['409']}, 429: {their_api['429']})",
+            )
+            requests.bar_label(bars, fmt="%g", fontsize=7)
+            requests.legend(loc="lower right", fontsize=8)
+        requests.set_yticks(list(rows), labels)
+        requests.set_title(f"API requests, {largest['nodes']} nodes (ours' top 12)")
         requests.set_xlabel("requests during the job start")
         requests.tick_params(axis="y", labelsize=8)
         requests.margins(x=0.15)
