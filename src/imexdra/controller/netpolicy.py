@@ -105,8 +105,10 @@ class DaemonPolicies:
         owner = next((ds for ds in daemon_sets if ds.metadata and ds.metadata.uid and not _going(ds)), None)
         if owner is None or owner.metadata is None:
             return
-        namespace = owner.metadata.namespace
-        if any(p.metadata and p.metadata.namespace == namespace for p in self.view.by_domain(uid)):
+        namespace, name = owner.metadata.namespace, owner.metadata.name
+        # Found by its place, not by the label alone (docs/tenancy.md, "A fixed place, not a label").
+        placed = (p.metadata for p in self.view.by_domain(uid))
+        if any(meta and (meta.namespace, meta.name) == (namespace, name) for meta in placed):
             self._taken.discard(uid)
             return
         if uid in self._taken:
