@@ -587,3 +587,21 @@ def test_commands_and_daemon_account_match_the_package() -> None:
     pod = daemons.spec.template.spec
     assert pod.containers[0].command is not None and pod.containers[0].command[0] in scripts
     assert pod.serviceAccountName == DAEMON_SA
+
+
+def test_a_digest_pins_every_image_the_install_runs() -> None:
+    """image.digest pins repository:tag@digest for the controller, the plugin and the daemons (IMAGE_NAME)."""
+    digest = "sha256:" + "ab" * 32
+    values = {"image": {"repository": "registry.example/team/imexdra", "tag": "0.1.0", "digest": digest}}
+    rendered = render(values)
+    pinned = f"registry.example/team/imexdra:0.1.0@{digest}"
+    assert rendered.container(*CONTROLLER)["image"] == pinned
+    assert rendered.env(*CONTROLLER)["IMAGE_NAME"] == pinned
+    (plugin,) = rendered.of_kind("DaemonSet")
+    assert {c["image"] for c in plugin["spec"]["template"]["spec"]["containers"]} == {pinned}
+
+
+@pytest.mark.parametrize("digest", ["sha256:abc", "latest", "sha512:" + "ab" * 64])
+def test_a_malformed_digest_is_refused(digest: str) -> None:
+    """The schema names the field; nothing is rendered with a reference no runtime can pull."""
+    assert "digest" in render_error({"image": {"digest": digest}})

@@ -55,9 +55,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- merge $selector (include "imexdra.labels" .context | fromYaml) | toYaml }}
 {{- end }}
 
-{{/* The component image: repository:tag, the tag defaulting to the chart's appVersion. */}}
+{{/* The component image: repository:tag, the tag defaulting to the chart's appVersion; with
+image.digest, repository:tag@digest, which runtimes pull by the digest alone (the tag stays for
+people). The controller hands the same reference to every IMEX daemon DaemonSet (IMAGE_NAME). */}}
 {{- define "imexdra.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end }}
 
 {{/* Base name of the controller and kubelet-plugin ServiceAccounts. */}}
