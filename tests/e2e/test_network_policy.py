@@ -27,6 +27,7 @@ from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster import enforcer
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import PLUGIN_SELECTOR, driver_pods, is_ready, pod_phase
+from tests.support.builders import channel_pod
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
 
@@ -62,24 +63,7 @@ class Domain:
 
 def worker(name: str, node: str) -> dict[str, Any]:
     """A stand-in workload pod holding the team's channel on ``node``."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": TEAM},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "terminationGracePeriodSeconds": 1,
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "train-channel"}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": STAND_IN,
-                    "command": ["sleep", "3600"],
-                    "resources": {"claims": [{"name": "channel"}]},
-                }
-            ],
-        },
-    }
+    return channel_pod(name, TEAM, "train-channel", node=node, image=STAND_IN, command=["sleep", "3600"])
 
 
 def ready_daemons(cluster: LocalCluster, uid: str) -> dict[str, Daemon] | None:

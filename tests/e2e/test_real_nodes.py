@@ -36,6 +36,7 @@ from tests.e2e.helpers import (
     restart_plugin,
     upgrade_chart,
 )
+from tests.support.builders import channel_pod
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
 
@@ -85,24 +86,7 @@ def worker(name: str, node: str) -> dict[str, Any]:
         "ls -l /dev/nvidia-caps-imex-channels; stat -c '%n %F %t:%T' /dev/nvidia-caps-imex-channels/*; "
         "exec sleep 3600"
     )
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team"},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "terminationGracePeriodSeconds": 1,
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "train-channel"}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": STAND_IN,
-                    "command": ["sh", "-c", script],
-                    "resources": {"claims": [{"name": "channel"}]},
-                }
-            ],
-        },
-    }
+    return channel_pod(name, "team", "train-channel", node=node, image=STAND_IN, command=["sh", "-c", script])
 
 
 @pytest.fixture(scope="module")

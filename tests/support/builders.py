@@ -19,6 +19,7 @@ def channel_pod(
     existing_claim: bool = False,
     node: str | None = None,
     image: str = PAUSE_IMAGE,
+    command: list[str] | None = None,
     claim: str = "channel",
     grace_seconds: int | None = 1,
 ) -> dict[str, Any]:
@@ -28,9 +29,12 @@ def channel_pod(
     ``existing_claim``: ``template`` names a ResourceClaim the pod uses as it is (``resourceClaimName``).
 
     ``node`` pins it through the scheduler (a hostname nodeSelector); ``grace_seconds`` (1 by default,
-    so deleting one is quick) is left to the cluster's default when None.
+    so deleting one is quick) is left to the cluster's default when None; ``command`` replaces the
+    image's entry point.
     """
     container: dict[str, Any] = {"name": "main", "image": image}
+    if command is not None:
+        container["command"] = command
     spec: dict[str, Any] = {"automountServiceAccountToken": False, "containers": [container]}
     if template is not None:
         source = "resourceClaimName" if existing_claim else "resourceClaimTemplateName"
