@@ -79,6 +79,23 @@ def _cdf(axes: Axes, samples: list[float], of: str, **style: Any) -> None:
     axes.set_ylabel(f"cumulative fraction of {of}")
 
 
+def _ready_curve(
+    axes: Axes, curve: list[float], all_ready: float, colour: str, label: str, *, linestyle: str = "-"
+) -> tuple[float, int]:
+    """A burst's domains Ready over time, its all-Ready line; returns (all Ready, domains)."""
+    axes.step(
+        curve,
+        range(1, len(curve) + 1),
+        where="post",
+        linewidth=1.8,
+        linestyle=linestyle,
+        color=colour,
+        label=label,
+    )
+    _vertical(axes, all_ready, f"all Ready {all_ready:g} s", colour, target=False)
+    return all_ready, len(curve)
+
+
 def percentile_of(samples: list[float], fraction: float = 0.5) -> float:
     """The ``fraction`` percentile of ``samples`` (nearest rank, as the benchmarks report), rounded."""
     ordered = sorted(samples)
@@ -179,41 +196,24 @@ def write_controller_plot(
     # Below the axes: inside, a legend can hide a curve or the target's label.
     single.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=2, frameon=False)
 
-    label = f"imexdra, domain isolation: {len(curve)} domains"
     colour = MODE_COLOURS.get(burst_mode.replace("-", "_"), "tab:orange")
-    burst.step(curve, range(1, len(curve) + 1), where="post", linewidth=1.8, color=colour, label=label)
-    _vertical(burst, all_ready, f"all Ready {all_ready:g} s", colour, target=False)
-    latest, most = all_ready, len(curve)
+    label = f"imexdra, domain isolation: {len(curve)} domains"
+    ends = [_ready_curve(burst, curve, all_ready, colour, label)]
     if other is not None:
-        their_curve, their_ready = other["burst"]["ready_curve_s"], other["burst"]["all_ready_s"]
+        their_curve = other["burst"]["ready_curve_s"]
         label = f"{name}: {len(their_curve)} domains"
-        burst.step(
-            their_curve,
-            range(1, len(their_curve) + 1),
-            where="post",
-            linewidth=1.8,
-            linestyle="--",
-            color=OTHER_COLOUR,
-            label=label,
+        theirs = _ready_curve(
+            burst, their_curve, other["burst"]["all_ready_s"], OTHER_COLOUR, label, linestyle="--"
         )
-        _vertical(burst, their_ready, f"all Ready {their_ready:g} s", OTHER_COLOUR, target=False)
-        latest, most = max(latest, their_ready), max(most, len(their_curve))
+        ends.append(theirs)
     # Phase 4 (when it ran): the burst under channel isolation, each domain given its own channel.
     channel = results.get("burst_channel_isolation")
     if channel is not None:
-        channel_curve, channel_ready = channel["ready_curve_s"], channel["all_ready_s"]
+        channel_curve = channel["ready_curve_s"]
         unique = "unique" if channel["channels"]["unique"] else "NOT unique"
         label = f"channel isolation: {len(channel_curve)} domains, channels {unique}"
-        burst.step(
-            channel_curve,
-            range(1, len(channel_curve) + 1),
-            where="post",
-            linewidth=1.8,
-            color="tab:purple",
-            label=label,
-        )
-        _vertical(burst, channel_ready, f"all Ready {channel_ready:g} s", "tab:purple", target=False)
-        latest, most = max(latest, channel_ready), max(most, len(channel_curve))
+        ends.append(_ready_curve(burst, channel_curve, channel["all_ready_s"], "tab:purple", label))
+    latest, most = max(end for end, _ in ends), max(count for _, count in ends)
     if other is not None:  # minutes against seconds: a log axis keeps both curves readable
         burst.set_xscale("log")
         burst.set_xlim(0.1, max(latest, target_burst_s) * 1.5)
