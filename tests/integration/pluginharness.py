@@ -263,8 +263,9 @@ class PluginProcess:
                 continue
         return entries
 
-    def logged(self, text: str) -> bool:
-        return any(text in json.dumps(entry) for entry in self.lines())
+    def logged(self, *texts: str) -> bool:
+        """Whether one log entry holds every one of ``texts``."""
+        return any(all(text in json.dumps(entry) for text in texts) for entry in self.lines())
 
     async def wait_registered(self) -> None:
         await eventually(

@@ -251,9 +251,13 @@ async def test_second_channel_claim_on_the_node_is_refused(
         {"status": {"allocation": allocation, "reservedFor": reserved}},
     )
 
+    # The holder's UID goes to the plugin's log only; the pod's error names no other claim
+    # (docs/tenancy.md, "Events and errors name nothing of another namespace").
     await eventually(
-        "conflict logged", lambda: plugin.logged(f"already allocated to different claim {first_claim}")
+        "conflict logged", lambda: plugin.logged("Device held by another prepared claim", first_claim)
     )
+    assert plugin.logged("requested device channel-0 is already allocated to a different claim")
+    assert not plugin.logged("already allocated to a different claim", first_claim)
     assert pod_field(cluster, namespace, "second", "{.status.phase}") == "Pending"
     second_claim = uid_of(cluster, "resourceclaim", "second", namespace)
     checkpoint = plugin.sim.checkpoint()
