@@ -17,28 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, daemon_object_name
-from imexdra.common.kube import load_config
 from imexdra.common.store import object_key
 from imexdra.controller import reasons, render
 from imexdra.controller.caches import Caches, DaemonSetMeta
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.reconciler import Reconciler
+from tests.support.offline import offline_client
 from tests.unit.controller.support import UID, make_config, make_domain
 
-KUBECONFIG = """
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: ctx, context: {cluster: c, user: u}}]
-current-context: ctx
-"""
 DRIVER_NAMESPACE = "nvidia-dra"
 TENANT = "tenant"
 TENANT_HOLD = "tenant.example.com/hold"
@@ -139,8 +130,7 @@ def _domain_objects(cd: ComputeDomain, config: ControllerConfig) -> list[Any]:
 @pytest.fixture
 async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     """Caches holding a domain of team-a, its own objects, and a tenant's look-alike of its template."""
-    (tmp_path / "kc").write_text(KUBECONFIG)
-    client = AsyncClient(config=load_config(tmp_path / "kc"))
+    client = offline_client(tmp_path)
     config = make_config(namespace=DRIVER_NAMESPACE)
     caches = Caches(client, config)
     cd = make_domain(name="victim", namespace="team-a", uid=UID)

@@ -7,21 +7,12 @@ from typing import Any
 
 import msgspec
 import pytest
-from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.common.kube import load_config
 from imexdra.kubeletplugin.domains import ComputeDomainCache
+from tests.support.offline import offline_client
 
 NODE = "node-a"
-KUBECONFIG = """
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: ctx, context: {cluster: c, user: u}}]
-current-context: ctx
-"""
 
 
 def domain(
@@ -69,8 +60,7 @@ async def test_only_what_a_prepare_here_waits_for_wakes(
     tmp_path: Path, old: ComputeDomain, new: ComputeDomain, wakes: bool
 ) -> None:
     """A status change wakes the retries only when this node's entry or the domain's channel changed."""
-    (tmp_path / "kc").write_text(KUBECONFIG)
-    client = AsyncClient(config=load_config(tmp_path / "kc"))
+    client = offline_client(tmp_path)
     cache = ComputeDomainCache(client, NODE)
     seen = cache.changes.generation
     cache._updated(old, new)
