@@ -79,19 +79,16 @@ def _cdf(axes: Axes, samples: list[float], of: str, **style: Any) -> None:
     axes.set_ylabel(f"cumulative fraction of {of}")
 
 
+def _count_curve(axes: Axes, times: list[float], **style: Any) -> None:
+    """How many events had happened by each time: a step from 1 at the first to N at the last."""
+    axes.step(times, range(1, len(times) + 1), where="post", **style)
+
+
 def _ready_curve(
     axes: Axes, curve: list[float], all_ready: float, colour: str, label: str, *, linestyle: str = "-"
 ) -> tuple[float, int]:
     """A burst's domains Ready over time, its all-Ready line; returns (all Ready, domains)."""
-    axes.step(
-        curve,
-        range(1, len(curve) + 1),
-        where="post",
-        linewidth=1.8,
-        linestyle=linestyle,
-        color=colour,
-        label=label,
-    )
+    _count_curve(axes, curve, linewidth=1.8, linestyle=linestyle, color=colour, label=label)
     _vertical(axes, all_ready, f"all Ready {all_ready:g} s", colour, target=False)
     return all_ready, len(curve)
 
@@ -304,26 +301,17 @@ def write_jobstart_plot(results: dict[str, Any], path: Path, *, targets_s: dict[
 
     for series, style in (("simulated", "-"), ("simulated_driver_managed", "--")):
         for run in runs[series] or (runs["kubelets"] if series == "simulated" else []):
-            curve = run["ours"]["prepared_curve_s"]
             mode = "driver-managed" if series == "simulated_driver_managed" else "host-managed"
-            curves.step(
-                curve,
-                range(1, len(curve) + 1),
-                where="post",
-                linestyle=style,
-                linewidth=1.5,
-                label=f"{run['nodes']} nodes, {mode}",
-            )
+            label = f"{run['nodes']} nodes, {mode}"
+            _count_curve(curves, run["ours"]["prepared_curve_s"], linestyle=style, linewidth=1.5, label=label)
             if "other" in run:
-                theirs = run["other"]["prepared_curve_s"]
-                curves.step(
-                    theirs,
-                    range(1, len(theirs) + 1),
-                    where="post",
+                _count_curve(
+                    curves,
+                    run["other"]["prepared_curve_s"],
                     linestyle=style,
                     linewidth=1.5,
                     color=OTHER_COLOUR,
-                    label=f"{run['nodes']} nodes, {mode}, {name}",
+                    label=f"{label}, {name}",
                 )
     for size, target in targets_s.items():
         _vertical(curves, target, f"target {size} nodes ≤ {target:g} s", P99_COLOUR, target=True)
