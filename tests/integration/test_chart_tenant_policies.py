@@ -13,7 +13,6 @@ on a rack.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from imexdra.api.constants import (
     DRIVER_NAME,
 )
 from imexdra_sim.localcluster.cluster import LocalCluster
+from tests.support.waiting import wait_until
 from tests.unit.chart.install import install_chart_rbac
 
 RELEASE = "tenantpol"
@@ -41,19 +41,36 @@ ISOLATED_TEMPLATE_REFUSED = "only imexdra's controller writes templates for it"
 CLAIM_MAKER = "system:serviceaccount:kube-system:resource-claim-controller"
 
 
+def enforced_policies(
+    cluster: LocalCluster,
+    release: str,
+    driver_namespace: str,
+    tenant: str,
+    refused: dict[str, Any],
+    values: dict[str, Any] | None = None,
+) -> Iterator[str]:
+    """The chart's policies installed with ``values`` until ``refused`` is refused in ``tenant``.
+
+    Yields the controller's user name; removes the policies and both namespaces afterwards.
+    """
+    installed = install_chart_rbac(cluster, release=release, namespace=driver_namespace, values=values)
+    cluster.create_namespace(tenant)
+    wait_until(  # the policies load asynchronously
+        f"the {release} policies enforced",
+        lambda: admitted(cluster, refused) is not None,
+        timeout=30,
+        interval=0.2,
+    )
+    yield f"system:serviceaccount:{driver_namespace}:{installed.service_account('controller')}"
+    installed.uninstall()
+    for namespace in (driver_namespace, tenant):
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
 @pytest.fixture(scope="module")
 def policies(cluster: LocalCluster) -> Iterator[str]:
     """The chart's policies installed and enforced; the controller's user name; removed afterwards."""
-    installed = install_chart_rbac(cluster, release=RELEASE, namespace=DRIVER_NAMESPACE)
-    cluster.create_namespace(TENANT)
-    deadline = time.monotonic() + 30
-    while admitted(cluster, daemon_claim(TENANT)) is None:  # the policies load asynchronously
-        assert time.monotonic() < deadline, "the tenant policies were not enforced within 30 s"
-        time.sleep(0.2)
-    yield f"system:serviceaccount:{DRIVER_NAMESPACE}:{installed.service_account('controller')}"
-    installed.uninstall()
-    for namespace in (DRIVER_NAMESPACE, TENANT):
-        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    yield from enforced_policies(cluster, RELEASE, DRIVER_NAMESPACE, TENANT, daemon_claim(TENANT))
 
 
 def admitted(cluster: LocalCluster, obj: dict[str, Any], *, as_user: str | None = None) -> str | None:
@@ -225,22 +242,14 @@ def strict_policies(cluster: LocalCluster) -> Iterator[str]:
 
     Function-scoped: the policy judges every namespace but its driver's, so it must not outlive the test.
     """
-    installed = install_chart_rbac(
+    yield from enforced_policies(
         cluster,
-        release=STRICT_RELEASE,
-        namespace=STRICT_DRIVER_NAMESPACE,
+        STRICT_RELEASE,
+        STRICT_DRIVER_NAMESPACE,
+        STRICT_TENANT,
+        channel_claim(STRICT_TENANT),
         values={"validatingAdmissionPolicies": {"channelClaimsFromTemplatesOnly": True}},
     )
-    cluster.create_namespace(STRICT_TENANT)
-    probe = channel_claim(STRICT_TENANT)
-    deadline = time.monotonic() + 30
-    while admitted(cluster, probe) is None:  # the policies load asynchronously
-        assert time.monotonic() < deadline, "the strict tenant policies were not enforced within 30 s"
-        time.sleep(0.2)
-    yield f"system:serviceaccount:{STRICT_DRIVER_NAMESPACE}:{installed.service_account('controller')}"
-    installed.uninstall()
-    for namespace in (STRICT_DRIVER_NAMESPACE, STRICT_TENANT):
-        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_with_templates_only_a_hand_written_channel_claim_is_refused(
