@@ -18,3 +18,15 @@ fetch_deb() {
   if [ -z "$found" ]; then echo "ERROR: could not download $spec from Debian's archive" >&2; exit 1; fi
   echo "$found"
 }
+
+# unpack_debs DIR "NAME=VERSION ...": DIR holds those packages' files, unpacked (never installed) once
+# per list: DIR/stamp names the list, and a different list unpacks DIR again from nothing. Call it as a
+# plain command (not in `if` or `&&`), so that errexit stops the build on a failed download or unpack.
+unpack_debs() {
+  local dir=$1 specs=$2 spec
+  if [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$specs" ]; then return 0; fi
+  echo "[debs] unpacking $specs into $dir" >&2
+  rm -rf "$dir" && mkdir -p "$dir"
+  for spec in $specs; do dpkg-deb -x "$(fetch_deb "$spec")" "$dir"; done
+  echo "$specs" > "$dir/stamp"
+}

@@ -117,12 +117,7 @@ build_step cni cni "$CNI_PLUGINS_VERSION" bridge host-local loopback -- -ldflags
 # machine's): Debian's iptables and its libraries, unpacked into the cache; $bin/iptables* are wrappers
 # that run its nf_tables variant with those libraries and extensions.
 ipt="$out/iptables"
-if [ ! -f "$ipt/stamp" ] || [ "$(cat "$ipt/stamp")" != "$IPTABLES_DEBS" ]; then
-  log "iptables: unpacking $IPTABLES_DEBS"
-  rm -rf "$ipt" && mkdir -p "$ipt"
-  for spec in $IPTABLES_DEBS; do dpkg-deb -x "$(fetch_deb "$spec")" "$ipt"; done
-  echo "$IPTABLES_DEBS" > "$ipt/stamp"
-fi
+unpack_debs "$ipt" "$IPTABLES_DEBS"
 for tool in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
   cat > "$bin/$tool" <<WRAPPER
 #!/bin/sh
@@ -138,12 +133,7 @@ done
 build_step kuberouter kuberouter "$KUBE_ROUTER_VERSION" kube-router-netpol -- -ldflags="-s -w" \
   -o "$bin/kube-router-netpol" .
 ipset_dir="$out/ipset"
-if [ ! -f "$ipset_dir/stamp" ] || [ "$(cat "$ipset_dir/stamp")" != "$IPSET_DEBS" ]; then
-  log "ipset: unpacking $IPSET_DEBS"
-  rm -rf "$ipset_dir" && mkdir -p "$ipset_dir"
-  for spec in $IPSET_DEBS; do dpkg-deb -x "$(fetch_deb "$spec")" "$ipset_dir"; done
-  echo "$IPSET_DEBS" > "$ipset_dir/stamp"
-fi
+unpack_debs "$ipset_dir" "$IPSET_DEBS"
 cat > "$bin/ipset" <<WRAPPER
 #!/bin/sh
 # Debian's ipset from $ipset_dir (libmnl from $ipt), written by tools/k8s/build.sh.
