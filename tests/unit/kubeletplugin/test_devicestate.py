@@ -5,7 +5,6 @@ Specification: docs/data-path.md §7, §11, and docs/compatibility.md §3.2.
 
 import dataclasses
 import datetime
-from pathlib import Path
 
 import pytest
 import yaml
@@ -30,13 +29,6 @@ from tests.unit.kubeletplugin.support import (
 )
 
 CHANNEL_ID = "k8s.compute-domain.nvidia.com/claim=claim-1-channel-0"
-
-
-@pytest.fixture
-async def node(tmp_path: Path) -> Node:
-    n = Node(tmp_path)
-    await n.initialize()
-    return n
 
 
 async def test_channel_claim_prepared(node: Node) -> None:

@@ -5,8 +5,6 @@ namespace names it in a hand-written channel claim. Upstream records PrepareStar
 namespace assertion, so such an entry may also come from upstream's plugin or an older imexdra.
 """
 
-from pathlib import Path
-
 import pytest
 
 from imexdra.common.errors import PermanentError
@@ -16,13 +14,6 @@ from imexdra.kubeletplugin.checkpointstore import mark_prepare_started
 from tests.unit.kubeletplugin.support import DOMAIN_UID, NAMESPACE, Node, channel_claim
 
 INTRUDER_NAMESPACE = "intruder"
-
-
-@pytest.fixture
-async def node(tmp_path: Path) -> Node:
-    n = Node(tmp_path)
-    await n.initialize()
-    return n
 
 
 def intruders_claim() -> ResourceClaim:
