@@ -69,6 +69,12 @@ DEFAULT_MAX_NODES_PER_IMEX_DOMAIN: Final = 18
 #: as the daemon's config template sets them; the daemons' NetworkPolicy opens these to peers only.
 IMEX_SERVER_PORT: Final = 50000
 IMEX_CMD_PORT: Final = 50005
+#: Under gate ComputeDomainBindingConditions, every channel device a driver-managed node publishes
+#: carries this binding condition and this binding failure condition: the controller sets the first
+#: in a claim's ``status.devices`` once the node's IMEX daemon of the claim's domain is Ready, the
+#: second when the claim can never be prepared there (docs/binding-conditions.md).
+BINDING_CONDITION_DAEMON_READY: Final = "IMEXDaemonReady"
+BINDING_FAILURE_CONDITION: Final = "IMEXDaemonFailed"
 
 
 class DeviceType(StrEnum):

@@ -48,6 +48,7 @@ class Gate(StrEnum):
     FABRIC_MANAGER_PARTITIONING = "FabricManagerPartitioning"
     CONSUMABLE_SHARES = "ConsumableShares"
     HOST_MANAGED_IMEX = "HostManagedIMEX"
+    COMPUTE_DOMAIN_BINDING_CONDITIONS = "ComputeDomainBindingConditions"
     CONTEXTUAL_LOGGING = "ContextualLogging"
     LOGGING_ALPHA_OPTIONS = "LoggingAlphaOptions"
     LOGGING_BETA_OPTIONS = "LoggingBetaOptions"
@@ -79,6 +80,8 @@ GATES: Mapping[Gate, GateSpec] = {
     Gate.FABRIC_MANAGER_PARTITIONING: GateSpec(False, Stage.ALPHA, "0.5"),
     Gate.CONSUMABLE_SHARES: GateSpec(False, Stage.ALPHA, "0.5"),
     Gate.HOST_MANAGED_IMEX: GateSpec(False, Stage.ALPHA, "0.5"),
+    # Ours: workload pods bind only once their node's IMEX daemon is Ready (docs/binding-conditions.md).
+    Gate.COMPUTE_DOMAIN_BINDING_CONDITIONS: GateSpec(False, Stage.ALPHA, "0.6"),
     # Kubernetes logging gates; upstream overrides ContextualLogging's default to true.
     Gate.CONTEXTUAL_LOGGING: GateSpec(True, Stage.BETA, None),
     Gate.LOGGING_ALPHA_OPTIONS: GateSpec(False, Stage.ALPHA, None),
@@ -100,8 +103,13 @@ _EXCLUDES = (
     (Gate.DYNAMIC_MIG, Gate.MPS_SUPPORT),
     (Gate.PASSTHROUGH_SUPPORT, Gate.NVML_DEVICE_HEALTH_CHECK),
 )
-#: Gates HostManagedIMEX turns off: both describe the in-cluster daemons it replaces.
-_HOST_MANAGED_FORCED_OFF = (Gate.IMEX_DAEMONS_WITH_DNS_NAMES, Gate.COMPUTE_DOMAIN_CLIQUES)
+#: Gates HostManagedIMEX turns off: they describe the in-cluster daemons it replaces (binding conditions
+#: wait for a daemon pod; host-managed readiness is not built yet, docs/binding-conditions.md).
+_HOST_MANAGED_FORCED_OFF = (
+    Gate.IMEX_DAEMONS_WITH_DNS_NAMES,
+    Gate.COMPUTE_DOMAIN_CLIQUES,
+    Gate.COMPUTE_DOMAIN_BINDING_CONDITIONS,
+)
 
 # Exactly the spellings Go's strconv.ParseBool accepts.
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})

@@ -12,6 +12,11 @@ In-use protection (docs/in-use-protection.md §3) asks one more fact of the same
 use a domain's channel. ``ClaimUse`` says it for any channel of our driver, channel 0 included: the
 domain its channel config names and the pods ``status.reservedFor`` lists. Daemon claims carry a
 ComputeDomainDaemonConfig, not a channel config, so they never count.
+
+Under gate ComputeDomainBindingConditions (docs/binding-conditions.md) a claim whose allocated channel
+devices carry our binding condition and have neither it nor the failure condition set yet is a
+``PendingBinding``: the scheduler holds its pod until the controller decides. ``ClaimUse.node`` (the
+allocation's node) lets the controller take back a node label it set once no claim needs it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,12 @@ from lightkube.core import resource as res
 from lightkube.core.schema import DictMixin
 from lightkube.models.meta_v1 import ObjectMeta
 
-from imexdra.api.constants import DRIVER_NAME, KIND_CHANNEL_CONFIG
+from imexdra.api.constants import (
+    BINDING_CONDITION_DAEMON_READY,
+    BINDING_FAILURE_CONDITION,
+    DRIVER_NAME,
+    KIND_CHANNEL_CONFIG,
+)
 from imexdra.controller.channels import ClaimHold
 
 #: The device names of channels the plugin publishes (``channel-<id>``, kubeletplugin/slices.py).
@@ -40,11 +50,27 @@ class ClaimUse:
     domain: str
     #: ``namespace/name`` of every pod in ``status.reservedFor``.
     pods: tuple[str, ...]
+    #: The node the allocation is bound to (``""`` if it names none, e.g. a network-attached device).
+    node: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingBinding:
+    """A claim whose pod the scheduler holds until its channel devices' binding conditions are set."""
+
+    #: The ``domainID`` its ComputeDomainChannelConfig names; ``""`` if it carries none.
+    domain: str
+    #: The allocated node.
+    node: str
+    #: ``(pool, device)`` of each of our allocated devices with the binding condition.
+    devices: tuple[tuple[str, str], ...]
 
 
 class _Result(msgspec.Struct, kw_only=True):
     driver: str = ""
+    pool: str = ""
     device: str = ""
+    binding_conditions: list[str] = msgspec.field(name="bindingConditions", default_factory=list)
 
 
 class _Opaque(msgspec.Struct, kw_only=True):
@@ -62,8 +88,35 @@ class _Devices(msgspec.Struct, kw_only=True):
     config: list[_Config] = msgspec.field(default_factory=list)
 
 
+class _MatchField(msgspec.Struct, kw_only=True):
+    key: str = ""
+    operator: str = ""
+    values: list[str] = msgspec.field(default_factory=list)
+
+
+class _Term(msgspec.Struct, kw_only=True):
+    match_fields: list[_MatchField] = msgspec.field(name="matchFields", default_factory=list)
+
+
+class _NodeSelector(msgspec.Struct, kw_only=True):
+    terms: list[_Term] = msgspec.field(name="nodeSelectorTerms", default_factory=list)
+
+
 class _Allocation(msgspec.Struct, kw_only=True):
     devices: _Devices | None = None
+    node_selector: _NodeSelector | None = msgspec.field(name="nodeSelector", default=None)
+
+
+class _Condition(msgspec.Struct, kw_only=True):
+    type: str = ""
+    status: str = ""
+
+
+class _DeviceStatus(msgspec.Struct, kw_only=True):
+    driver: str = ""
+    pool: str = ""
+    device: str = ""
+    conditions: list[_Condition] = msgspec.field(default_factory=list)
 
 
 class _Consumer(msgspec.Struct, kw_only=True):
@@ -74,6 +127,7 @@ class _Consumer(msgspec.Struct, kw_only=True):
 class _Status(msgspec.Struct, kw_only=True):
     allocation: _Allocation | None = None
     reserved_for: list[_Consumer] = msgspec.field(name="reservedFor", default_factory=list)
+    devices: list[_DeviceStatus] = msgspec.field(default_factory=list)
 
 
 class _ChannelParameters(msgspec.Struct, kw_only=True):
@@ -134,7 +188,46 @@ def use_of(status: _Status, namespace: str) -> ClaimUse | None:
     if domain is None:
         return None
     pods = tuple(f"{namespace}/{c.name}" for c in status.reserved_for if c.resource == "pods" and c.name)
-    return ClaimUse(domain=domain, pods=pods)
+    assert status.allocation is not None
+    return ClaimUse(domain=domain, pods=pods, node=_allocated_node(status.allocation))
+
+
+def _allocated_node(allocation: _Allocation) -> str:
+    """The one node a node-local allocation selects (``metadata.name In [node]``), else ``""``."""
+    terms = allocation.node_selector.terms if allocation.node_selector is not None else []
+    for term in terms:
+        for field in term.match_fields:
+            if field.key == "metadata.name" and field.operator == "In" and len(field.values) == 1:
+                return field.values[0]
+    return ""
+
+
+def binding_of(status: _Status) -> PendingBinding | None:
+    """The claim's binding still to be decided by us, or None (none asked, or already decided)."""
+    allocation = status.allocation
+    devices = allocation.devices if allocation is not None else None
+    if allocation is None or devices is None:
+        return None
+    waiting = tuple(
+        (r.pool, r.device)
+        for r in devices.results
+        if r.driver == DRIVER_NAME and BINDING_CONDITION_DAEMON_READY in r.binding_conditions
+    )
+    node = _allocated_node(allocation)
+    if not waiting or not node:
+        return None
+    decided = {
+        (d.pool, d.device)
+        for d in status.devices
+        if d.driver == DRIVER_NAME
+        and any(
+            c.status == "True" and c.type in (BINDING_CONDITION_DAEMON_READY, BINDING_FAILURE_CONDITION)
+            for c in d.conditions
+        )
+    }
+    if all(device in decided for device in waiting):
+        return None
+    return PendingBinding(domain=_domain_of(devices.config) or "", node=node, devices=waiting)
 
 
 class ChannelClaim(res.NamespacedResourceG, DictMixin, kw_only=True):
@@ -153,6 +246,8 @@ class ChannelClaim(res.NamespacedResourceG, DictMixin, kw_only=True):
     hold: ClaimHold | None = msgspec.field(default=None, name="-imexdra-hold")
     #: Filled in here too: the domain whose channel it holds and the pods using it.
     use: ClaimUse | None = msgspec.field(default=None, name="-imexdra-use")
+    #: And the binding conditions still to set (gate ComputeDomainBindingConditions).
+    binding: PendingBinding | None = msgspec.field(default=None, name="-imexdra-binding")
 
     def __post_init__(self) -> None:
         """Keep only what the channel book, in-use protection and the informer need."""
@@ -161,6 +256,7 @@ class ChannelClaim(res.NamespacedResourceG, DictMixin, kw_only=True):
             namespace = (meta.namespace if meta else None) or ""
             self.hold = hold_of(self.status, namespace)
             self.use = use_of(self.status, namespace)
+            self.binding = binding_of(self.status)
             self.status = None
         if meta is not None:
             self.metadata = ObjectMeta(

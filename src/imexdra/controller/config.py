@@ -112,6 +112,13 @@ class ControllerConfig:
         return self.daemon_network_policy and not self.host_managed
 
     @property
+    def binding_conditions(self) -> bool:
+        """Whether the controller decides our channel devices' binding conditions (``binding``)."""
+        return not self.host_managed and self.feature_gates.enabled(Gate.COMPUTE_DOMAIN_BINDING_CONDITIONS)
+
+    @property
     def reads_claims(self) -> bool:
-        """Whether the controller watches ResourceClaims (the channels they hold, the pods using them)."""
-        return self.imex_isolation is ImexIsolation.CHANNEL or self.in_use_protection
+        """Whether the controller watches ResourceClaims (held channels, the pods using them, bindings)."""
+        return (
+            self.imex_isolation is ImexIsolation.CHANNEL or self.in_use_protection or self.binding_conditions
+        )

@@ -16,7 +16,9 @@ workers at once, and adding a queued key again is free):
   requeues domains waiting for a number, oldest first, when one may have come free; under domain
   isolation ComputeDomains and claim templates feed ``switching``, which requeues held domains when
   the last domain made under channel isolation is gone;
-- every ``config.resync_seconds``: every domain again (informer resync) and a sweep.
+- every ``config.resync_seconds``: every domain again (informer resync) and a sweep;
+- under gate ComputeDomainBindingConditions, ``binding`` keeps a queue of its own: claims waiting for
+  a binding decision, requeued by their domain's changes, cliques and daemon pods.
 
 Workers start only after every informer has listed once, so no reconcile or sweep acts on a half-filled
 cache (a sweep on a half-filled cache would take live objects for stale ones).
@@ -40,6 +42,7 @@ from imexdra.common.informer import EventHandler, follow_latest
 from imexdra.common.store import KubeObject, object_key
 from imexdra.common.transport import Transport
 from imexdra.common.workqueue import WorkQueue, run_workers
+from imexdra.controller.binding import BindingConditions
 from imexdra.controller.caches import Caches, DaemonSetMeta, domain_label, own_uid
 from imexdra.controller.claimholds import ChannelClaim
 from imexdra.controller.cleanup import SWEEP_KEY, StaleObjectSweeper
@@ -109,6 +112,10 @@ class Controller:
             policies=self.policies,
         )
         self.sweeper = StaleObjectSweeper(self.caches, writer)
+        #: Binding conditions of our channel devices (docs/binding-conditions.md), under their gate only.
+        self.binding: BindingConditions | None = None
+        if config.binding_conditions:
+            self.binding = BindingConditions(self.caches, writer, events)
         self._started = asyncio.Event()
         self._wire()
 
@@ -131,6 +138,8 @@ class Controller:
             self.queue.add(SWEEP_KEY)
             group.create_task(self._periodic_sweep())
             group.create_task(run_workers(self.queue, self._process, workers=self.config.workers))
+            if self.binding is not None:
+                group.create_task(run_workers(self.binding.queue, self.binding.process, workers=8))
             self._started.set()
 
     async def _process(self, key: str) -> float | None:

@@ -6,7 +6,8 @@ instead of cluster-wide, cliques get ``create``/``patch``/``delete`` because the
 only writer, and Events are written through ``events.k8s.io``. Nothing is read with ``get``: the
 informers ``list`` and ``watch``; only leader election reads its Lease. ResourceClaims are read only
 under channel isolation (the numbers claims hold, docs/channel-isolation.md §4) or in-use protection
-(the pods using a domain, docs/in-use-protection.md §3), and never written. NetworkPolicies are read and
+(the pods using a domain, docs/in-use-protection.md §3) or with binding conditions, whose status
+entries for our devices are the only claim writes (docs/binding-conditions.md). NetworkPolicies are read and
 created (never changed; garbage collection deletes them) in the managed namespaces while the controller
 makes its daemons' policies (``netpolicy``, the default; the chart grants it with that value only).
 """
@@ -60,8 +61,35 @@ NAMESPACE_RULES: tuple[Rule, ...] = (
 CLAIM_RULES: tuple[Rule, ...] = (Rule(("resource.k8s.io",), ("resourceclaims",), _READ),)
 
 
-def cluster_rules(isolation: ImexIsolation, *, in_use_protection: bool = True) -> tuple[Rule, ...]:
-    """The cluster-wide rules of an install running with ``isolation`` and in-use protection on or off."""
-    if isolation is ImexIsolation.CHANNEL or in_use_protection:
-        return (*CLUSTER_RULES, *CLAIM_RULES)
-    return CLUSTER_RULES
+@dataclass(frozen=True, slots=True)
+class NamedRule(Rule):
+    """A rule for named objects only (``resourceNames``)."""
+
+    resource_names: tuple[str, ...] = ()
+
+    def manifest(self) -> dict[str, Any]:
+        """The rule as it appears in a (Cluster)Role."""
+        return {**Rule.manifest(self), "resourceNames": list(self.resource_names)}
+
+
+#: Also bound cluster-wide under gate ComputeDomainBindingConditions (``binding``): the controller sets
+#: our devices' conditions in claims' ``status.devices``, which Kubernetes authorizes per driver.
+BINDING_RULES: tuple[Rule, ...] = (
+    Rule(("resource.k8s.io",), ("resourceclaims/status",), ("patch",)),
+    NamedRule(
+        ("resource.k8s.io",),
+        ("resourceclaims/driver",),
+        ("arbitrary-node:patch",),
+        resource_names=("compute-domain.nvidia.com",),
+    ),
+)
+
+
+def cluster_rules(
+    isolation: ImexIsolation, *, in_use_protection: bool = True, binding_conditions: bool = False
+) -> tuple[Rule, ...]:
+    """The cluster-wide rules of an install with ``isolation``, in-use protection and binding conditions."""
+    rules = CLUSTER_RULES
+    if isolation is ImexIsolation.CHANNEL or in_use_protection or binding_conditions:
+        rules = (*rules, *CLAIM_RULES)
+    return (*rules, *BINDING_RULES) if binding_conditions else rules

@@ -7,6 +7,10 @@
   changed instead of by resourceVersion, so unrelated writes cannot make them fail.
 - Objects the controller alone writes (ComputeDomain status, cliques) are merge-patched.
 - The finalizer is added to a ComputeDomain guarded by its resourceVersion, as upstream's Update is.
+- A node label set for a binding (``binding``) is guarded by the node's resourceVersion: the label
+  must not replace another domain's that appeared meanwhile.
+- Binding conditions in a claim's ``status.devices`` are server-side applied: those entries are ours,
+  the rest of the status (allocation, reservations) is the scheduler's.
 
 Writes go through the lean ``transport``; each is counted in ``imexdra_controller_api_writes_total``
 and its result recorded in the overlay.
@@ -14,16 +18,20 @@ and its result recorded in the overlay.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import msgspec
+import structlog
 from lightkube.core import decoders
 from lightkube.resources.core_v1 import Node
+from lightkube.resources.resource_v1 import ResourceClaim
 from prometheus_client import Counter
 
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
-from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, NODE_LABEL_KEY
+from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, DRIVER_NAME, NODE_LABEL_KEY
 from imexdra.common.errors import RetryableError
 from imexdra.common.kube import ApiStatusError, is_not_found, status_code
 from imexdra.common.store import KubeObject, object_key
@@ -34,8 +42,11 @@ from imexdra.controller.overlay import Overlay
 
 R = TypeVar("R", bound=KubeObject)
 
+_log = structlog.get_logger(__name__)
+
 _MERGE = "application/merge-patch+json"
 _JSON_PATCH = "application/json-patch+json"
+_APPLY = "application/apply-patch+yaml"
 _FIELD_MANAGER = {"fieldManager": CONTROLLER_NAME}
 
 
@@ -46,6 +57,10 @@ def has_finalizer(obj: KubeObject) -> bool:
 
 class FinalizersChangedError(RetryableError):
     """The finalizer list changed between our read and our patch (the patch's test failed)."""
+
+
+class NodeChangedError(RetryableError):
+    """The node changed between our read and our label patch (409): read it again."""
 
 
 @functools.cache
@@ -71,13 +86,21 @@ class Writer:
         self._transport = transport
 
     async def _send(
-        self, resource: str, verb: str, method: str, path: str, body: Any = None, content_type: str = ""
+        self,
+        resource: str,
+        verb: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "",
+        *,
+        query: dict[str, str] | None = None,
     ) -> bytes:
         try:
             response = await self._transport.request(
                 method,
                 path,
-                query=_FIELD_MANAGER if method != "DELETE" else None,
+                query=query or (_FIELD_MANAGER if method != "DELETE" else None),
                 body=body,
                 content_type=content_type or "application/json",
             )
@@ -218,6 +241,83 @@ class Writer:
             if status_code(error) not in (404, 422):
                 raise
         overlay.mark_gone(node)  # it leaves the label-selected cache once the watch says so
+
+    async def add_node_label(self, name: str, uid: str, overlay: Overlay[Node]) -> str | None:
+        """Label node ``name`` for domain ``uid`` unless it carries a domain label already.
+
+        Returns the label the node carries afterwards (``uid``, or another domain's), None if the node
+        is gone. Guarded by the resourceVersion just read: a 409 is a ``NodeChangedError`` (retried).
+        """
+        node = await self.lookup(Node, name, None)
+        if node is None or node.metadata is None:
+            return None
+        current: str | None = (node.metadata.labels or {}).get(NODE_LABEL_KEY)
+        if current:
+            return current
+        patch = {
+            "metadata": {"resourceVersion": node.metadata.resourceVersion, "labels": {NODE_LABEL_KEY: uid}}
+        }
+        try:
+            body = await self._patch(node, patch, _MERGE)
+        except ApiStatusError as error:
+            if status_code(error) == 409:
+                raise NodeChangedError(f"node {name} changed while labelling it; retrying") from error
+            if is_not_found(error):
+                return None
+            raise
+        overlay.record(decoders.decode_object(body, Node))
+        return uid
+
+    async def set_device_conditions(
+        self,
+        namespace: str,
+        name: str,
+        devices: Iterable[tuple[str, str]],
+        *,
+        condition: str,
+        reason: str,
+        message: str,
+    ) -> None:
+        """Set ``condition`` True on our ``(pool, device)`` entries of a claim's ``status.devices``.
+
+        A claim gone (404) needs nothing more; a 422 is logged and dropped: the allocation was taken
+        back meanwhile (status entries must name allocated devices), and a new one is a new claim event.
+        """
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        entry = {
+            "type": condition,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": stamp,
+        }
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {
+                "devices": [
+                    {"driver": DRIVER_NAME, "pool": pool, "device": device, "conditions": [entry]}
+                    for pool, device in devices
+                ]
+            },
+        }
+        path = resource_path(ResourceClaim.Status, name, namespace=namespace)
+        try:
+            await self._send(
+                "resourceclaims/status",
+                "apply",
+                "PATCH",
+                path,
+                body,
+                _APPLY,
+                query=_FIELD_MANAGER | {"force": "true"},
+            )
+        except ApiStatusError as error:
+            if status_code(error) == 422:
+                _log.warning("Binding condition refused", claim=f"{namespace}/{name}", error=str(error))
+            elif status_code(error) != 404:
+                raise
 
 
 def _plural(res: type[Any]) -> str:

@@ -192,6 +192,7 @@ async def _assemble(config: PluginConfig, api: _Api, nvml: Nvml, devices: HostIm
         host_managed=config.host_managed,
         channel_isolation=config.channel_isolation,
         channel_count=devices.channel_count,
+        binding_conditions=config.gates.enabled(Gate.COMPUTE_DOMAIN_BINDING_CONDITIONS),
     )
     publisher = SlicePublisher(
         client,

@@ -7,6 +7,9 @@ so no daemon device exists (docs/data-path.md §10); under channel isolation (ho
 keeps two domains off one channel of a node (docs/channel-isolation.md §5). Each device carries
 exactly two attributes in the driver's own domain, written unqualified as upstream does: ``type``
 (string ``channel``/``daemon``) and ``id`` (int), i.e. ``compute-domain.nvidia.com/type`` and ``.../id``.
+Under gate ComputeDomainBindingConditions (driver-managed only) every channel device also carries the
+binding condition ``IMEXDaemonReady`` and the binding failure condition ``IMEXDaemonFailed``
+(docs/binding-conditions.md); without it a slice is upstream's.
 
 Pure data: ``imexdra.dra.slicepublisher`` splits the list into slices and talks to the API. Unlike
 upstream (Go map order), the device order is stable, so a restart never rewrites an unchanged slice.
@@ -18,7 +21,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from imexdra.api.constants import DEVICE_ATTRIBUTE_ID, DEVICE_ATTRIBUTE_TYPE, DeviceType
+from imexdra.api.constants import (
+    BINDING_CONDITION_DAEMON_READY,
+    BINDING_FAILURE_CONDITION,
+    DEVICE_ATTRIBUTE_ID,
+    DEVICE_ATTRIBUTE_TYPE,
+    DeviceType,
+)
 from imexdra.devices.procfs import IMEX_CHANNEL_COUNT
 
 _DEVICE_NAME = re.compile(r"(channel|daemon)-(0|[1-9][0-9]*)")
@@ -36,15 +45,19 @@ class AllocatableDevice:
         """``channel-<id>`` or ``daemon-<id>``."""
         return f"{self.type.value}-{self.id}"
 
-    def slice_entry(self) -> dict[str, Any]:
-        """The ``spec.devices[]`` entry for this device."""
-        return {
+    def slice_entry(self, *, binding_conditions: bool = False) -> dict[str, Any]:
+        """The ``spec.devices[]`` entry for this device (a channel's with binding conditions if asked)."""
+        entry: dict[str, Any] = {
             "name": self.name,
             "attributes": {
                 DEVICE_ATTRIBUTE_TYPE: {"string": self.type.value},
                 DEVICE_ATTRIBUTE_ID: {"int": self.id},
             },
         }
+        if binding_conditions and self.type == DeviceType.CHANNEL:
+            entry["bindingConditions"] = [BINDING_CONDITION_DAEMON_READY]
+            entry["bindingFailureConditions"] = [BINDING_FAILURE_CONDITION]
+        return entry
 
 
 def allocatable_devices(channel_count: int = IMEX_CHANNEL_COUNT) -> dict[str, AllocatableDevice]:
@@ -77,10 +90,19 @@ def published_devices(
 
 
 def slice_devices(
-    *, host_managed: bool, channel_isolation: bool = False, channel_count: int = IMEX_CHANNEL_COUNT
+    *,
+    host_managed: bool,
+    channel_isolation: bool = False,
+    channel_count: int = IMEX_CHANNEL_COUNT,
+    binding_conditions: bool = False,
 ) -> list[dict[str, Any]]:
-    """The ``spec.devices`` entries of the node's pool, in publishing order."""
+    """The ``spec.devices`` entries of the node's pool, in publishing order.
+
+    ``binding_conditions`` (gate ComputeDomainBindingConditions) applies to driver-managed nodes only:
+    host-managed readiness is the host's, which no controller sees (docs/binding-conditions.md).
+    """
     devices = published_devices(
         allocatable_devices(channel_count), host_managed=host_managed, channel_isolation=channel_isolation
     )
-    return [device.slice_entry() for device in devices]
+    conditions = binding_conditions and not host_managed
+    return [device.slice_entry(binding_conditions=conditions) for device in devices]

@@ -1,9 +1,10 @@
 """Feature gates: the registry, parsing, AllAlpha/AllBeta, dependency rules and HostManagedIMEX overrides.
 
-Aspects covered: names/defaults/stages match upstream (plus HostManagedIMEX, docs/compatibility.md §3.4); the
-``--feature-gates`` syntax Go accepts (whitespace, trailing commas, ParseBool spellings) and what it
-rejects; the deprecated ``HostManagedIMEXDaemon`` alias; the dependency and exclusivity rules; the
-HostManagedIMEX ordering (overrides first, then validation); rendering and logging.
+Aspects covered: names/defaults/stages match upstream (plus our HostManagedIMEX and
+ComputeDomainBindingConditions, docs/compatibility.md §3.4); the ``--feature-gates`` syntax Go
+accepts (whitespace, trailing commas, ParseBool spellings) and what it rejects; the deprecated
+``HostManagedIMEXDaemon`` alias; the dependency and exclusivity rules; the HostManagedIMEX ordering
+(overrides first, then validation); rendering and logging.
 """
 
 import pytest
@@ -22,8 +23,10 @@ from imexdra.api.featuregates import (
 )
 from imexdra.common.errors import ConfigError
 
+#: Upstream's rendering plus our two gates (HostManagedIMEX, ComputeDomainBindingConditions).
 UPSTREAM_DEFAULT_RENDERING = (
-    "AllAlpha=false,AllBeta=false,ComputeDomainCliques=true,ConsumableShares=false,ContextualLogging=true,"
+    "AllAlpha=false,AllBeta=false,ComputeDomainBindingConditions=false,ComputeDomainCliques=true,"
+    "ConsumableShares=false,ContextualLogging=true,"
     "CrashOnNVLinkFabricErrors=true,DRAListTypeAttributes=false,DeviceMetadata=false,DynamicMIG=false,"
     "FabricManagerPartitioning=false,HostManagedIMEX=false,IMEXDaemonsWithDNSNames=true,"
     "LoggingAlphaOptions=false,LoggingBetaOptions=true,MPSSupport=false,NVMLDeviceHealthCheck=false,"
@@ -45,6 +48,7 @@ REGISTRY = [
     ("FabricManagerPartitioning", False, Stage.ALPHA, "0.5"),
     ("ConsumableShares", False, Stage.ALPHA, "0.5"),
     ("HostManagedIMEX", False, Stage.ALPHA, "0.5"),
+    ("ComputeDomainBindingConditions", False, Stage.ALPHA, "0.6"),
     ("ContextualLogging", True, Stage.BETA, None),
     ("LoggingAlphaOptions", False, Stage.ALPHA, None),
     ("LoggingBetaOptions", True, Stage.BETA, None),
@@ -55,7 +59,7 @@ REGISTRY = [
 
 @pytest.mark.parametrize(("name", "default", "stage", "since"), REGISTRY, ids=[name for name, *_ in REGISTRY])
 def test_registry_matches_upstream(name: str, default: bool, stage: Stage, since: str | None) -> None:
-    """Every gate has upstream's default, stage and introduction version (HostManagedIMEX is ours)."""
+    """Every gate has upstream's default, stage and introduction version (two gates are ours)."""
     spec = GATES[Gate(name)]
     assert (spec.default, spec.stage, spec.since) == (default, stage, since)
     assert resolve_feature_gates("").enabled(Gate(name)) is default
@@ -64,7 +68,7 @@ def test_registry_matches_upstream(name: str, default: bool, stage: Stage, since
 def test_registry_is_complete() -> None:
     """The table above covers every registered gate and nothing else."""
     assert set(GATES) == set(Gate)
-    assert len(GATES) == 18
+    assert len(GATES) == 19
 
 
 def test_defaults_render_like_upstream() -> None:
@@ -256,8 +260,16 @@ def test_validation_alone_would_reject_what_overrides_fix() -> None:
         ("HostManagedIMEX=true", (Gate.IMEX_DAEMONS_WITH_DNS_NAMES, Gate.COMPUTE_DOMAIN_CLIQUES)),
         ("HostManagedIMEX=true,ComputeDomainCliques=false", (Gate.IMEX_DAEMONS_WITH_DNS_NAMES,)),
         ("HostManagedIMEX=true,ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=false", ()),
+        (
+            "HostManagedIMEX=true,ComputeDomainBindingConditions=true",
+            (
+                Gate.IMEX_DAEMONS_WITH_DNS_NAMES,
+                Gate.COMPUTE_DOMAIN_CLIQUES,
+                Gate.COMPUTE_DOMAIN_BINDING_CONDITIONS,
+            ),
+        ),
     ],
-    ids=["defaults", "gate-off", "gate-on", "cliques-already-off", "both-already-off"],
+    ids=["defaults", "gate-off", "gate-on", "cliques-already-off", "both-already-off", "binding-conditions"],
 )
 def test_overrides_report_only_what_was_forced(spec: str, forced: tuple[Gate, ...]) -> None:
     """Only gates that were on are forced and reported, each with its reason."""

@@ -28,6 +28,7 @@ CONDITIONS = frozenset(
         "gpuCliqueLabel",
         "claims",
         "daemonNetworkPolicy",
+        "bindingConditions",
     }
 )
 CLUSTER_SCOPED = frozenset({"nodes", "nodes/status", "resourceslices", "deviceclasses", "clusterroles"})

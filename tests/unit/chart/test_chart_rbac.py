@@ -72,6 +72,21 @@ INSTALLS: dict[str, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {
         frozenset({"gpuCliqueLabel"}) | CLAIMS,
         (),
     ),
+    "binding-conditions": (
+        {"featureGates": {"ComputeDomainBindingConditions": True}},
+        DRIVER | {"bindingConditions"},
+        (),
+    ),
+    "binding-conditions-protection-off": (
+        merge({"featureGates": {"ComputeDomainBindingConditions": True}}, PROTECTION_OFF),
+        DRIVER | {"bindingConditions"},
+        (),
+    ),
+    "binding-conditions-host-managed": (
+        {"featureGates": {"ComputeDomainBindingConditions": True, "HostManagedIMEX": True}},
+        CLAIMS,
+        (),
+    ),
     "additional-namespaces": (ADDITIONAL, DRIVER, ("old-a",)),
     "additional-namespaces-cliques-off": (
         merge(ADDITIONAL, {"featureGates": {"ComputeDomainCliques": False}}),
@@ -175,19 +190,27 @@ def test_admission_policies_can_be_disabled() -> None:
 
 
 @pytest.mark.parametrize(
-    ("isolation", "protection", "conditions"),
+    ("isolation", "protection", "binding", "conditions"),
     [
-        (ImexIsolation.DOMAIN, True, frozenset({"claims", "leaderElection"})),
-        (ImexIsolation.DOMAIN, False, frozenset({"leaderElection"})),
-        (ImexIsolation.CHANNEL, False, frozenset({"claims", "leaderElection"})),
+        (ImexIsolation.DOMAIN, True, False, frozenset({"claims", "leaderElection"})),
+        (ImexIsolation.DOMAIN, False, False, frozenset({"leaderElection"})),
+        (ImexIsolation.CHANNEL, False, False, frozenset({"claims", "leaderElection"})),
+        (ImexIsolation.DOMAIN, False, True, frozenset({"claims", "leaderElection", "bindingConditions"})),
     ],
-    ids=["domain-isolation", "domain-isolation-protection-off", "channel-isolation-protection-off"],
+    ids=[
+        "domain-isolation",
+        "domain-isolation-protection-off",
+        "channel-isolation-protection-off",
+        "binding-conditions-protection-off",
+    ],
 )
 def test_controller_rules_module_agrees_with_the_uses_list(
-    isolation: ImexIsolation, protection: bool, conditions: frozenset[str]
+    isolation: ImexIsolation, protection: bool, binding: bool, conditions: frozenset[str]
 ) -> None:
     """``imexdra.controller.rbac`` (the controller tests' identity) names the same verbs per resource."""
-    cluster = controller_rules.cluster_rules(isolation, in_use_protection=protection)
+    cluster = controller_rules.cluster_rules(
+        isolation, in_use_protection=protection, binding_conditions=binding
+    )
     rules = (*cluster, *controller_rules.NAMESPACE_RULES)
     listed = {
         (group, resource, verb)

@@ -88,6 +88,22 @@ def test_channel_isolation_publishes_every_channel_but_zero() -> None:
     assert [d["attributes"]["id"]["int"] for d in devices] == list(range(1, 2048))
 
 
+def test_binding_conditions_mark_the_channel_devices_only() -> None:
+    """Gate ComputeDomainBindingConditions: channel-0 waits for IMEXDaemonReady (fails on IMEXDaemonFailed),
+    daemon-0 carries nothing (the daemon is what readiness waits for)."""
+    channel, daemon = slice_devices(host_managed=False, binding_conditions=True)
+    assert channel == CHANNEL_0 | {
+        "bindingConditions": ["IMEXDaemonReady"],
+        "bindingFailureConditions": ["IMEXDaemonFailed"],
+    }
+    assert daemon == DAEMON_0
+
+
+def test_binding_conditions_leave_host_managed_slices_alone() -> None:
+    """Host-managed slices stay upstream's even with the gate asked for (no daemon pod to wait for)."""
+    assert slice_devices(host_managed=True, binding_conditions=True) == [CHANNEL_0]
+
+
 def test_channel_isolation_follows_the_channel_count() -> None:
     """A smaller pool (--imex-channel-count 4) publishes channel-1..channel-3."""
     names = [d["name"] for d in slice_devices(host_managed=True, channel_isolation=True, channel_count=4)]

@@ -129,6 +129,14 @@ AllBeta for its stage, else its default. Call with (dict "context" $ "gate" "Nam
 {{- if and (not (include "imexdra.hostManaged" .)) (include "imexdra.gate" (dict "context" . "gate" "ComputeDomainCliques" "stage" "Beta" "default" true)) }}true{{ end }}
 {{- end }}
 
+{{/*
+Whether the controller decides binding conditions ("true" or ""): gate ComputeDomainBindingConditions
+(ours, alpha, default off; AllAlpha sets it) in driver-managed mode (docs/binding-conditions.md).
+*/}}
+{{- define "imexdra.bindingConditions" -}}
+{{- if and (not (include "imexdra.hostManaged" .)) (include "imexdra.gate" (dict "context" . "gate" "ComputeDomainBindingConditions" "stage" "Alpha" "default" false)) }}true{{ end }}
+{{- end }}
+
 {{/* FEATURE_GATES as upstream renders it: Name=value for each gate in name order, trailing comma. */}}
 {{- define "imexdra.featureGatesEnv" -}}
 {{- range $name, $value := .Values.featureGates }}{{ $name }}={{ $value }},{{ end }}

@@ -1,0 +1,297 @@
+"""Binding conditions of our channel devices: the claim projection, ``decide`` and the controller's part.
+
+docs/binding-conditions.md. Aspects covered: a claim allocated a channel with our binding condition
+decodes into a ``PendingBinding`` (node from the allocation's node selector) until either condition is
+True in ``status.devices``; ``decide`` fails a claim with no channel config, naming a domain of another
+namespace or a terminating one, or allocated on a node of another domain, labels an unlabelled node,
+waits for, then reports, the node's daemon Ready; ``BindingConditions`` on the controller's real caches
+(filled by hand, a recording writer) writes exactly that, and takes back a label no claim needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from lightkube.core import decoders
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Node
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo
+from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, ComputeDomainStatusValue
+from imexdra.controller.binding import BindingConditions, Facts, Outcome, decide
+from imexdra.controller.caches import Caches
+from imexdra.controller.claimholds import ChannelClaim, PendingBinding
+from tests.support.offline import offline_client
+from tests.unit.controller.support import CLIQUE, UID, make_config, make_domain
+
+DRIVER = "compute-domain.nvidia.com"
+NS = "team-a"
+NODE = "node-a"
+GATE = "ComputeDomainBindingConditions=true"
+
+
+def claim_body(
+    *,
+    namespace: str = NS,
+    domain: str = UID,
+    binding: bool = True,
+    conditions: list[dict[str, str]] | None = None,
+    reserved_for: tuple[str, ...] = ("worker-0",),
+) -> bytes:
+    """A claim allocated ``channel-0`` of ``NODE`` (with our binding condition unless ``binding=False``)."""
+    result: dict[str, Any] = {"request": "channel", "driver": DRIVER, "pool": NODE, "device": "channel-0"}
+    if binding:
+        result |= {"bindingConditions": ["IMEXDaemonReady"], "bindingFailureConditions": ["IMEXDaemonFailed"]}
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainChannelConfig"}
+    if domain:
+        parameters["domainID"] = domain
+    status: dict[str, Any] = {
+        "allocation": {
+            "devices": {
+                "results": [result],
+                "config": [{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": parameters}}],
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+                ]
+            },
+        },
+        "reservedFor": [{"resource": "pods", "name": pod, "uid": f"{pod}-uid"} for pod in reserved_for],
+    }
+    if conditions is not None:
+        status["devices"] = [
+            {"driver": DRIVER, "pool": NODE, "device": "channel-0", "conditions": conditions}
+        ]
+    obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": "worker-0-channel",
+            "namespace": namespace,
+            "uid": "claim-1",
+            "resourceVersion": "7",
+        },
+        "status": status,
+    }
+    return msgspec.json.encode(obj)
+
+
+def decoded(body: bytes) -> ChannelClaim:
+    claim: ChannelClaim = decoders.decode_object(body, ChannelClaim)
+    return claim
+
+
+PENDING = PendingBinding(domain=UID, node=NODE, devices=((NODE, "channel-0"),))
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        pytest.param(claim_body(), PENDING, id="pending"),
+        pytest.param(claim_body(domain=""), PendingBinding("", NODE, ((NODE, "channel-0"),)), id="no-domain"),
+        pytest.param(claim_body(binding=False), None, id="no-binding-condition"),
+        pytest.param(
+            claim_body(conditions=[{"type": "IMEXDaemonReady", "status": "True"}]), None, id="already-ready"
+        ),
+        pytest.param(
+            claim_body(conditions=[{"type": "IMEXDaemonFailed", "status": "True"}]), None, id="already-failed"
+        ),
+        pytest.param(
+            claim_body(conditions=[{"type": "IMEXDaemonReady", "status": "False"}]), PENDING, id="ready-false"
+        ),
+    ],
+)
+def test_claim_decodes_into_its_pending_binding(body: bytes, expected: PendingBinding | None) -> None:
+    """A binding is pending until one of our two conditions is True for every such device."""
+    assert decoded(body).binding == expected
+
+
+def test_a_channel_use_knows_its_allocated_node() -> None:
+    """``ClaimUse.node`` is the node the allocation's selector names (for taking a label back)."""
+    use = decoded(claim_body()).use
+    assert use is not None and (use.domain, use.node, use.pods) == (UID, NODE, (f"{NS}/worker-0",))
+
+
+def facts(**overrides: Any) -> Facts:
+    values: dict[str, Any] = {
+        "claim_namespace": NS,
+        "domain": make_domain(namespace=NS),
+        "terminating": False,
+        "node_label": UID,
+        "daemon_ready": False,
+        "daemon_failure": "",
+    }
+    return Facts(**(values | overrides))
+
+
+@pytest.mark.parametrize(
+    ("binding", "given", "outcome", "reason"),
+    [
+        (PendingBinding("", NODE, ()), facts(), Outcome.FAIL, "NoComputeDomainConfig"),
+        (PENDING, facts(domain=None), Outcome.FAIL, "ComputeDomainNotFound"),
+        (PENDING, facts(terminating=True), Outcome.FAIL, "ComputeDomainTerminating"),
+        (PENDING, facts(node_label=None), Outcome.LABEL, ""),
+        (PENDING, facts(node_label="another-uid"), Outcome.FAIL, "NodeInUse"),
+        (PENDING, facts(), Outcome.WAIT, ""),
+        (PENDING, facts(daemon_ready=True), Outcome.READY, "DaemonReady"),
+        (PENDING, facts(daemon_failure="NV_ERR_IN_USE"), Outcome.FAIL, "DaemonFailing"),
+    ],
+    ids=["no-config", "not-found", "terminating", "unlabelled", "node-in-use", "wait", "ready", "failing"],
+)
+def test_decide(binding: PendingBinding, given: Facts, outcome: Outcome, reason: str) -> None:
+    """Namespace first, then the node's label, then the daemon's readiness or lasting failure."""
+    decision = decide(binding, given)
+    assert (decision.outcome, decision.reason) == (outcome, reason)
+
+
+def test_failure_messages_name_nothing_of_another_domain() -> None:
+    """A node of another domain is refused without its UID; a missing domain names the claim's namespace."""
+    in_use = decide(PENDING, facts(node_label="another-uid"))
+    assert "another-uid" not in in_use.message
+    missing = decide(PENDING, facts(domain=None))
+    assert f"namespace {NS}" in missing.message
+
+
+@dataclass
+class Writes:
+    """The writer stand-in: labels and conditions the controller asks for."""
+
+    labels: list[tuple[str, str]] = field(default_factory=list)
+    removed: list[tuple[str, str]] = field(default_factory=list)
+    conditions: list[tuple[str, str, str]] = field(default_factory=list)
+    label_found: str | None = None
+
+    async def add_node_label(self, name: str, uid: str, _view: Any) -> str | None:
+        self.labels.append((name, uid))
+        return self.label_found or uid
+
+    async def remove_node_label(self, node: Node, uid: str, _view: Any) -> None:
+        assert node.metadata is not None
+        self.removed.append((node.metadata.name or "", uid))
+
+    async def set_device_conditions(
+        self, namespace: str, name: str, _devices: Any, *, condition: str, reason: str, message: str
+    ) -> None:
+        self.conditions.append((f"{namespace}/{name}", condition, reason))
+
+
+@dataclass
+class Events:
+    """The event recorder stand-in: (kind, namespace, reason) per event."""
+
+    recorded: list[tuple[str, str | None, str]] = field(default_factory=list)
+
+    def record(self, regarding: Any, *, type: str, reason: str, note: str, action: str) -> None:
+        self.recorded.append((regarding.kind, regarding.namespace, reason))
+
+
+@dataclass
+class Setup:
+    caches: Caches
+    writes: Writes
+    events: Events
+    binding: BindingConditions
+    domain: ComputeDomain
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
+    """The controller's caches under the gate, holding one domain of team-a and nothing else."""
+    client = offline_client(tmp_path)
+    caches = Caches(client, make_config(gates=GATE))
+    cd = make_domain(namespace=NS)
+    caches.domains.store.upsert(cd)
+    writes, events = Writes(), Events()
+    binding = BindingConditions(caches, writes, events)  # type: ignore[arg-type]
+    yield Setup(caches, writes, events, binding, cd)
+    await client.close()
+
+
+def labelled_node(uid: str = UID) -> Node:
+    return Node(metadata=ObjectMeta(name=NODE, resourceVersion="3", labels={COMPUTE_DOMAIN_LABEL_KEY: uid}))
+
+
+def clique(status: ComputeDomainStatusValue) -> ComputeDomainClique:
+    daemon = ComputeDomainDaemonInfo(
+        node_name=NODE, ip_address="10.0.0.1", clique_id=CLIQUE, index=0, status=status
+    )
+    meta = ObjectMeta(name=f"{UID}.{CLIQUE}", namespace="nvidia-dra", labels={COMPUTE_DOMAIN_LABEL_KEY: UID})
+    return ComputeDomainClique(metadata=meta, daemons=[daemon])
+
+
+async def decide_claim(setup: Setup, body: bytes) -> None:
+    claim = decoded(body)
+    assert setup.caches.claims is not None
+    setup.caches.claims.store.upsert(claim)
+    await setup.binding.process(f"claim:{claim.metadata.namespace}/{claim.metadata.name}")  # type: ignore[union-attr]
+
+
+async def test_a_claim_of_another_namespace_fails_at_once_without_a_label(setup: Setup) -> None:
+    """A claim naming team-a's domain from another namespace: failure condition and events, no label."""
+    await decide_claim(setup, claim_body(namespace="tenant"))
+    assert setup.writes.conditions == [
+        ("tenant/worker-0-channel", "IMEXDaemonFailed", "ComputeDomainNotFound")
+    ]
+    assert setup.writes.labels == []
+    assert setup.events.recorded == [
+        ("ResourceClaim", "tenant", "ComputeDomainNotFound"),
+        ("Pod", "tenant", "ComputeDomainNotFound"),
+    ]
+
+
+async def test_an_unlabelled_node_is_labelled_and_the_claim_waits(setup: Setup) -> None:
+    """The first step for the domain's own claim is its node's label; no condition yet."""
+    await decide_claim(setup, claim_body())
+    assert setup.writes.labels == [(NODE, UID)]
+    assert setup.writes.conditions == []
+
+
+async def test_a_node_found_labelled_for_another_domain_fails(setup: Setup) -> None:
+    """The label write finds another domain's label (the cache lagged): failure, the pod goes elsewhere."""
+    setup.writes.label_found = "another-uid"
+    await decide_claim(setup, claim_body())
+    assert setup.writes.conditions == [("team-a/worker-0-channel", "IMEXDaemonFailed", "NodeInUse")]
+
+
+async def test_ready_once_the_nodes_daemon_is_ready_in_its_clique(setup: Setup) -> None:
+    """Labelled node, daemon NotReady: wait; the clique says Ready: the Ready condition, nothing else."""
+    caches = setup.caches
+    assert caches.nodes is not None and caches.cliques is not None
+    caches.nodes.store.upsert(labelled_node())
+    caches.cliques.store.upsert(clique(ComputeDomainStatusValue.NOT_READY))
+    await decide_claim(setup, claim_body())
+    assert setup.writes.conditions == []
+    caches.cliques.store.upsert(clique(ComputeDomainStatusValue.READY))
+    await decide_claim(setup, claim_body())
+    assert setup.writes.conditions == [("team-a/worker-0-channel", "IMEXDaemonReady", "DaemonReady")]
+    assert setup.writes.labels == []
+    assert setup.events.recorded == []
+
+
+async def test_a_label_is_released_only_when_no_claim_of_the_domain_needs_it(setup: Setup) -> None:
+    """The domain's claim on the node keeps its label; a foreign one does not; none left: removed."""
+    caches = setup.caches
+    assert caches.nodes is not None and caches.claims is not None
+    caches.nodes.store.upsert(labelled_node())
+    caches.claims.store.upsert(decoded(claim_body()))
+    await setup.binding.process(f"label:{NODE}/{UID}")
+    assert setup.writes.removed == []
+    caches.claims.store.delete(f"{NS}/worker-0-channel")
+    caches.claims.store.upsert(decoded(claim_body(namespace="tenant")))
+    await setup.binding.process(f"label:{NODE}/{UID}")
+    assert setup.writes.removed == [(NODE, UID)]
+
+
+async def test_a_label_of_another_domain_is_never_released(setup: Setup) -> None:
+    """Only a label naming the domain in question is taken back."""
+    assert setup.caches.nodes is not None
+    setup.caches.nodes.store.upsert(labelled_node("another-uid"))
+    await setup.binding.process(f"label:{NODE}/{UID}")
+    assert setup.writes.removed == []
