@@ -95,6 +95,18 @@ def driver_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     yield from _rack(DRIVER_MANAGED, pytestconfig)
 
 
+#: Workload pods bound only to a Ready IMEX daemon (our gate, docs/binding-conditions.md).
+BINDING_CONDITIONS = rack.RackConfig(
+    nodes=2, extra_values={"featureGates": {"ComputeDomainBindingConditions": True}}
+)
+
+
+@pytest.fixture(scope="module")
+def binding_conditions_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Two nodes of one clique, driver-managed, gate ComputeDomainBindingConditions on."""
+    yield from _rack(BINDING_CONDITIONS, pytestconfig)
+
+
 CHANNEL_ISOLATION = rack.RackConfig(
     nodes=4,
     host_managed=True,

@@ -27,12 +27,19 @@ import click
     show_default=True,
     help="containerd: enforce NetworkPolicies (kube-router's firewall on every node); fakecri has none",
 )
+@click.option(
+    "--binding-conditions/--no-binding-conditions",
+    default=True,
+    show_default=True,
+    help="driver-managed: bind workers only to a Ready IMEX daemon (gate ComputeDomainBindingConditions)",
+)
 def demo(
     nodes: int,
     host_managed: bool,
     keep: bool,
     runtime: Literal["containerd", "fakecri"],
     network_policy: bool,
+    binding_conditions: bool,
 ) -> None:
     """Run the seed's MPIJob with a ComputeDomain on a simulated NVL72 rack."""
     # Imported here so that `imexdra --help`, which lists this command, stays as quick as before.
@@ -40,5 +47,12 @@ def demo(
     from imexdra_sim.rack import RackConfig
 
     enforced = network_policy and runtime == "containerd"
-    config = RackConfig(nodes=nodes, host_managed=host_managed, runtime=runtime, network_policy=enforced)
+    gates = {"ComputeDomainBindingConditions": True} if binding_conditions and not host_managed else {}
+    config = RackConfig(
+        nodes=nodes,
+        host_managed=host_managed,
+        runtime=runtime,
+        network_policy=enforced,
+        extra_values={"featureGates": gates} if gates else {},
+    )
     run_demo(config, keep=keep)
