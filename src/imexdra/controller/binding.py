@@ -23,8 +23,9 @@ names the domain any more (a binding that failed, a pod deleted before it was bo
 claim's label is the plugin's to remove at unprepare, as without the gate; both removals are guarded by
 the label's value, so either may come first.
 
-Conditions are written by server-side apply of the claim's status (field manager ``CONTROLLER_NAME``):
-the entries are ours, the allocation stays the scheduler's. The decision itself is ``decide``, pure.
+Conditions are appended to the claim's ``status.devices`` by a JSON patch guarded by the claim's
+resourceVersion (``Writer.set_device_conditions``): the entries are ours, the allocation stays the
+scheduler's, untouched. The decision itself is ``decide``, pure.
 """
 
 from __future__ import annotations
@@ -235,16 +236,17 @@ class BindingConditions:
             decision = decide(binding, dataclasses.replace(facts, node_label=label))
         if decision.outcome is Outcome.WAIT:
             return self._failing_recheck(binding)
-        await self._writer.set_device_conditions(
-            _namespace(claim),
-            _name(claim),
-            binding.devices,
+        written = await self._writer.set_device_conditions(
+            claim,
+            binding,
             condition=BINDING_CONDITION_DAEMON_READY
             if decision.outcome is Outcome.READY
             else BINDING_FAILURE_CONDITION,
             reason=decision.reason,
             message=decision.message,
         )
+        if not written:
+            return None  # the claim changed or went: its watch event brings it back if still pending
         if decision.outcome is Outcome.FAIL:
             self._report_failure(claim, decision)
         _log.info(

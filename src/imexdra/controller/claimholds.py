@@ -64,6 +64,9 @@ class PendingBinding:
     node: str
     #: ``(pool, device)`` of each of our allocated devices with the binding condition.
     devices: tuple[tuple[str, str], ...]
+    #: Whether the claim's ``status.devices`` list exists (another driver's entries): a JSON patch
+    #: appends to it, or else adds it.
+    has_device_statuses: bool = False
 
 
 class _Result(msgspec.Struct, kw_only=True):
@@ -227,7 +230,12 @@ def binding_of(status: _Status) -> PendingBinding | None:
     }
     if all(device in decided for device in waiting):
         return None
-    return PendingBinding(domain=_domain_of(devices.config) or "", node=node, devices=waiting)
+    return PendingBinding(
+        domain=_domain_of(devices.config) or "",
+        node=node,
+        devices=waiting,
+        has_device_statuses=bool(status.devices),
+    )
 
 
 class ChannelClaim(res.NamespacedResourceG, DictMixin, kw_only=True):

@@ -9,8 +9,8 @@
 - The finalizer is added to a ComputeDomain guarded by its resourceVersion, as upstream's Update is.
 - A node label set for a binding (``binding``) is guarded by the node's resourceVersion: the label
   must not replace another domain's that appeared meanwhile.
-- Binding conditions in a claim's ``status.devices`` are server-side applied: those entries are ours,
-  the rest of the status (allocation, reservations) is the scheduler's.
+- Binding conditions are appended to a claim's ``status.devices`` by a JSON patch guarded by the
+  claim's resourceVersion: those entries are ours, the rest of the status is the scheduler's.
 
 Writes go through the lean ``transport``; each is counted in ``imexdra_controller_api_writes_total``
 and its result recorded in the overlay.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import msgspec
@@ -36,6 +35,7 @@ from imexdra.common.errors import RetryableError
 from imexdra.common.kube import ApiStatusError, is_not_found, status_code
 from imexdra.common.store import KubeObject, object_key
 from imexdra.common.transport import Transport, resource_path
+from imexdra.controller.claimholds import PendingBinding
 from imexdra.controller.config import CONTROLLER_NAME
 from imexdra.controller.metrics import API_WRITES
 from imexdra.controller.overlay import Overlay
@@ -46,7 +46,6 @@ _log = structlog.get_logger(__name__)
 
 _MERGE = "application/merge-patch+json"
 _JSON_PATCH = "application/json-patch+json"
-_APPLY = "application/apply-patch+yaml"
 _FIELD_MANAGER = {"fieldManager": CONTROLLER_NAME}
 
 
@@ -86,21 +85,13 @@ class Writer:
         self._transport = transport
 
     async def _send(
-        self,
-        resource: str,
-        verb: str,
-        method: str,
-        path: str,
-        body: Any = None,
-        content_type: str = "",
-        *,
-        query: dict[str, str] | None = None,
+        self, resource: str, verb: str, method: str, path: str, body: Any = None, content_type: str = ""
     ) -> bytes:
         try:
             response = await self._transport.request(
                 method,
                 path,
-                query=query or (_FIELD_MANAGER if method != "DELETE" else None),
+                query=_FIELD_MANAGER if method != "DELETE" else None,
                 body=body,
                 content_type=content_type or "application/json",
             )
@@ -153,7 +144,9 @@ class Writer:
         name, namespace = _names(obj)
         target = res or type(obj)
         path = resource_path(target, name, namespace=namespace)
-        resource = _plural(target) + ("/status" if target is ComputeDomain.Status else "")
+        resource = _plural(target) + (
+            "/status" if target in (ComputeDomain.Status, ResourceClaim.Status) else ""
+        )
         return await self._send(resource, "patch", "PATCH", path, patch, content_type)
 
     async def add_finalizer(self, cd: ComputeDomain, overlay: Overlay[ComputeDomain]) -> ComputeDomain:
@@ -270,19 +263,23 @@ class Writer:
 
     async def set_device_conditions(
         self,
-        namespace: str,
-        name: str,
-        devices: Iterable[tuple[str, str]],
+        claim: KubeObject,
+        binding: PendingBinding,
         *,
         condition: str,
         reason: str,
         message: str,
-    ) -> None:
-        """Set ``condition`` True on our ``(pool, device)`` entries of a claim's ``status.devices``.
+    ) -> bool:
+        """Add ``status.devices`` entries with ``condition`` True for the claim's pending devices.
 
-        A claim gone (404) needs nothing more; a 422 is logged and dropped: the allocation was taken
-        back meanwhile (status entries must name allocated devices), and a new one is a new claim event.
+        A JSON patch guarded by the cached claim's resourceVersion: it appends our entries to what
+        the status lists (or adds the list), and touches nothing else, so the allocation and the
+        reservations, the scheduler's, stay as they are byte for byte (an apply re-encodes them, which
+        the API server takes for a change needing ``resourceclaims/binding``). False when it did not
+        land: the claim is gone (404), or changed since the cache saw it (422: the test failed; its
+        watch event brings it back) or was refused (logged).
         """
+        assert claim.metadata is not None
         stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         entry = {
             "type": condition,
@@ -291,33 +288,27 @@ class Writer:
             "message": message,
             "lastTransitionTime": stamp,
         }
-        body = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": namespace},
-            "status": {
-                "devices": [
-                    {"driver": DRIVER_NAME, "pool": pool, "device": device, "conditions": [entry]}
-                    for pool, device in devices
-                ]
-            },
-        }
-        path = resource_path(ResourceClaim.Status, name, namespace=namespace)
+        statuses = [
+            {"driver": DRIVER_NAME, "pool": pool, "device": device, "conditions": [entry]}
+            for pool, device in binding.devices
+        ]
+        patch: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": claim.metadata.resourceVersion}
+        ]
+        if binding.has_device_statuses:
+            patch += [{"op": "add", "path": "/status/devices/-", "value": status} for status in statuses]
+        else:
+            patch.append({"op": "add", "path": "/status/devices", "value": statuses})
         try:
-            await self._send(
-                "resourceclaims/status",
-                "apply",
-                "PATCH",
-                path,
-                body,
-                _APPLY,
-                query=_FIELD_MANAGER | {"force": "true"},
-            )
+            await self._patch(claim, patch, _JSON_PATCH, ResourceClaim.Status)
         except ApiStatusError as error:
             if status_code(error) == 422:
-                _log.warning("Binding condition refused", claim=f"{namespace}/{name}", error=str(error))
-            elif status_code(error) != 404:
-                raise
+                _log.info("Binding condition not written", claim=object_key(claim), error=str(error))
+                return False
+            if is_not_found(error):
+                return False
+            raise
+        return True
 
 
 def _plural(res: type[Any]) -> str:

@@ -104,7 +104,9 @@ PENDING = PendingBinding(domain=UID, node=NODE, devices=((NODE, "channel-0"),))
             claim_body(conditions=[{"type": "IMEXDaemonFailed", "status": "True"}]), None, id="already-failed"
         ),
         pytest.param(
-            claim_body(conditions=[{"type": "IMEXDaemonReady", "status": "False"}]), PENDING, id="ready-false"
+            claim_body(conditions=[{"type": "IMEXDaemonReady", "status": "False"}]),
+            PendingBinding(UID, NODE, ((NODE, "channel-0"),), has_device_statuses=True),
+            id="ready-false",
         ),
     ],
 )
@@ -177,9 +179,11 @@ class Writes:
         self.removed.append((node.metadata.name or "", uid))
 
     async def set_device_conditions(
-        self, namespace: str, name: str, _devices: Any, *, condition: str, reason: str, message: str
-    ) -> None:
-        self.conditions.append((f"{namespace}/{name}", condition, reason))
+        self, claim: ChannelClaim, _binding: Any, *, condition: str, reason: str, message: str
+    ) -> bool:
+        assert claim.metadata is not None
+        self.conditions.append((f"{claim.metadata.namespace}/{claim.metadata.name}", condition, reason))
+        return True
 
 
 @dataclass
