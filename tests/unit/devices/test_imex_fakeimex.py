@@ -1,9 +1,11 @@
 """The fake nvidia-imex / nvidia-imex-ctl as separate processes talking over real loopback sockets.
 
 Covered: readiness needs no quorum and survives a lost peer (which degrades the domain), the node
-list is re-read only on SIGUSR1 and SIGUSR1 is rate-limited, names resolve through the hosts file, node-map
-mismatches and an own-ID change keep a daemon NOT_READY, the ctl output shapes, the command service
-over TCP and a unix socket, startup failure without an own entry, and the PATH wrappers.
+list is re-read only on SIGUSR1 and SIGUSR1 is rate-limited, names resolve through the hosts file (the
+daemon's own files too: per-domain names, unused slots at the sentinel address), node-map mismatches
+(a daemon of another domain at a reused address) and an own-ID change keep a daemon NOT_READY, the
+ctl output shapes, the command service over TCP and a unix socket, startup failure without an own
+entry, and the PATH wrappers.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from imexdra.daemon.hostsfile import render_hosts
+from imexdra.daemon.imexconfig import UNUSED_SLOT_ADDRESS, dns_name, dns_nodes_config
 from imexdra.devices.imex import READY_OUTPUT
 from imexdra_sim.devices.fakeimex.ctl import CtlError, fetch_status
 from imexdra_sim.devices.fakeimex.install import install_fake_imex
@@ -223,6 +227,37 @@ async def test_dns_names_resolve_through_hosts_file(domain: FakeDomain) -> None:
     everyone = {"0": "C", "1": "C", "2": "C"}
     await eventually("peer added after reload", lambda: _matrix_row(domain, 1, everyone))
     assert await _all_ready(domain, 1, 2, 3)
+
+
+async def test_daemon_files_with_sentinels_form_the_domain(domain: FakeDomain) -> None:
+    """The daemon's nodes.cfg and hosts file (upstream #1448/#1465 shapes) give a READY domain whose
+    unused slots resolve to 127.0.0.2 and never answer; a daemon of another domain is told apart."""
+    uid, other_uid = "4c1d2a8e-7f3b-4e0a-9b6d-2e5f8a1c3d70", "0b9e8f1a-3c2d-4e5f-8a7b-6c5d4e3f2a10"
+    domain.nodes_file.write_text(dns_nodes_config(uid, 4))
+    mapping = {dns_name(uid, i): UNUSED_SLOT_ADDRESS for i in range(4)}
+    mapping |= {dns_name(uid, 0): domain.address(1), dns_name(uid, 2): domain.address(2)}
+    domain.hosts_file.write_text(render_hosts("127.0.0.1 localhost\n", mapping))
+    domain.start(1)
+    domain.start(2)
+    await eventually("slots 0 and 2 connected", lambda: _matrix_row(domain, 1, {"0": "C", "2": "C"}))
+    status = await domain.status(1)
+    assert status["state"] == "READY"
+    assert [(n["entry"], n["address"]) for n in status["nodes"]] == [
+        (dns_name(uid, i), address)
+        for i, address in enumerate((domain.address(1), "127.0.0.2", domain.address(2), "127.0.0.2"))
+    ]
+    assert status["matrix"]["0"]["1"] == status["matrix"]["0"]["3"] == "N"
+    # Slot 3 now points at a daemon of another domain (a reused pod IP): its node list differs.
+    other_nodes = domain.tmp / "other-nodes.cfg"
+    other_nodes.write_text(dns_nodes_config(other_uid, 4))
+    mapping[dns_name(uid, 3)] = domain.address(3)
+    mapping[dns_name(other_uid, 0)] = domain.address(3)
+    domain.hosts_file.write_text(render_hosts("127.0.0.1 localhost\n", mapping))
+    domain.start(3, nodes_file=other_nodes)
+    await eventually("the other domain's daemon READY", lambda: _is(domain, 3, "READY"))
+    domain.signal(1)
+    await eventually("mismatch seen", lambda: _matrix_row(domain, 1, {"3": "!M!"}))
+    assert await domain.state(1) == "NOT_READY"
 
 
 async def _matrix_row(domain: FakeDomain, i: int, expected: dict[str, str]) -> bool:
