@@ -3,9 +3,10 @@
 Covered: readiness needs no quorum and survives a lost peer (which degrades the domain), the node
 list is re-read only on SIGUSR1 and SIGUSR1 is rate-limited, names resolve through the hosts file (the
 daemon's own files too: per-domain names, unused slots at the sentinel address), node-map mismatches
-(a daemon of another domain at a reused address) and an own-ID change keep a daemon NOT_READY, the
-ctl output shapes, the command service over TCP and a unix socket, startup failure without an own
-entry, and the PATH wrappers.
+(a daemon of another domain at a reused address) and an own-ID change keep a daemon NOT_READY, one
+IMEX daemon per node (the second fails with NV_ERR_IN_USE, and the daemon's supervisor gives up on it
+clearly), the ctl output shapes, the command service over TCP and a unix socket, startup failure
+without an own entry, and the PATH wrappers.
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ from typing import Any
 
 import pytest
 
+from imexdra.common.ratelimit import Backoff
 from imexdra.daemon.hostsfile import render_hosts
 from imexdra.daemon.imexconfig import UNUSED_SLOT_ADDRESS, dns_name, dns_nodes_config
+from imexdra.daemon.supervisor import ImexInUseError, ImexSupervisor
 from imexdra.devices.imex import READY_OUTPUT
+from imexdra.devices.imex_real import SubprocessImex
 from imexdra_sim.devices.fakeimex.ctl import CtlError, fetch_status
 from imexdra_sim.devices.fakeimex.install import install_fake_imex
 from tests.support import waiting
@@ -76,8 +80,13 @@ class FakeDomain:
         )
         return path
 
-    def start(self, i: int, **config: Any) -> subprocess.Popen[str]:
-        env = {**os.environ, "FAKE_IMEX_HOSTS_FILE": str(self.hosts_file), "FAKE_IMEX_PROBE_INTERVAL": "0.1"}
+    def start(self, i: int, env: dict[str, str] | None = None, **config: Any) -> subprocess.Popen[str]:
+        env = {
+            **os.environ,
+            "FAKE_IMEX_HOSTS_FILE": str(self.hosts_file),
+            "FAKE_IMEX_PROBE_INTERVAL": "0.1",
+            **(env or {}),
+        }
         process = subprocess.Popen(
             [PYTHON, "-m", "imexdra_sim.devices.fakeimex.daemon", "-c", str(self.config(i, **config))],
             env=env,
@@ -293,6 +302,41 @@ async def test_own_index_change_needs_a_restart(domain: FakeDomain) -> None:
     domain.start(1)
     await eventually("READY as ID 1 after restart", lambda: _field(domain, 1, "selfIndex", 1))
     assert await domain.state(1) == "READY"
+
+
+async def test_one_imex_daemon_per_node_role(domain: FakeDomain) -> None:
+    """With the node's IMEX role held (the host's service), a second daemon exits 1 with NV_ERR_IN_USE;
+    once the holder is gone it starts."""
+    role = {"FAKE_IMEX_NODE_LOCK": str(domain.tmp / "imex-role")}
+    domain.set_nodes([domain.address(1), domain.address(2)])
+    host = domain.start(1, env=role)
+    await eventually("the holder READY", lambda: _is(domain, 1, "READY"))
+    second = domain.start(2, env=role)
+    assert second.wait(timeout=30) == 1
+    assert second.stderr is not None
+    assert "NV_ERR_IN_USE" in second.stderr.read()
+    host.terminate()
+    assert host.wait(timeout=10) == 0
+    domain.start(2, env=role)
+    await eventually("the second READY once the role is free", lambda: _is(domain, 2, "READY"))
+
+
+async def test_supervisor_gives_up_on_a_node_whose_role_is_taken(domain: FakeDomain, tmp_path: Path) -> None:
+    """The daemon's supervisor over the fake program: repeated NV_ERR_IN_USE ends its run clearly."""
+    role = str(domain.tmp / "imex-role")
+    domain.set_nodes([domain.address(1), domain.address(2)])
+    domain.start(1, env={"FAKE_IMEX_NODE_LOCK": role})
+    await eventually("the holder READY", lambda: _is(domain, 1, "READY"))
+    binaries = install_fake_imex(tmp_path / "bin")
+    imex = SubprocessImex(domain.config(2), imex_binary=str(binaries.imex), ctl_binary=str(binaries.ctl))
+    supervisor = ImexSupervisor(imex, restart_backoff=Backoff(base=0.01, cap=0.05, jitter=0.0))
+    supervisor.start()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FAKE_IMEX_NODE_LOCK", role)
+        with pytest.raises(ImexInUseError, match="NV_ERR_IN_USE 3 times in a row"):
+            await asyncio.wait_for(supervisor.run(), timeout=60.0)
+    assert supervisor.starts == 3
+    assert any("NV_ERR_IN_USE" in line for line in imex.output_tail)
 
 
 def test_exits_when_no_entry_matches_own_address(domain: FakeDomain) -> None:
