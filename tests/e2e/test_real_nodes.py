@@ -150,7 +150,9 @@ def test_daemons_run_as_root_with_no_capability_and_write_their_files(
         "for p in /proc/[0-9]*; do echo \"cmd=$(tr '\\0' ' ' < $p/cmdline)\"; "
         "grep -E '^(Uid|CapEff|NoNewPrivs|Seccomp):' $p/status; done; "
         "stat -c 'owner=%u %n' /etc/hosts /imexd /imexd/imexd.cfg /imexd/nodes.cfg; "
-        "echo mappings=$(grep -c '^[^#].*compute-domain-daemon-' /etc/hosts)"
+        "echo slots=$(grep -c '^[^#].*compute-domain-daemon-' /etc/hosts); "
+        "echo mappings=$(grep '^[^#].*compute-domain-daemon-' /etc/hosts "
+        "| grep -vc '^127[.]0[.]0[.]2[[:space:]]')"
     )
     expected = {"Uid": "0\t0\t0\t0", "CapEff": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"}
     for pod in ready_daemons(real_nodes_rack, len(workers)):
@@ -166,6 +168,8 @@ def test_daemons_run_as_root_with_no_capability_and_write_their_files(
             assert value.strip() == expected[key], (commands, key, value)
         owners = [line.removeprefix("owner=").split()[0] for line in lines if line.startswith("owner=")]
         assert owners == ["0"] * 4, lines
+        # Every slot of maxNodesPerIMEXDomain (18) is listed, those without a daemon at 127.0.0.2.
+        assert "slots=18" in lines, lines
         assert f"mappings={len(workers)}" in lines, lines
 
 

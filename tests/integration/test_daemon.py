@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
 import os
 import random
 import secrets
@@ -73,6 +74,8 @@ NODE_LABEL = f"imexdra.test/imex-daemons-{SUFFIX}"
 CLIQUE = "6b0e2f4a-9c1d-4e7f-8a2b-3c4d5e6f7a8b.3"
 NODES = ("node-0", "node-1", "node-2", "node-3")
 CMD_PORT = 50005
+#: Where the hosts file points a slot without a daemon (upstream #1465).
+SENTINEL = "127.0.0.2"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # Size of test_sigkilled_daemons_recover: 4 in CI (one kill per node, each restarted at once); `make soak`
 # sets >= 20. What bounds it is the kubelet's CrashLoopBackOff, kept per container: a daemon's k-th kill
@@ -316,7 +319,7 @@ async def converged(kube: AsyncClient, nodes: tuple[str, ...]) -> dict[str, Memb
         status = imex_status(pod.status.podIP or "")
         if status is None or status["state"] != "READY":
             return None
-        resolved = [n for n in status["nodes"] if n["address"]]
+        resolved = [n for n in status["nodes"] if n["address"] not in (None, SENTINEL)]
         if sorted(n["address"] for n in resolved) != sorted(
             p.status.podIP or "" for p in pods.values() if p.status
         ):
@@ -342,8 +345,13 @@ def hosts_of(domain: Domain, node: str) -> dict[str, str]:
     return managed_mappings(path.read_text()) if path.exists() else {}
 
 
-def expected_hosts(entries: dict[str, dict[str, Any]]) -> dict[str, str]:
-    return {f"compute-domain-daemon-{e['index']:04d}": e["ipAddress"] for e in entries.values()}
+def expected_hosts(domain: Domain, entries: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Every one of the 18 slots, named as upstream #1448 does: the entries' at their IPs, the rest at
+    the sentinel; the domain hash is the first 8 hex digits of SHA-256 of the domain's UID."""
+    prefix = f"compute-domain-daemon-{hashlib.sha256(domain.uid.encode()).hexdigest()[:8]}-"
+    hosts = {f"{prefix}{index:04d}": SENTINEL for index in range(18)}
+    hosts.update({f"{prefix}{e['index']:04d}": e["ipAddress"] for e in entries.values()})
+    return hosts
 
 
 async def wait_converged(kube: AsyncClient, nodes: tuple[str, ...], what: str) -> dict[str, Member]:
@@ -381,7 +389,7 @@ async def test_daemons_form_a_ready_domain(domain: Domain, kube: AsyncClient) ->
         p.metadata.labels[CLIQUE_LABEL_KEY] for p in pods.values() if p.metadata and p.metadata.labels
     } == {CLIQUE}
     for node in NODES:
-        assert hosts_of(domain, node) == expected_hosts(entries)
+        assert hosts_of(domain, node) == expected_hosts(domain, entries)
         imexd = domain.imexd(node)
         assert len((imexd / "nodes.cfg").read_text().splitlines()) == 18
         assert (
@@ -415,7 +423,7 @@ async def test_membership_churn_reloads_without_restart(domain: Domain, kube: As
     for node in survivors:
         assert shrunk[node].imex_pid == before[node].imex_pid, f"IMEX on {node} was restarted"
         assert shrunk[node].reloads > before[node].reloads, f"IMEX on {node} was not reloaded"
-        assert len(hosts_of(domain, node)) == 3
+        assert len([ip for ip in hosts_of(domain, node).values() if ip != SENTINEL]) == 3
     await set_node_label(kube, "node-3", True)
     grown = await wait_converged(kube, NODES, "four daemons after node-3 rejoined")
     for node in survivors:
@@ -425,7 +433,7 @@ async def test_membership_churn_reloads_without_restart(domain: Domain, kube: As
     assert grown["node-3"].pod != before["node-3"].pod
     assert clique_entries(domain)["node-3"]["index"] == index_of_leaver
     for node in NODES:
-        assert hosts_of(domain, node) == expected_hosts(clique_entries(domain))
+        assert hosts_of(domain, node) == expected_hosts(domain, clique_entries(domain))
 
 
 async def test_killed_imex_is_restarted_by_its_daemon(domain: Domain, kube: AsyncClient) -> None:
@@ -453,7 +461,7 @@ async def test_force_deleted_daemon_pod_recovers(domain: Domain, kube: AsyncClie
     assert entries["node-2"]["index"] == index
     assert entries["node-2"]["ipAddress"] == after["node-2"].ip
     for node in NODES:
-        assert hosts_of(domain, node) == expected_hosts(entries)
+        assert hosts_of(domain, node) == expected_hosts(domain, entries)
     await eventually("ComputeDomain Ready again", lambda: _cd_status(domain) == "Ready", within=60)
 
 
@@ -585,7 +593,7 @@ async def assert_recovered(
     assert {node: e["index"] for node, e in entries.items()} == indices, f"seed {SEED}: indices changed"
     assert {node: e["ipAddress"] for node, e in entries.items()} == {n: m.ip for n, m in members.items()}
     for node in NODES:
-        assert hosts_of(domain, node) == expected_hosts(entries), f"seed {SEED}: hosts file of {node}"
+        assert hosts_of(domain, node) == expected_hosts(domain, entries), f"seed {SEED}: hosts file of {node}"
     await eventually(f"seed {SEED}: ComputeDomain Ready", lambda: _cd_status(domain) == "Ready", within=60)
     ours = [p for p in host_processes() if p.env.get("COMPUTE_DOMAIN_UUID") == domain.uid]
     for node, member in members.items():

@@ -2,8 +2,8 @@
 
 The harness (``SimulatedNode``, ``PluginProcess``) is tests/integration/pluginharness.py. Checks here:
 registration with the kubelet, the published ResourceSlice (owner, pool, devices), the gRPC health
-endpoint, metrics, a clean SIGTERM shutdown (sockets gone, exit 0, slice left), and a broken NVML
-profile stopping startup with a clear reason.
+endpoint, metrics, a clean SIGTERM shutdown (sockets gone, exit 0, slice left), a broken NVML
+profile stopping startup with a clear reason, and a fabric still registering at start waited for.
 """
 
 from __future__ import annotations
@@ -125,3 +125,32 @@ def test_a_broken_nvml_profile_stops_startup_with_the_reason(cluster: LocalClust
     assert "Using NVML library" in output
     failure = next(line for line in output.splitlines() if "Kubelet plugin failed" in line)
     assert "nvmlInitWithFlags" in failure and "code 999" in failure
+
+
+async def test_a_fabric_still_registering_at_start_is_waited_for(cluster: LocalCluster) -> None:
+    """Upstream #1264's reboot race: every GPU IN_PROGRESS when the plugin starts. It polls the real NVML
+    (nvidia-ml-py over the mock library) and, once the profile says completed, registers: no restart."""
+    install_api(cluster)
+    node = cluster.node("node-0")
+    sim = SimulatedNode(node, CLIQUE)
+    completed = sim.nvml_profile.read_text()
+    sim.nvml_profile.write_text(completed + "fabric.state=in_progress\n")  # a later line wins
+    process = PluginProcess(sim, plugin_kubeconfig(cluster, node))
+    process.start()
+    try:
+        await eventually(
+            "the plugin waiting for the fabric",
+            lambda: process.logged("Waiting for NVLink fabric registration to complete", "state=2"),
+        )
+        assert process.process is not None and process.process.poll() is None
+        staged = sim.nvml_profile.with_name("profile.tmp")  # replaced whole: the library reads it at init
+        staged.write_text(completed)
+        staged.replace(sim.nvml_profile)
+        await process.wait_registered()
+        assert process.logged("NVLink fabric registration completed")
+        assert process.logged("Clique ID discovered", CLIQUE)
+    finally:
+        if process.process is not None:
+            process.stop()
+        SimulatedNode(node, CLIQUE)  # a valid profile again for whoever uses node-0 next
+        remove_slices(cluster, "node-0")

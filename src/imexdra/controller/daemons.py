@@ -26,8 +26,9 @@ What the controller publishes, and daemons read
   labelled with both keys above, listing ``daemons[]`` entries ``{nodeName, ipAddress, cliqueID,
   index, status}`` sorted by index — upstream's shape. A daemon watches its clique object (field
   selector ``metadata.name=<name>``) to learn its peers and its own ``index`` (its entry is the one with
-  ``nodeName == NODE_NAME``; the DNS name is ``compute-domain-daemon-%04d`` of it). The object may not
-  exist yet when the daemon starts: it appears once the pod has an IP and the cliqueID label.
+  ``nodeName == NODE_NAME``; the DNS name is ``compute-domain-daemon-<domain hash>-%04d`` of it).
+  The object may not exist yet when the daemon starts: it appears once the pod has an IP and the
+  cliqueID label.
 - With the gate off: the same entries, with the same indices, appear in the ComputeDomain's
   ``status.nodes`` (``name`` instead of ``nodeName``); no clique objects are written.
 - Indices are assigned by the controller alone: the lowest free index below

@@ -8,8 +8,9 @@ Pure functions of a ComputeDomain and the controller configuration (docs/data-pa
   channel isolation it asks the channel class for the domain's own number by a CEL selector
   (docs/channel-isolation.md §6), the config unchanged;
 - the daemon ResourceClaimTemplate and the daemon DaemonSet, both ``computedomain-daemon-<uid>`` in the
-  driver namespace (driver-managed mode only). The daemon's container adds one thing to upstream's:
-  a least-privilege securityContext (docs/tenancy.md, "The IMEX daemon's privileges").
+  driver namespace (driver-managed mode only). The pod's DNS config sets ``ndots: 1``, as upstream's
+  since #1465 (``DAEMON_DNS_CONFIG``). The daemon's container adds one thing to upstream's: a
+  least-privilege securityContext (docs/tenancy.md, "The IMEX daemon's privileges").
 
 None carries ownerReferences (the domain may live in another namespace); the CD label and the finalizer
 tie them to the domain. Upstream renders YAML templates baked into its image; building typed objects
@@ -27,6 +28,8 @@ from lightkube.models.core_v1 import (
     ExecAction,
     LocalObjectReference,
     ObjectFieldSelector,
+    PodDNSConfig,
+    PodDNSConfigOption,
     PodResourceClaim,
     PodSpec,
     PodTemplateSpec,
@@ -82,6 +85,11 @@ DAEMON_CONTAINER_NAME = "compute-domain-daemon"
 DAEMON_POD_CLAIM_NAME = "compute-domain-daemon"
 
 _VERBOSITY_ARGS = ["-v", "$(LOG_VERBOSITY)"]
+
+#: The daemon pod's resolver options (upstream #1465): IMEX's peer names have no dot, so with the
+#: kubelet's default ``ndots: 5`` a name missing from the hosts file would be asked of the cluster DNS
+#: under every search domain first; with ``ndots: 1`` it is asked once, as it is.
+DAEMON_DNS_CONFIG = PodDNSConfig(options=[PodDNSConfigOption(name="ndots", value="1")])
 
 
 def domain_uid(cd: ComputeDomain) -> str:
@@ -271,6 +279,7 @@ def daemon_set(uid: str, config: ControllerConfig) -> DaemonSet:
             PodResourceClaim(name=DAEMON_POD_CLAIM_NAME, resourceClaimTemplateName=daemon_object_name(uid))
         ],
         containers=[_daemon_container(config)],
+        dnsConfig=DAEMON_DNS_CONFIG,
     )
     return DaemonSet(
         metadata=ObjectMeta(

@@ -1,4 +1,4 @@
-"""The daemon's managed block in a hosts file: ``compute-domain-daemon-NNNN`` → peer IP.
+"""The daemon's managed block in a hosts file: ``compute-domain-daemon-<hash>-NNNN`` → peer IP.
 
 In DNS-names mode nvidia-imex resolves its static node list through the hosts file, so membership
 changes are hosts-file rewrites plus SIGUSR1. The file belongs to the pod (the kubelet bind-mounts a
@@ -8,7 +8,10 @@ configurable.
 Rules, upstream's minus its quirks (docs/compatibility.md §3.3):
 
 - every line mentioning ``compute-domain-daemon-`` is ours and is dropped (a stale or user line must
-  not shadow a mapping), every other line is kept verbatim;
+  not shadow a mapping), every other line is kept verbatim; so the lines of the older names
+  (``compute-domain-daemon-NNNN``, before upstream #1448) an upgraded pod may hold go too;
+- the block holds what the caller maps: in DNS-names mode every slot of the domain, unused ones at
+  the sentinel address (``daemon.planning``);
 - the managed block is one header line followed by ``IP<TAB>name`` lines sorted by name; the header is
   not repeated on each rewrite and lines are not re-trimmed;
 - the file is rewritten in place (a bind-mounted file cannot be replaced by rename) and only when its

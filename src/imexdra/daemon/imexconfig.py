@@ -7,10 +7,17 @@ placeholder is an error rather than being left in the config for IMEX to trip ov
 
 ``nodes.cfg`` is either the static list of every DNS name (``IMEXDaemonsWithDNSNames``: membership
 changes never touch it) or the peers' IP addresses in index order (IP mode).
+
+DNS names carry a short hash of the ComputeDomain's UID, as upstream's since #1448:
+``compute-domain-daemon-<hash>-NNNN``, so two domains of the same size never have the same node list,
+and IMEX refuses a peer of another domain that reached a reused pod IP (docs/compatibility.md §3.3).
+The hash is the first 8 hex digits of SHA-256 of the UID string; upstream's function is not known
+here, only the shape (docs/data-path.md §9.4).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,8 +25,14 @@ from pathlib import Path
 
 from imexdra.common.errors import ConfigError
 
-#: Every IMEX DNS name starts with this; the hosts file manager owns all lines mentioning it.
+#: Every IMEX DNS name starts with this, old shape and new; the hosts file manager owns all lines
+#: mentioning it, so a node upgraded from ``compute-domain-daemon-NNNN`` loses its stale lines.
 DNS_NAME_PREFIX = "compute-domain-daemon-"
+#: Hex digits of the domain hash in a DNS name.
+DOMAIN_HASH_LENGTH = 8
+#: Where a slot without a daemon points (upstream #1465): resolving it never leaves the hosts file, so
+#: IMEX looking for an absent peer sends no search-domain queries to the cluster DNS; nothing listens.
+UNUSED_SLOT_ADDRESS = "127.0.0.2"
 
 CONFIG_FILE = "imexd.cfg"
 TEMPLATE_FILE = "imexd.cfg.tmpl"
@@ -91,9 +104,14 @@ class ImexdPaths:
         return self.directory / NODES_FILE
 
 
-def dns_name(index: int) -> str:
-    """The DNS name of the daemon with ``index`` (``compute-domain-daemon-0007``)."""
-    return f"{DNS_NAME_PREFIX}{index:04d}"
+def domain_hash(domain_uid: str) -> str:
+    """The short, deterministic hash of a ComputeDomain UID that DNS names carry (8 hex digits)."""
+    return hashlib.sha256(domain_uid.encode()).hexdigest()[:DOMAIN_HASH_LENGTH]
+
+
+def dns_name(domain_uid: str, index: int) -> str:
+    """The DNS name of the domain's daemon with ``index`` (``compute-domain-daemon-1f0e33b2-0007``)."""
+    return f"{DNS_NAME_PREFIX}{domain_hash(domain_uid)}-{index:04d}"
 
 
 def render_template(template: str, values: Mapping[str, str]) -> str:
@@ -116,9 +134,9 @@ def render_imex_config(template: str, *, nodes_config_path: Path, cmd_bind_ip: s
     )
 
 
-def dns_nodes_config(max_nodes: int) -> str:
+def dns_nodes_config(domain_uid: str, max_nodes: int) -> str:
     """The static node list of DNS-names mode: every name the domain can ever use, one per line."""
-    return "".join(f"{dns_name(index)}\n" for index in range(max_nodes))
+    return "".join(f"{dns_name(domain_uid, index)}\n" for index in range(max_nodes))
 
 
 def ip_nodes_config(addresses: Iterable[str]) -> str:

@@ -51,6 +51,6 @@ daemon_file_options = OptionGroup(
         envvar="IMEXD_HOSTS_FILE",
         type=_PATH,
         default=Path("/etc/hosts"),
-        help="Hosts file holding the compute-domain-daemon-NNNN mappings (DNS-names mode).",
+        help="Hosts file holding the compute-domain-daemon-<hash>-NNNN mappings (DNS-names mode).",
     ),
 )

@@ -3,11 +3,12 @@
 IMEX reads its config and node list only at start; SIGUSR1 makes it re-read the node list and
 re-resolve names without losing its state (docs/hardware.md §7.1). Hence, per mode (docs/data-path.md §9.4):
 
-- DNS names (gate ``IMEXDaemonsWithDNSNames``): ``nodes.cfg`` is static; a membership change is a
-  hosts-file rewrite and a *reload* (SIGUSR1). The exception is a change of this daemon's own index:
-  IMEX fixes its node ID at start, so a reload would leave it answering under the wrong ID (upstream
-  issue #1418); that is a *restart*. IMEX is *started* once this daemon's own entry exists, without
-  waiting for peers.
+- DNS names (gate ``IMEXDaemonsWithDNSNames``): ``nodes.cfg`` is static; the hosts file maps every
+  slot, a peer's to its IP and an unused one to ``UNUSED_SLOT_ADDRESS`` (upstream #1465); a
+  membership change is a hosts-file rewrite and a *reload* (SIGUSR1). The exception is a change of
+  this daemon's own index: IMEX fixes its node ID at start, so a reload would leave it answering
+  under the wrong ID (upstream issue #1418); that is a *restart*. IMEX is *started* once this
+  daemon's own entry exists, without waiting for peers.
 - IP addresses (gate off): ``nodes.cfg`` lists the peers' IPs, so any change is a *restart*; IMEX
   starts only once exactly ``numNodes`` daemons are listed, when ``numNodes`` is set.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from imexdra.daemon.imexconfig import dns_name, ip_nodes_config
+from imexdra.daemon.imexconfig import UNUSED_SLOT_ADDRESS, dns_name, ip_nodes_config
 from imexdra.daemon.membership import Membership, Peer
 
 
@@ -56,14 +57,15 @@ class Plan:
     invalid: tuple[Peer, ...] = field(default=())
 
 
-def plan_dns(applied: Applied, membership: Membership, *, max_nodes: int) -> Plan:
-    """The plan for DNS-names mode."""
+def plan_dns(applied: Applied, membership: Membership, *, domain_uid: str, max_nodes: int) -> Plan:
+    """The plan for DNS-names mode, naming the slots of the domain with UID ``domain_uid``."""
     valid = tuple(p for p in membership.peers if 0 <= p.index < max_nodes)
     invalid = tuple(p for p in membership.peers if p not in valid)
     own = membership.own
     if own is None or own not in valid:
         return Plan(Action.NONE, "waiting for this daemon's entry", applied, invalid=invalid)
-    mapping = {dns_name(peer.index): peer.ip for peer in valid}
+    ips = {peer.index: peer.ip for peer in valid}
+    mapping = {dns_name(domain_uid, i): ips.get(i, UNUSED_SLOT_ADDRESS) for i in range(max_nodes)}
     hosts = mapping if mapping != applied.hosts else None
     new = Applied(started=True, own_index=own.index, hosts=mapping, nodes_config=applied.nodes_config)
     if not applied.started:

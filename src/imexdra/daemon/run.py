@@ -94,7 +94,7 @@ def prepare_imexd(config: RunConfig) -> None:
     rendered = render_imex_config(template, nodes_config_path=paths.nodes, cmd_bind_ip=config.daemon.pod_ip)
     write_atomic(paths.config, rendered.encode(), mode=0o644)
     if config.dns_names:
-        nodes = dns_nodes_config(config.daemon.max_nodes_per_imex_domain)
+        nodes = dns_nodes_config(config.daemon.compute_domain_uuid, config.daemon.max_nodes_per_imex_domain)
         write_atomic(paths.nodes, nodes.encode(), mode=0o644)
     _log.info("IMEX config written", config=str(paths.config), template_found=paths.template.exists())
 
@@ -119,6 +119,7 @@ def imex_services(
         hosts_file=files.hosts_file,
         supervisor=supervisor,
         dns_names=config.dns_names,
+        domain_uid=d.compute_domain_uuid,
         max_nodes=d.max_nodes_per_imex_domain,
     )
     return {"peers": watcher.run(), "update": updater.run(watcher.memberships), "imex": supervisor.run()}

@@ -9,6 +9,13 @@
   Requests arriving inside that window are coalesced into one signal at its end.
 - ``restart()`` stops (SIGTERM, SIGKILL after ``stop_grace``) and starts at once; it is not a failure.
 - Cancelling ``run()`` forwards termination: the process is stopped the same way before ``run`` ends.
+- A child that exits having printed ``NV_ERR_IN_USE`` found this node's IMEX role taken by another
+  IMEX daemon: with driver-managed IMEX, the host's own ``nvidia-imex`` service, which newer platforms
+  enable by default. One such exit may be a predecessor still letting go; ``in_use_exits`` of them in
+  a row end ``run()`` with ``ImexInUseError``, which says so and what to do. The daemon then exits
+  with that message as its termination message, which ``kubectl describe pod`` shows and the
+  controller repeats in the ComputeDomain's ``DaemonFailing`` event naming the node
+  (docs/host-managed.md, "Host-managed to driver-managed").
 
 Only membership planning decides between reload and restart (``daemon.planning``); this class just
 carries the decision out against the ``Imex`` boundary.
@@ -21,10 +28,25 @@ import signal
 
 import structlog
 
+from imexdra.common.errors import PermanentError
 from imexdra.common.ratelimit import Backoff
 from imexdra.devices.imex import SIGUSR1_MIN_INTERVAL, Imex, ImexError
 
 _log = structlog.get_logger(__name__)
+
+#: What nvidia-imex prints when the node's IMEX role is taken (the driver's status name).
+IN_USE_MARK = "NV_ERR_IN_USE"
+IN_USE_EXITS = 3
+IN_USE_MESSAGE = (
+    "nvidia-imex failed with NV_ERR_IN_USE {count} times in a row: another IMEX daemon already serves "
+    "this node, most likely the host's own nvidia-imex service (enabled by default on newer platforms). "
+    "With driver-managed IMEX it must not run: stop and disable it on this node (systemctl disable --now "
+    "nvidia-imex), or install the driver with HostManagedIMEX to use the host's IMEX instead"
+)
+
+
+class ImexInUseError(PermanentError):
+    """nvidia-imex keeps failing with NV_ERR_IN_USE: another IMEX daemon serves this node."""
 
 
 class ImexSupervisor:
@@ -38,12 +60,15 @@ class ImexSupervisor:
         stable_after: float = 60.0,
         reload_interval: float = SIGUSR1_MIN_INTERVAL + 0.5,
         stop_grace: float = 10.0,
+        in_use_exits: int = IN_USE_EXITS,
     ) -> None:
         """Supervise ``imex``; the defaults suit real IMEX, tests shrink them."""
         self.imex = imex
         self.starts = 0
         self.exits = 0
         self.reloads = 0
+        self._in_use_limit = in_use_exits
+        self._in_use_in_a_row = 0
         self._backoff = restart_backoff or Backoff(base=1.0, cap=30.0, jitter=0.25)
         self._stable_after = stable_after
         self._reload_interval = reload_interval
@@ -139,6 +164,13 @@ class ImexSupervisor:
 
     async def _after_exit(self, code: int, *, ran: float) -> None:
         self.exits += 1
+        if any(IN_USE_MARK in line for line in self.imex.output_tail):
+            self._in_use_in_a_row += 1
+            if self._in_use_in_a_row >= self._in_use_limit:
+                raise ImexInUseError(IN_USE_MESSAGE.format(count=self._in_use_in_a_row))
+            _log.warning("IMEX daemon found this node's IMEX role taken", mark=IN_USE_MARK, exit_code=code)
+        else:
+            self._in_use_in_a_row = 0
         if ran >= self._stable_after:
             self._backoff.reset()
         delay = self._backoff.next_delay()

@@ -15,7 +15,7 @@ import structlog
 
 from imexdra.common.atomicfile import write_atomic
 from imexdra.daemon.hostsfile import update_hosts_file
-from imexdra.daemon.imexconfig import ImexdPaths, dns_name
+from imexdra.daemon.imexconfig import UNUSED_SLOT_ADDRESS, ImexdPaths, dns_name
 from imexdra.daemon.membership import Membership
 from imexdra.daemon.peers import Latest
 from imexdra.daemon.planning import Action, Applied, Plan, plan_dns, plan_ip
@@ -34,13 +34,15 @@ class Updater:
         hosts_file: Path,
         supervisor: ImexSupervisor,
         dns_names: bool,
+        domain_uid: str,
         max_nodes: int,
     ) -> None:
-        """Configure for DNS-names mode (``dns_names``) or IP mode."""
+        """Configure for DNS-names mode (``dns_names``) or IP mode, for the domain ``domain_uid``."""
         self.paths = paths
         self.hosts_file = hosts_file
         self.supervisor = supervisor
         self.dns_names = dns_names
+        self.domain_uid = domain_uid
         self.max_nodes = max_nodes
         self.applied = Applied()
 
@@ -54,7 +56,7 @@ class Updater:
     async def apply(self, membership: Membership) -> Plan:
         """Plan and carry out one membership change; return the plan."""
         if self.dns_names:
-            plan = plan_dns(self.applied, membership, max_nodes=self.max_nodes)
+            plan = plan_dns(self.applied, membership, domain_uid=self.domain_uid, max_nodes=self.max_nodes)
         else:
             plan = plan_ip(self.applied, membership)
         for peer in plan.invalid:
@@ -63,13 +65,18 @@ class Updater:
             )
         _log.info(
             "IMEX domain membership",
-            members=[f"{dns_name(p.index)} -> {p.ip} ({p.node_name})" for p in membership.peers],
+            members=[
+                f"{dns_name(self.domain_uid, p.index)} -> {p.ip} ({p.node_name})" for p in membership.peers
+            ],
             own_index=membership.own.index if membership.own else None,
             action=plan.action.value,
             reason=plan.reason,
         )
         if plan.hosts is not None and await asyncio.to_thread(update_hosts_file, self.hosts_file, plan.hosts):
-            _log.info("Hosts file updated", path=str(self.hosts_file), mappings=len(plan.hosts))
+            unused = sum(1 for ip in plan.hosts.values() if ip == UNUSED_SLOT_ADDRESS)
+            _log.info(
+                "Hosts file updated", path=str(self.hosts_file), mappings=len(plan.hosts), unused_slots=unused
+            )
         if plan.nodes_config is not None:
             data = plan.nodes_config.encode()
             await asyncio.to_thread(write_atomic, self.paths.nodes, data, mode=0o644)

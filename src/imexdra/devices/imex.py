@@ -3,7 +3,8 @@
 The compute-domain daemon supervises exactly one ``nvidia-imex -c <config>`` child and asks
 ``nvidia-imex-ctl -c <config> -q`` whether it is ready. ``Imex`` is that whole surface:
 
-- ``start`` / ``signal`` / ``stop`` / ``wait`` for the child process (one at a time);
+- ``start`` / ``signal`` / ``stop`` / ``wait`` for the child process (one at a time), and the last
+  lines it printed (``output_tail``: IMEX says why it exits only there);
 - ``query`` for the readiness answer, usable from another process (the ``check`` probe) because it
   reaches the daemon through the command service named in the config, not through the child handle.
 
@@ -105,6 +106,11 @@ class Imex(Protocol):
     @property
     def pid(self) -> int | None:
         """PID of the running child, None when none is running."""
+        ...
+
+    @property
+    def output_tail(self) -> tuple[str, ...]:
+        """The last lines the running (or last) child printed, oldest first, without line ends."""
         ...
 
     async def start(self) -> int:

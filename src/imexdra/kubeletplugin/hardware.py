@@ -13,7 +13,11 @@ Backends are chosen once, at startup (docs/data-path.md §14, docs/hardware.md):
   (``check_channel_pool``, docs/channel-isolation.md §3).
 
 ``CliqueTracker`` owns the node's clique ID: discovered at startup (errors are fatal), refreshed every
-10 minutes, never cleared by a refresh that finds none (docs/hardware.md §6.2).
+10 minutes, never cleared by a refresh that finds none (docs/hardware.md §6.2). At startup a GPU whose
+fabric registration has not completed yet (``FabricNotReadyError``, under ``CrashOnNVLinkFabricErrors``)
+is waited for, up to ``--fabric-registration-timeout``, polling NVML: after a reboot the plugin can
+start before the fabric manager has registered the GPUs (upstream #1264). Once the bound has passed
+the error is fatal, saying how long it waited.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from imexdra.api.featuregates import FeatureGates, Gate
 from imexdra.common.errors import PermanentError
 from imexdra.devices.devnodes import nvidia_device_nodes
 from imexdra.devices.driverroot import IMEX_BINARIES, dev_root, driver_binaries, find_nvml_library
-from imexdra.devices.nvml import Nvml, clique_id, driver_version_at_least
+from imexdra.devices.nvml import FabricNotReadyError, Nvml, clique_id, driver_version_at_least
 from imexdra.devices.nvml_real import PynvmlNvml
 from imexdra.devices.procfs import (
     DRIVER_PARAMS,
@@ -48,6 +52,11 @@ _log = structlog.get_logger(__name__)
 #: Upstream's minimum driver for IMEX daemons addressed by DNS names (gate IMEXDaemonsWithDNSNames).
 MIN_DRIVER_VERSION_DNS_NAMES = "570.158.01"
 CLIQUE_REFRESH_PERIOD = 600.0
+#: How often startup asks NVML again while a GPU's fabric registration is incomplete: registration
+#: takes seconds after a reboot (upstream #1264 saw about 3 s), so a few seconds lose little.
+FABRIC_POLL_INTERVAL = 2.0
+#: How often that wait is logged (it is logged when it starts and whenever the answer changes too).
+FABRIC_WAIT_LOG_INTERVAL = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,22 +175,64 @@ class CliqueTracker:
         gates: FeatureGates,
         *,
         on_change: Callable[[str], Awaitable[None]] | None = None,
+        registration_timeout: float = 0.0,
+        poll_interval: float = FABRIC_POLL_INTERVAL,
     ) -> None:
+        """``registration_timeout``: seconds ``discover`` waits for incomplete registrations (0: none)."""
         self._nvml = nvml
         self._strict = gates.enabled(Gate.CRASH_ON_NVLINK_FABRIC_ERRORS)
         self._on_change = on_change
+        self._registration_timeout = registration_timeout
+        self._poll_interval = poll_interval
         self.current = ""
 
-    def discover(self) -> str:
-        """Initial discovery; any error is fatal to startup."""
-        self.current = clique_id(self._nvml.gpus(), strict=self._strict)
+    async def discover(self) -> str:
+        """Initial discovery; waits out an incomplete fabric registration within the bound.
+
+        Raises:
+            FabricNotReadyError: a GPU's registration is still incomplete once the bound has passed.
+            DriverError: any other NVML or fabric error, at once.
+
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._registration_timeout
+        logged, logged_at = "", -float("inf")
+        while True:
+            try:
+                self.current = await asyncio.to_thread(self._read)
+                break
+            except FabricNotReadyError as error:
+                now = loop.time()
+                if now >= deadline:
+                    raise self._gave_up(error) from error
+                if str(error) != logged or now - logged_at >= FABRIC_WAIT_LOG_INTERVAL:
+                    _log.warning(
+                        "Waiting for NVLink fabric registration to complete",
+                        error=str(error),
+                        remaining_seconds=round(deadline - now),
+                    )
+                    logged, logged_at = str(error), now
+                await asyncio.sleep(min(self._poll_interval, deadline - now))
+        if logged:
+            _log.info("NVLink fabric registration completed")
         _log.info("Clique ID discovered", clique_id=self.current or "(none: no NVLink fabric)")
         return self.current
+
+    def _read(self) -> str:
+        return clique_id(self._nvml.gpus(), strict=self._strict)
+
+    def _gave_up(self, error: FabricNotReadyError) -> FabricNotReadyError:
+        if not self._registration_timeout:
+            return error
+        return FabricNotReadyError(
+            f"{error} (still so after waiting {self._registration_timeout:g}s for the registration to "
+            "complete, --fabric-registration-timeout; is the node's NVIDIA fabric manager running?)"
+        )
 
     async def refresh(self) -> None:
         """Re-read the clique ID; a new non-empty value replaces the old, errors are only logged."""
         try:
-            found = await asyncio.to_thread(lambda: clique_id(self._nvml.gpus(), strict=self._strict))
+            found = await asyncio.to_thread(self._read)
         except Exception as error:
             _log.warning("Clique ID refresh failed", error=str(error))
             return

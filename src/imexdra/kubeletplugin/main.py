@@ -110,6 +110,7 @@ def main(
         kubeletRegistrarDirectoryPath=str(kubelet_plugin.kubelet_registrar_directory_path),
         cdiRoot=str(kubelet_plugin.cdi_root),
         healthcheckPort=kubelet_plugin.healthcheck_port,
+        fabricRegistrationTimeout=f"{kubelet_plugin.fabric_registration_timeout.total_seconds():g}s",
         altProcDevicesPath=str(alt_proc_devices_path) if alt_proc_devices_path else None,
     )
     try:

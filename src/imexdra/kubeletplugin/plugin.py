@@ -146,8 +146,13 @@ async def _assemble(config: PluginConfig, api: _Api, nvml: Nvml, devices: HostIm
     """Startup steps 5-8 (docs/data-path.md §14): clique ID, base CDI spec, checkpoint, prepare machinery."""
     client = api.client
     labeler = NodeLabeler(api.transport, config.node_name, watch=None if config.host_managed else client)
-    cliques = CliqueTracker(nvml, config.gates, on_change=_gpu_clique_labeller(config, labeler))
-    await asyncio.to_thread(cliques.discover)
+    cliques = CliqueTracker(
+        nvml,
+        config.gates,
+        on_change=_gpu_clique_labeller(config, labeler),
+        registration_timeout=config.kubelet.fabric_registration_timeout.total_seconds(),
+    )
+    await cliques.discover()
     base = hardware.build_base_spec(config.hardware, runs_imex_daemons=not config.host_managed)
     await cdifiles.write_base_spec(config.kubelet.cdi_root, base)
     store = CheckpointStore(config.paths.plugin_data_dir)

@@ -29,6 +29,7 @@ DEFAULT_CASES: list[tuple[OptionGroup[Any], Any]] = [
             imex_host_socket_path=Path("/etc/nvidia-imex/imex_ctrl.sock"),
             healthcheck_port=-1,
             gpu_clique_label_enabled=False,
+            fabric_registration_timeout=timedelta(minutes=5),
         ),
     ),
     (
@@ -121,6 +122,12 @@ ENV_CASES: list[tuple[OptionGroup[Any], dict[str, str], str, Any]] = [
         "retry_period",
         timedelta(milliseconds=500),
     ),
+    (
+        kubelet_plugin_options,
+        {"FABRIC_REGISTRATION_TIMEOUT": "90s"},
+        "fabric_registration_timeout",
+        timedelta(seconds=90),
+    ),
     (daemon_options, {"CLIQUE_ID": "uuid.1"}, "clique_id", "uuid.1"),
     (daemon_options, {"COMPUTE_DOMAIN_UUID": "u"}, "compute_domain_uuid", "u"),
     (daemon_options, {"COMPUTE_DOMAIN_NAME": "cd"}, "compute_domain_name", "cd"),
@@ -204,6 +211,11 @@ def test_env_fallbacks(group: OptionGroup[Any], env: dict[str, str], attribute: 
             {"NVIDIA_CDI_HOOK_PATH": "/usr/bin/nvidia-cdi-hook"},
             ["'--nvidia-cdi-hook-path'", "run no hooks", "Unset it (chart value nvidiaCDIHookPath)"],
         ),
+        (
+            kubelet_plugin_options,
+            {"FABRIC_REGISTRATION_TIMEOUT": "-1s"},
+            ["'--fabric-registration-timeout'", "must not be negative"],
+        ),
     ],
     ids=[
         "cdi-root-relative",
@@ -222,6 +234,7 @@ def test_env_fallbacks(group: OptionGroup[Any], env: dict[str, str], attribute: 
         "daemon-pod-ip-invalid",
         "daemon-namespace-invalid",
         "cdi-hook-path-set",
+        "fabric-registration-timeout-negative",
     ],
 )
 def test_invalid_values_are_usage_errors(

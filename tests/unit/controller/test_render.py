@@ -107,7 +107,8 @@ def field_env(name: str, path: str) -> dict[str, Any]:
 
 
 def test_daemon_set_matches_upstream() -> None:
-    """Upstream's metadata, selectors, tolerations, claim, command, env and probes; our securityContext."""
+    """Upstream's metadata, selectors, tolerations, claim, ndots 1 (#1465), command, env and probes;
+    our securityContext."""
     config = make_config(cd_daemon_image_pull_secret_names=("regcred",))
     ds = render.daemon_set(UID, config).to_dict()
     label = {"resource.nvidia.com/computeDomain": UID}
@@ -131,6 +132,7 @@ def test_daemon_set_matches_upstream() -> None:
             {"operator": "Exists", "effect": "PreferNoSchedule"},
         ],
         "resourceClaims": [{"name": "compute-domain-daemon", "resourceClaimTemplateName": DAEMON_NAME}],
+        "dnsConfig": {"options": [{"name": "ndots", "value": "1"}]},
     }
     assert container == [
         {

@@ -1,4 +1,4 @@
-"""Rendering imexd.cfg (both modes) and the two shapes of nodes.cfg."""
+"""Rendering imexd.cfg (both modes), the two shapes of nodes.cfg and the per-domain DNS names."""
 
 from __future__ import annotations
 
@@ -16,6 +16,13 @@ from imexdra.daemon.imexconfig import (
     render_template,
 )
 from imexdra.devices.imex import parse_config
+
+#: Two ComputeDomain UIDs and the first 8 hex digits of SHA-256 of each, worked out once by hand
+#: (``hashlib.sha256(uid.encode()).hexdigest()[:8]``) so that a change of the hash fails here.
+UID = "4c1d2a8e-7f3b-4e0a-9b6d-2e5f8a1c3d70"
+UID_HASH = "64f89983"
+OTHER_UID = "0b9e8f1a-3c2d-4e5f-8a7b-6c5d4e3f2a10"
+OTHER_UID_HASH = "f50cf600"
 
 
 def test_default_template_renders_upstream_values() -> None:
@@ -58,23 +65,31 @@ def test_unknown_placeholder_is_an_error() -> None:
 
 
 @pytest.mark.parametrize(
-    ("index", "name"),
+    ("uid", "index", "name"),
     [
-        (0, "compute-domain-daemon-0000"),
-        (17, "compute-domain-daemon-0017"),
-        (1234, "compute-domain-daemon-1234"),
+        (UID, 0, f"compute-domain-daemon-{UID_HASH}-0000"),
+        (UID, 17, f"compute-domain-daemon-{UID_HASH}-0017"),
+        (UID, 1234, f"compute-domain-daemon-{UID_HASH}-1234"),
+        (OTHER_UID, 0, f"compute-domain-daemon-{OTHER_UID_HASH}-0000"),
     ],
+    ids=["first", "last-of-18", "four-digits", "other-domain"],
 )
-def test_dns_names_are_zero_padded(index: int, name: str) -> None:
-    """DNS names use four digits (upstream %04d), not the bare index."""
-    assert dns_name(index) == name
+def test_dns_names_carry_the_domain_hash(uid: str, index: int, name: str) -> None:
+    """Upstream #1448's shape: prefix, 8 hex digits of the domain UID's hash, the index as %04d."""
+    assert dns_name(uid, index) == name
 
 
 def test_dns_nodes_config_lists_every_slot() -> None:
-    """DNS-names mode writes all max names, each newline-terminated."""
-    text = dns_nodes_config(3)
-    assert text == "compute-domain-daemon-0000\ncompute-domain-daemon-0001\ncompute-domain-daemon-0002\n"
-    assert len(dns_nodes_config(18).splitlines()) == 18
+    """DNS-names mode writes all max names of the domain, each newline-terminated."""
+    text = dns_nodes_config(UID, 3)
+    assert text == "".join(f"compute-domain-daemon-{UID_HASH}-{i:04d}\n" for i in range(3))
+    assert len(dns_nodes_config(UID, 18).splitlines()) == 18
+
+
+def test_same_sized_domains_get_different_node_lists() -> None:
+    """Two domains of one size no longer share a node list, so IMEX's node-map check tells them apart."""
+    assert dns_nodes_config(UID, 18) != dns_nodes_config(OTHER_UID, 18)
+    assert dns_nodes_config(UID, 18) == dns_nodes_config(UID, 18)
 
 
 def test_ip_nodes_config_keeps_order() -> None:

@@ -145,7 +145,8 @@ def test_prepare_writes_config_and_dns_node_list(tmp_path: Path, gates: str, sta
     nodes = tmp_path / "imexd" / "nodes.cfg"
     assert nodes.exists() is static_nodes
     if static_nodes:
-        assert nodes.read_text().split() == [f"compute-domain-daemon-000{i}" for i in range(4)]
+        # 092824bb: the first 8 hex digits of SHA-256 of the domain UID "cd-uid".
+        assert nodes.read_text().split() == [f"compute-domain-daemon-092824bb-000{i}" for i in range(4)]
 
 
 def test_prepare_uses_the_provided_template(tmp_path: Path) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from imexdra.daemon import planning
 from imexdra.daemon.membership import Membership, Peer
-from imexdra.daemon.planning import Action, Applied, plan_dns, plan_ip
+from imexdra.daemon.planning import Action, Applied, Plan, plan_ip
 
 A, B, C = Peer("node-a", "10.0.0.1", 0), Peer("node-b", "10.0.0.2", 1), Peer("node-c", "10.0.0.3", 2)
+UID = "4c1d2a8e-7f3b-4e0a-9b6d-2e5f8a1c3d70"  # its hash, 64f89983, is checked in test_imexconfig
 
 
 def members(*peers: Peer, own: Peer | None = B, expected: int = 0) -> Membership:
@@ -15,7 +17,14 @@ def members(*peers: Peer, own: Peer | None = B, expected: int = 0) -> Membership
 
 
 def hosts(*peers: Peer) -> dict[str, str]:
-    return {f"compute-domain-daemon-{p.index:04d}": p.ip for p in peers}
+    """All 18 slots: the peers' at their IPs, every other one at the sentinel 127.0.0.2."""
+    mapping = {f"compute-domain-daemon-64f89983-{i:04d}": "127.0.0.2" for i in range(18)}
+    mapping.update({f"compute-domain-daemon-64f89983-{p.index:04d}": p.ip for p in peers})
+    return mapping
+
+
+def plan_dns(applied: Applied, membership: Membership, *, max_nodes: int = 18) -> Plan:
+    return planning.plan_dns(applied, membership, domain_uid=UID, max_nodes=max_nodes)
 
 
 RUNNING = Applied(started=True, own_index=1, hosts=hosts(A, B))
@@ -74,6 +83,26 @@ def test_dns_mode_skips_out_of_range_indices() -> None:
     assert plan.hosts == hosts(B)
     own_bad = plan_dns(Applied(), members(bad, own=bad), max_nodes=18)
     assert own_bad.action is Action.NONE
+
+
+def test_dns_mode_maps_unused_slots_to_the_sentinel() -> None:
+    """Upstream #1465: every slot has a line, those without a daemon at 127.0.0.2, none left out."""
+    plan = plan_dns(Applied(), members(A, C, own=C), max_nodes=4)
+    assert plan.hosts == {
+        "compute-domain-daemon-64f89983-0000": "10.0.0.1",
+        "compute-domain-daemon-64f89983-0001": "127.0.0.2",
+        "compute-domain-daemon-64f89983-0002": "10.0.0.3",
+        "compute-domain-daemon-64f89983-0003": "127.0.0.2",
+    }
+
+
+def test_dns_mode_a_leaving_peer_becomes_the_sentinel() -> None:
+    """A peer that leaves turns its slot back to 127.0.0.2 and reloads, rather than dropping the line."""
+    running = plan_dns(Applied(), members(A, B, C), max_nodes=4)
+    left = plan_dns(running.applied, members(B, C), max_nodes=4)
+    assert left.action is Action.RELOAD
+    assert left.hosts is not None and left.hosts["compute-domain-daemon-64f89983-0000"] == "127.0.0.2"
+    assert len(left.hosts) == 4
 
 
 def test_dns_mode_applied_state_round_trip() -> None:

@@ -1,4 +1,5 @@
-"""ImexSupervisor against FakeImex: restart backoff, reload pacing and coalescing, restarts, shutdown."""
+"""ImexSupervisor against FakeImex: restart backoff, reload pacing and coalescing, restarts, shutdown,
+and giving up when the node's IMEX role is taken (NV_ERR_IN_USE)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from imexdra.common.ratelimit import Backoff
-from imexdra.daemon.supervisor import ImexSupervisor
+from imexdra.daemon.supervisor import ImexInUseError, ImexSupervisor
 from imexdra_sim.devices.imex_fake import FakeImex
 from tests.support.waiting import eventually
 
@@ -159,3 +160,46 @@ async def test_cancel_forwards_termination() -> None:
         await task
     assert imex.pid is None
     assert [r.pid for r in imex.stops] == [pid]
+
+
+IN_USE_LINE = "[Dec 02 2026 00:00:00] [ERROR] [tid 7] Failed to register with the driver: NV_ERR_IN_USE"
+
+
+def quick_supervisor(imex: FakeImex) -> ImexSupervisor:
+    return ImexSupervisor(imex, restart_backoff=Backoff(base=BASE / 10, cap=BASE, jitter=0.0), stop_grace=1.0)
+
+
+async def test_a_node_whose_imex_role_is_taken_ends_the_run_clearly() -> None:
+    """Three NV_ERR_IN_USE exits in a row (the host's nvidia-imex holds the node) end run() saying why."""
+    imex = FakeImex()
+    supervisor = quick_supervisor(imex)
+    supervisor.start()
+    run = asyncio.create_task(supervisor.run())
+    for n in (1, 2, 3):
+        await until(f"start {n}", lambda n=n: len(imex.starts) == n and imex.pid is not None)
+        imex.exit(1, output=("IMEX daemon starting", IN_USE_LINE))
+    with pytest.raises(ImexInUseError) as failure:
+        await asyncio.wait_for(run, timeout=5.0)
+    message = str(failure.value)
+    assert message.startswith("nvidia-imex failed with NV_ERR_IN_USE 3 times in a row")
+    assert "the host's own nvidia-imex service" in message
+    assert "systemctl disable --now nvidia-imex" in message
+    assert "HostManagedIMEX" in message
+    assert len(imex.starts) == 3
+
+
+async def test_an_in_use_exit_between_others_is_only_restarted() -> None:
+    """NV_ERR_IN_USE that does not repeat (a predecessor letting go) is restarted like any crash."""
+    imex = FakeImex()
+    supervisor = quick_supervisor(imex)
+    supervisor.start()
+    run = asyncio.create_task(supervisor.run())
+    outputs = [(IN_USE_LINE,), (IN_USE_LINE,), ("Segmentation fault",), (IN_USE_LINE,), (IN_USE_LINE,)]
+    for n, output in enumerate(outputs, start=1):
+        await until(f"start {n}", lambda n=n: len(imex.starts) == n and imex.pid is not None)
+        imex.exit(1, output=output)
+    await until("sixth start", lambda: len(imex.starts) == 6 and imex.pid is not None)
+    assert not run.done()
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run

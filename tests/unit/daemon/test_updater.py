@@ -20,6 +20,7 @@ from imexdra.daemon.updater import Updater
 from imexdra_sim.devices.imex_fake import FakeImex
 
 A, B, C = Peer("node-a", "10.0.0.1", 0), Peer("node-b", "10.0.0.2", 1), Peer("node-c", "10.0.0.3", 2)
+UID = "4c1d2a8e-7f3b-4e0a-9b6d-2e5f8a1c3d70"  # its hash, 64f89983, is checked in test_imexconfig
 
 
 @pytest.fixture
@@ -34,13 +35,14 @@ async def imex() -> AsyncIterator[tuple[FakeImex, ImexSupervisor]]:
         await task
 
 
-def updater(tmp_path: Path, supervisor: ImexSupervisor, *, dns_names: bool) -> Updater:
+def updater(tmp_path: Path, supervisor: ImexSupervisor, *, dns_names: bool, max_nodes: int = 18) -> Updater:
     return Updater(
         paths=ImexdPaths(tmp_path / "imexd"),
         hosts_file=tmp_path / "hosts",
         supervisor=supervisor,
         dns_names=dns_names,
-        max_nodes=18,
+        domain_uid=UID,
+        max_nodes=max_nodes,
     )
 
 
@@ -59,15 +61,38 @@ async def test_dns_mode_start_then_reload(tmp_path: Path, imex: tuple[FakeImex, 
     await settle()
     pid = fake.pid
     assert pid is not None
-    assert managed_mappings((tmp_path / "hosts").read_text()) == {
-        "compute-domain-daemon-0000": "10.0.0.1",
-        "compute-domain-daemon-0001": "10.0.0.2",
-    }
+    mappings = managed_mappings((tmp_path / "hosts").read_text())
+    assert len(mappings) == 18
+    assert mappings["compute-domain-daemon-64f89983-0000"] == "10.0.0.1"
+    assert mappings["compute-domain-daemon-64f89983-0001"] == "10.0.0.2"
+    assert mappings["compute-domain-daemon-64f89983-0002"] == "127.0.0.2"
     assert (await loop.apply(Membership(peers=(A, B, C), own=B))).action is Action.RELOAD
     await asyncio.sleep(0.3)
     assert [(r.pid, r.signum) for r in fake.signals] == [(pid, signal.SIGUSR1)]
     assert len(fake.starts) == 1
-    assert "compute-domain-daemon-0002" in (tmp_path / "hosts").read_text()
+    assert "10.0.0.3\tcompute-domain-daemon-64f89983-0002\n" in (tmp_path / "hosts").read_text()
+
+
+async def test_dns_mode_files_in_upstreams_format(
+    tmp_path: Path, imex: tuple[FakeImex, ImexSupervisor]
+) -> None:
+    """The hosts file of an upgraded pod: the old-shape lines go, every slot of the new shape is there."""
+    _, supervisor = imex
+    (tmp_path / "hosts").write_text(
+        "127.0.0.1\tlocalhost\n10.9.0.7\tcomputedomain-daemon-abc-x1\n"
+        "# Compute Domain Daemon mappings\n10.0.0.1\tcompute-domain-daemon-0000\n"
+        "10.0.0.5\tcompute-domain-daemon-0003\n"
+    )
+    loop = updater(tmp_path, supervisor, dns_names=True, max_nodes=4)
+    assert (await loop.apply(Membership(peers=(A, C), own=A))).action is Action.START
+    assert (tmp_path / "hosts").read_text() == (
+        "127.0.0.1\tlocalhost\n10.9.0.7\tcomputedomain-daemon-abc-x1\n\n"
+        "# Compute Domain Daemon mappings\n"
+        "10.0.0.1\tcompute-domain-daemon-64f89983-0000\n"
+        "127.0.0.2\tcompute-domain-daemon-64f89983-0001\n"
+        "10.0.0.3\tcompute-domain-daemon-64f89983-0002\n"
+        "127.0.0.2\tcompute-domain-daemon-64f89983-0003\n"
+    )
 
 
 async def test_ip_mode_writes_nodes_and_restarts(
@@ -100,5 +125,6 @@ async def test_run_follows_the_newest_membership(
         box.publish(Membership(peers=peers, own=B))
     await settle()
     task.cancel()
-    assert loop.applied.hosts is not None and len(loop.applied.hosts) == 3
+    assert loop.applied.hosts is not None
+    assert loop.applied.hosts["compute-domain-daemon-64f89983-0002"] == "10.0.0.3"
     assert len(fake.starts) == 1

@@ -1,9 +1,12 @@
 """The fake nvidia-imex / nvidia-imex-ctl as separate processes talking over real loopback sockets.
 
 Covered: readiness needs no quorum and survives a lost peer (which degrades the domain), the node
-list is re-read only on SIGUSR1 and SIGUSR1 is rate-limited, names resolve through the hosts file, node-map
-mismatches and an own-ID change keep a daemon NOT_READY, the ctl output shapes, the command service
-over TCP and a unix socket, startup failure without an own entry, and the PATH wrappers.
+list is re-read only on SIGUSR1 and SIGUSR1 is rate-limited, names resolve through the hosts file (the
+daemon's own files too: per-domain names, unused slots at the sentinel address), node-map mismatches
+(a daemon of another domain at a reused address) and an own-ID change keep a daemon NOT_READY, one
+IMEX daemon per node (the second fails with NV_ERR_IN_USE, and the daemon's supervisor gives up on it
+clearly), the ctl output shapes, the command service over TCP and a unix socket, startup failure
+without an own entry, and the PATH wrappers.
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ from typing import Any
 
 import pytest
 
+from imexdra.common.ratelimit import Backoff
+from imexdra.daemon.hostsfile import render_hosts
+from imexdra.daemon.imexconfig import UNUSED_SLOT_ADDRESS, dns_name, dns_nodes_config
+from imexdra.daemon.supervisor import ImexInUseError, ImexSupervisor
 from imexdra.devices.imex import READY_OUTPUT
+from imexdra.devices.imex_real import SubprocessImex
 from imexdra_sim.devices.fakeimex.ctl import CtlError, fetch_status
 from imexdra_sim.devices.fakeimex.install import install_fake_imex
 from tests.support import waiting
@@ -72,8 +80,13 @@ class FakeDomain:
         )
         return path
 
-    def start(self, i: int, **config: Any) -> subprocess.Popen[str]:
-        env = {**os.environ, "FAKE_IMEX_HOSTS_FILE": str(self.hosts_file), "FAKE_IMEX_PROBE_INTERVAL": "0.1"}
+    def start(self, i: int, env: dict[str, str] | None = None, **config: Any) -> subprocess.Popen[str]:
+        env = {
+            **os.environ,
+            "FAKE_IMEX_HOSTS_FILE": str(self.hosts_file),
+            "FAKE_IMEX_PROBE_INTERVAL": "0.1",
+            **(env or {}),
+        }
         process = subprocess.Popen(
             [PYTHON, "-m", "imexdra_sim.devices.fakeimex.daemon", "-c", str(self.config(i, **config))],
             env=env,
@@ -225,6 +238,37 @@ async def test_dns_names_resolve_through_hosts_file(domain: FakeDomain) -> None:
     assert await _all_ready(domain, 1, 2, 3)
 
 
+async def test_daemon_files_with_sentinels_form_the_domain(domain: FakeDomain) -> None:
+    """The daemon's nodes.cfg and hosts file (upstream #1448/#1465 shapes) give a READY domain whose
+    unused slots resolve to 127.0.0.2 and never answer; a daemon of another domain is told apart."""
+    uid, other_uid = "4c1d2a8e-7f3b-4e0a-9b6d-2e5f8a1c3d70", "0b9e8f1a-3c2d-4e5f-8a7b-6c5d4e3f2a10"
+    domain.nodes_file.write_text(dns_nodes_config(uid, 4))
+    mapping = {dns_name(uid, i): UNUSED_SLOT_ADDRESS for i in range(4)}
+    mapping |= {dns_name(uid, 0): domain.address(1), dns_name(uid, 2): domain.address(2)}
+    domain.hosts_file.write_text(render_hosts("127.0.0.1 localhost\n", mapping))
+    domain.start(1)
+    domain.start(2)
+    await eventually("slots 0 and 2 connected", lambda: _matrix_row(domain, 1, {"0": "C", "2": "C"}))
+    status = await domain.status(1)
+    assert status["state"] == "READY"
+    assert [(n["entry"], n["address"]) for n in status["nodes"]] == [
+        (dns_name(uid, i), address)
+        for i, address in enumerate((domain.address(1), "127.0.0.2", domain.address(2), "127.0.0.2"))
+    ]
+    assert status["matrix"]["0"]["1"] == status["matrix"]["0"]["3"] == "N"
+    # Slot 3 now points at a daemon of another domain (a reused pod IP): its node list differs.
+    other_nodes = domain.tmp / "other-nodes.cfg"
+    other_nodes.write_text(dns_nodes_config(other_uid, 4))
+    mapping[dns_name(uid, 3)] = domain.address(3)
+    mapping[dns_name(other_uid, 0)] = domain.address(3)
+    domain.hosts_file.write_text(render_hosts("127.0.0.1 localhost\n", mapping))
+    domain.start(3, nodes_file=other_nodes)
+    await eventually("the other domain's daemon READY", lambda: _is(domain, 3, "READY"))
+    domain.signal(1)
+    await eventually("mismatch seen", lambda: _matrix_row(domain, 1, {"3": "!M!"}))
+    assert await domain.state(1) == "NOT_READY"
+
+
 async def _matrix_row(domain: FakeDomain, i: int, expected: dict[str, str]) -> bool:
     row = (await domain.maybe_status(i)).get("matrix", {}).get("0", {})
     return all(row.get(k) == v for k, v in expected.items())
@@ -258,6 +302,41 @@ async def test_own_index_change_needs_a_restart(domain: FakeDomain) -> None:
     domain.start(1)
     await eventually("READY as ID 1 after restart", lambda: _field(domain, 1, "selfIndex", 1))
     assert await domain.state(1) == "READY"
+
+
+async def test_one_imex_daemon_per_node_role(domain: FakeDomain) -> None:
+    """With the node's IMEX role held (the host's service), a second daemon exits 1 with NV_ERR_IN_USE;
+    once the holder is gone it starts."""
+    role = {"FAKE_IMEX_NODE_LOCK": str(domain.tmp / "imex-role")}
+    domain.set_nodes([domain.address(1), domain.address(2)])
+    host = domain.start(1, env=role)
+    await eventually("the holder READY", lambda: _is(domain, 1, "READY"))
+    second = domain.start(2, env=role)
+    assert second.wait(timeout=30) == 1
+    assert second.stderr is not None
+    assert "NV_ERR_IN_USE" in second.stderr.read()
+    host.terminate()
+    assert host.wait(timeout=10) == 0
+    domain.start(2, env=role)
+    await eventually("the second READY once the role is free", lambda: _is(domain, 2, "READY"))
+
+
+async def test_supervisor_gives_up_on_a_node_whose_role_is_taken(domain: FakeDomain, tmp_path: Path) -> None:
+    """The daemon's supervisor over the fake program: repeated NV_ERR_IN_USE ends its run clearly."""
+    role = str(domain.tmp / "imex-role")
+    domain.set_nodes([domain.address(1), domain.address(2)])
+    domain.start(1, env={"FAKE_IMEX_NODE_LOCK": role})
+    await eventually("the holder READY", lambda: _is(domain, 1, "READY"))
+    binaries = install_fake_imex(tmp_path / "bin")
+    imex = SubprocessImex(domain.config(2), imex_binary=str(binaries.imex), ctl_binary=str(binaries.ctl))
+    supervisor = ImexSupervisor(imex, restart_backoff=Backoff(base=0.01, cap=0.05, jitter=0.0))
+    supervisor.start()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FAKE_IMEX_NODE_LOCK", role)
+        with pytest.raises(ImexInUseError, match="NV_ERR_IN_USE 3 times in a row"):
+            await asyncio.wait_for(supervisor.run(), timeout=60.0)
+    assert supervisor.starts == 3
+    assert any("NV_ERR_IN_USE" in line for line in imex.output_tail)
 
 
 def test_exits_when_no_entry_matches_own_address(domain: FakeDomain) -> None:

@@ -1,4 +1,5 @@
-"""SubprocessImex against small stand-in executables: start, signal, stop, crash, query, orphan safety."""
+"""SubprocessImex against small stand-in executables: start, signal, stop, crash, output, query, orphan
+safety."""
 
 from __future__ import annotations
 
@@ -67,6 +68,26 @@ async def test_wait_reports_a_crash(tmp_path: Path) -> None:
     assert imex.pid is None
     await imex.start()
     assert await imex.wait() == 7
+
+
+async def test_output_is_copied_and_its_tail_kept(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """IMEX's lines reach our stdout and stderr unchanged, and its last lines stay readable after it
+    exits (a line longer than a read, too); the next start begins a new tail."""
+    long_line = "x" * 100_000
+    body = f"echo starting\necho 'failed: NV_ERR_IN_USE' >&2\necho {long_line}\nexit 1"
+    imex = SubprocessImex(tmp_path / "c", imex_binary=script(tmp_path / "talk", body))
+    await imex.start()
+    assert await imex.wait() == 1
+    tail = imex.output_tail
+    assert {"starting", "failed: NV_ERR_IN_USE"} <= set(tail)
+    assert "".join(line for line in tail if line.startswith("x")) == long_line  # kept in 64 KiB pieces
+    out, err = capfd.readouterr()
+    assert out == f"starting\n{long_line}\n"
+    assert err == "failed: NV_ERR_IN_USE\n"
+    imex.imex_binary = script(tmp_path / "quiet", "exit 0")
+    await imex.start()
+    assert await imex.wait() == 0
+    assert imex.output_tail == ()
 
 
 async def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import tempfile
@@ -219,7 +220,7 @@ def test_fake_nvml_answers(text: str, strict: bool) -> None:
         try:
             answered = nvml.gpus()
             nvml.driver_version()
-            CliqueTracker(nvml, gates).discover()
+            asyncio.run(CliqueTracker(nvml, gates).discover())
         except DriverError:
             return
     assert all(gpu.uuid for gpu in answered)

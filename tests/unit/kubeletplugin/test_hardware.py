@@ -1,5 +1,6 @@
 """NVML selection, mock mode, driver-version gate, clique tracking, base CDI spec (devices, IMEX programs)."""
 
+import asyncio
 import dataclasses
 import json
 from pathlib import Path
@@ -9,6 +10,7 @@ import structlog.testing
 
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.common.errors import PermanentError
+from imexdra.devices.nvml import FabricError, FabricNotReadyError
 from imexdra.devices.nvml_real import PynvmlNvml
 from imexdra.devices.procfs import DeviceDiscoveryError
 from imexdra.kubeletplugin.cdi import Mount
@@ -28,6 +30,7 @@ from imexdra_sim.devices.procfs_fake import (
     write_fabric_mgmt_capability,
     write_proc_devices,
 )
+from tests.support.waiting import eventually
 
 UUID = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60"
 
@@ -136,7 +139,7 @@ async def test_clique_refresh_never_clears(tmp_path: Path) -> None:
     """Discovery sets the clique; a refresh adopts a new one and ignores a transition to none."""
     path = nvml_file(tmp_path / "nvml.json", clique=5)
     tracker = CliqueTracker(FakeNvml(path), resolve_feature_gates(""))
-    assert tracker.discover() == f"{UUID}.5"
+    assert await tracker.discover() == f"{UUID}.5"
     nvml_file(path, clique=None)
     await tracker.refresh()
     assert tracker.current == f"{UUID}.5"
@@ -158,9 +161,74 @@ async def test_clique_change_reaches_the_label_hook(tmp_path: Path) -> None:
     tracker = CliqueTracker(
         FakeNvml(nvml_file(tmp_path / "n.json")), resolve_feature_gates(""), on_change=relabel
     )
-    tracker.discover()
+    await tracker.discover()
     await tracker.refresh()
     assert seen == [f"{UUID}.5"]
+
+
+def fabric_file(path: Path, state: str, *, status: int = 0) -> Path:
+    """The fake NVML's node file with every GPU's registration in ``state``, replaced atomically (the
+    tracker may be reading it from its worker thread at that moment)."""
+    staged = path.with_suffix(".tmp")
+    fabric = {"clusterUUID": UUID, "cliqueID": 5, "state": state, "status": status}
+    staged.write_text(json.dumps({"fabric": fabric}))
+    staged.replace(path)
+    return path
+
+
+WAITING = "Waiting for NVLink fabric registration to complete"
+
+
+async def test_discovery_waits_for_a_registration_in_progress(tmp_path: Path) -> None:
+    """A GPU still IN_PROGRESS at startup (upstream #1264's reboot race) is polled until it completes."""
+    path = fabric_file(tmp_path / "nvml.json", "inProgress")
+    tracker = CliqueTracker(
+        FakeNvml(path), resolve_feature_gates(""), registration_timeout=60.0, poll_interval=0.05
+    )
+    with structlog.testing.capture_logs() as logs:
+        discovery = asyncio.create_task(tracker.discover())
+        await eventually("the wait logged", lambda: any(e["event"] == WAITING for e in logs), within=10.0)
+        assert not discovery.done()
+        fabric_file(path, "completed")
+        assert await asyncio.wait_for(discovery, timeout=10.0) == f"{UUID}.5"
+    [waiting] = [e for e in logs if e["event"] == WAITING]
+    assert "state=2, refusing to start" in waiting["error"]
+    assert tracker.current == f"{UUID}.5"
+
+
+@pytest.mark.parametrize(
+    ("bound", "state", "message"),
+    [
+        (
+            0.3,
+            "inProgress",
+            r"state=2, refusing to start \(still so after waiting 0.3s .*fabric-registration",
+        ),
+        (0.3, "notStarted", r"state=1, refusing to start \(still so after waiting 0.3s"),
+        (0.0, "inProgress", r"state=2, refusing to start$"),
+    ],
+    ids=["in-progress-past-the-bound", "not-started-past-the-bound", "no-wait-as-upstream"],
+)
+async def test_discovery_fails_clearly_once_the_bound_has_passed(
+    tmp_path: Path, bound: float, state: str, message: str
+) -> None:
+    """A registration that stays incomplete fails startup after the bound, saying how long it waited."""
+    path = fabric_file(tmp_path / "nvml.json", state)
+    tracker = CliqueTracker(
+        FakeNvml(path), resolve_feature_gates(""), registration_timeout=bound, poll_interval=0.05
+    )
+    with pytest.raises(FabricNotReadyError, match=message):
+        await asyncio.wait_for(tracker.discover(), timeout=10.0)
+    assert tracker.current == ""
+
+
+async def test_discovery_does_not_wait_out_a_registration_error(tmp_path: Path) -> None:
+    """A completed registration with an error status is no reboot race: it fails at once, bound or not."""
+    path = fabric_file(tmp_path / "nvml.json", "completed", status=27)
+    tracker = CliqueTracker(FakeNvml(path), resolve_feature_gates(""), registration_timeout=600.0)
+    with structlog.testing.capture_logs() as logs, pytest.raises(FabricError, match="status=27"):
+        await asyncio.wait_for(tracker.discover(), timeout=10.0)
+    assert not [e for e in logs if e["event"] == WAITING]
 
 
 def test_base_spec_of_a_simulated_node(tmp_path: Path) -> None:

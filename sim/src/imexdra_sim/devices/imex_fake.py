@@ -1,9 +1,10 @@
 """``Imex`` without processes, for unit tests of whatever supervises IMEX.
 
 ``FakeImex`` hands out increasing fake PIDs, records every start, signal and stop with the event-loop
-time it happened at, and lets a test end the current "process" as if it crashed (``exit``) or make
-starts fail (``fail_next_starts``). ``query`` answers ``READY`` while a process runs and ``ready`` is
-set. For the faithful, networked simulation of nvidia-imex see ``imexdra_sim.devices.fakeimex``.
+time it happened at, and lets a test end the current "process" as if it crashed (``exit``, optionally
+with the lines it printed) or make starts fail (``fail_next_starts``). ``query`` answers ``READY``
+while a process runs and ``ready`` is set. For the faithful, networked simulation of nvidia-imex see
+``imexdra_sim.devices.fakeimex``.
 """
 
 from __future__ import annotations
@@ -37,11 +38,17 @@ class FakeImex:
         self._next_pid = 1000
         self._pid: int | None = None
         self._exit: asyncio.Future[int] | None = None
+        self._output: tuple[str, ...] = ()
 
     @property
     def pid(self) -> int | None:
         """PID of the running fake process."""
         return self._pid
+
+    @property
+    def output_tail(self) -> tuple[str, ...]:
+        """What the current (or last) process "printed": the lines given to ``exit``."""
+        return self._output
 
     async def start(self) -> int:
         """Start a fake process (or fail, while ``fail_next_starts`` is positive)."""
@@ -52,6 +59,7 @@ class FakeImex:
             raise ImexError("start nvidia-imex: simulated failure")
         self._next_pid += 1
         self._pid = self._next_pid
+        self._output = ()
         self._exit = asyncio.get_running_loop().create_future()
         self.starts.append(Recorded(self._now(), self._pid))
         return self._pid
@@ -85,10 +93,11 @@ class FakeImex:
             return QueryResult(0, READY_OUTPUT)
         return QueryResult(1, "NOT_READY\n")
 
-    def exit(self, code: int = 1) -> None:
-        """End the current process with ``code``, as if it died on its own."""
+    def exit(self, code: int = 1, output: tuple[str, ...] = ()) -> None:
+        """End the current process with ``code``, as if it died on its own after printing ``output``."""
         if self._pid is None or self._exit is None:
             raise ImexError("nvidia-imex is not running")
+        self._output = output
         self._pid = None
         self._exit.set_result(code)
 

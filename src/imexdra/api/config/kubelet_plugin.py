@@ -1,17 +1,20 @@
 """Options only the kubelet plugin takes: kubelet directories, CDI, driver root, health check.
 
 Names, variables and defaults are upstream's (docs/compatibility.md §2.8); so are the derived socket
-and data paths (docs/compatibility.md §2.7), which the kubelet relies on to find the plugin.
+and data paths (docs/compatibility.md §2.7), which the kubelet relies on to find the plugin. One is
+ours: ``--fabric-registration-timeout``, how long startup waits for a GPU's NVLink fabric
+registration (upstream has no such wait, docs/compatibility.md §3.2).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import click
 
-from imexdra.api.config.groups import OptionGroup, check_absolute, option
+from imexdra.api.config.groups import GoDuration, OptionGroup, check_absolute, option
 from imexdra.common.errors import ConfigError
 
 _PATH = click.Path(path_type=Path)
@@ -32,6 +35,8 @@ class KubeletPluginSettings:
     #: ``< 0`` disables the gRPC health server, ``0`` picks a free port.
     healthcheck_port: int
     gpu_clique_label_enabled: bool
+    #: How long startup waits while a GPU's fabric registration is incomplete; zero: not at all.
+    fabric_registration_timeout: timedelta
 
     def __post_init__(self) -> None:
         """Require absolute paths: they are shared with the kubelet and the container runtime."""
@@ -47,6 +52,8 @@ class KubeletPluginSettings:
             value = getattr(self, name)
             if value is not None:
                 check_absolute(value, field=name)
+        if self.fabric_registration_timeout < timedelta(0):
+            raise ConfigError("must not be negative", field="fabric_registration_timeout")
         if self.nvidia_cdi_hook_path is not None:
             # Refused, not ignored: an operator setting it expects hooks to run (docs/driver-root.md).
             raise ConfigError(
@@ -122,5 +129,13 @@ kubelet_plugin_options = OptionGroup(
         is_flag=True,
         default=False,
         help="Maintain the nvidia.com/gpu.clique node label.",
+    ),
+    option(
+        "--fabric-registration-timeout",
+        envvar="FABRIC_REGISTRATION_TIMEOUT",
+        type=GoDuration(),
+        default="5m",
+        help="How long startup waits for a GPU's NVLink fabric registration to complete (a reboot race) "
+        "before failing; 0 fails at once, as upstream does.",
     ),
 )

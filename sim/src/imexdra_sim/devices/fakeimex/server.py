@@ -51,6 +51,12 @@ from imexdra_sim.devices.fakeimex.protocol import Message, ProtocolError, decode
 VERSION = "570.172.08"
 HOSTS_FILE_ENV = "FAKE_IMEX_HOSTS_FILE"
 PROBE_INTERVAL_ENV = "FAKE_IMEX_PROBE_INTERVAL"
+#: A file standing for the node's IMEX role in the driver, which one IMEX daemon at a time can hold.
+NODE_LOCK_ENV = "FAKE_IMEX_NODE_LOCK"
+IN_USE_MESSAGE = (
+    "Failed to register this IMEX daemon with the driver: NV_ERR_IN_USE "
+    "(another IMEX daemon already runs on this node)"
+)
 NO_INTERFACE_MESSAGE = (
     "No matching network interface found for any IP addresses in the node configuration file"
 )
