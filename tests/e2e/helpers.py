@@ -418,3 +418,61 @@ def probe_outcome(cluster: LocalCluster, namespace: str, name: str) -> tuple[str
 
     pod = wait_until(f"probe {name} done", ended, timeout=120)
     return pod["status"]["phase"], container_log(cluster, pod)
+
+
+# -- binding conditions (tests/e2e/test_binding_conditions.py, test_host_managed.py) ----------------
+
+
+def events_of(cluster: LocalCluster, namespace: str, reason: str) -> list[dict[str, Any]]:
+    """The namespace's Events with ``reason``."""
+    items: list[dict[str, Any]] = get_json(cluster, "events", "-n", namespace)["items"]
+    return [e for e in items if e.get("reason") == reason]
+
+
+def squat_then_run_victim(cluster: LocalCluster, *, victim: str, tenant: str, nodes: tuple[str, ...]) -> str:
+    """Under binding conditions: a squatter can't keep a node from the team whose domain its claim names.
+
+    The victim's ComputeDomain (in ``victim``); in ``tenant``, a hand-written channel claim naming it and
+    a pod pinned to ``nodes[0]``. The squatter is told why (``ComputeDomainNotFound``, naming nothing of
+    the victim's), then one victim pod per node runs; the squatter is never bound. Returns the domain's
+    UID; the caller cleans up.
+    """
+    for namespace in (victim, tenant):
+        cluster.create_namespace(namespace)
+    apply(cluster, compute_domain("victim", victim, num_nodes=len(nodes)))
+    uid = uid_of(cluster, "computedomain", "victim", victim)
+    parameters = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomainChannelConfig",
+        "domainID": uid,
+    }
+    request = {"name": "channel", "exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"}}
+    squat = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "squat", "namespace": tenant},
+        "spec": {
+            "devices": {
+                "requests": [request],
+                "config": [{"opaque": {"driver": DRIVER_NAME, "parameters": parameters}}],
+            }
+        },
+    }
+    apply(
+        cluster, squat, builders.channel_pod("squatter", tenant, "squat", existing_claim=True, node=nodes[0])
+    )
+    [event] = wait_until(
+        "the squatter told why", lambda: events_of(cluster, tenant, "ComputeDomainNotFound")[:1], timeout=60
+    )
+    assert f"namespace {tenant}" in event["message"] and victim not in event["message"]
+    for i, node in enumerate(nodes):
+        apply(cluster, builders.channel_pod(f"worker-{i}", victim, "victim-channel", node=node))
+
+    def victim_running() -> bool:
+        pods = get_json(cluster, "pods", "-n", victim)["items"]
+        return len(pods) == len(nodes) and all(p["status"].get("phase") == "Running" for p in pods)
+
+    wait_until(f"the victim's pods Running on {len(nodes)} nodes", victim_running, timeout=180)
+    squatter = get_json(cluster, "pod", "squatter", "-n", tenant)
+    assert not squatter["spec"].get("nodeName"), "the squatter was bound"
+    return uid

@@ -29,8 +29,11 @@ from tests.e2e.helpers import (
     pod_phase,
     probe_outcome,
     probe_pod,
+    remove_workloads,
     run_seed_job,
+    squat_then_run_victim,
     tenant_kubeconfig,
+    upgrade_chart,
 )
 from tests.events import driver_prepare_failure, pod_events
 from tests.support.kubectl import apply, get_json
@@ -229,3 +232,27 @@ def test_stopping_host_imex_is_not_acted_on(host_managed_rack: LocalCluster, nam
     assert _restarts(_plugin_pod(cluster, "gb200-00")) == plugin_restarts
     logged = plugin_log.read_text().splitlines()
     assert [line for line in logged[logged_before:] if "nvidia-imex" in line.lower()] == []
+
+
+@pytest.fixture
+def binding_conditions(host_managed_rack: LocalCluster) -> Iterator[None]:
+    """The install with gate ComputeDomainBindingConditions on (controller, plugins restarted); off after."""
+    upgrade_chart(host_managed_rack, {"featureGates": {"ComputeDomainBindingConditions": True}})
+    yield
+    upgrade_chart(host_managed_rack, {"featureGates": {"ComputeDomainBindingConditions": False}})
+
+
+def test_binding_conditions_release_a_squatting_claim(
+    host_managed_rack: LocalCluster, binding_conditions: None
+) -> None:
+    """Host-managed, gate on: a claim naming another namespace's domain is handed back before binding,
+    so the domain's own pods get both fabric nodes; their claims carry IMEXDaemonReady (namespace checked)."""
+    cluster = host_managed_rack
+    squat_then_run_victim(cluster, victim="team-a", tenant="team-b", nodes=("gb200-00", "gb200-01"))
+    for claim in get_json(cluster, "resourceclaims", "-n", "team-a")["items"]:
+        [device] = claim["status"]["devices"]
+        assert [(c["type"], c["reason"]) for c in device["conditions"]] == [
+            ("IMEXDaemonReady", "ComputeDomainFound")
+        ]
+    cluster.kubectl("delete", "pods,resourceclaims", "--all", "-n", "team-b", "--wait=true", timeout=120)
+    remove_workloads(cluster, "team-a")

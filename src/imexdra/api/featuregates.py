@@ -103,13 +103,8 @@ _EXCLUDES = (
     (Gate.DYNAMIC_MIG, Gate.MPS_SUPPORT),
     (Gate.PASSTHROUGH_SUPPORT, Gate.NVML_DEVICE_HEALTH_CHECK),
 )
-#: Gates HostManagedIMEX turns off: they describe the in-cluster daemons it replaces (binding conditions
-#: wait for a daemon pod; host-managed readiness is not built yet, docs/binding-conditions.md).
-_HOST_MANAGED_FORCED_OFF = (
-    Gate.IMEX_DAEMONS_WITH_DNS_NAMES,
-    Gate.COMPUTE_DOMAIN_CLIQUES,
-    Gate.COMPUTE_DOMAIN_BINDING_CONDITIONS,
-)
+#: Gates HostManagedIMEX turns off: both describe the in-cluster daemons it replaces.
+_HOST_MANAGED_FORCED_OFF = (Gate.IMEX_DAEMONS_WITH_DNS_NAMES, Gate.COMPUTE_DOMAIN_CLIQUES)
 
 # Exactly the spellings Go's strconv.ParseBool accepts.
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})

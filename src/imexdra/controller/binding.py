@@ -1,10 +1,10 @@
 """Release workload pods through DRA binding conditions: the controller's half (docs/binding-conditions.md).
 
-Under gate ComputeDomainBindingConditions every channel device of a driver-managed node carries the
-binding condition ``IMEXDaemonReady`` and the failure condition ``IMEXDaemonFailed``
-(``kubeletplugin.slices``). The scheduler allocates such a device, reserves the claim for its pod and
-then holds the pod in PreBind until one of the two is ``True`` in the claim's ``status.devices``. This
-module decides, for each such claim (``claimholds.PendingBinding``), in this order:
+Under gate ComputeDomainBindingConditions every channel device carries the binding condition
+``IMEXDaemonReady`` and the failure condition ``IMEXDaemonFailed`` (``kubeletplugin.slices``). The
+scheduler allocates such a device, reserves the claim for its pod and then holds the pod in PreBind
+until one of the two is ``True`` in the claim's ``status.devices``. This module decides, for each such
+claim (``claimholds.PendingBinding``), in this order:
 
 1. the claim's ComputeDomainChannelConfig must name a domain **of the claim's own namespace** that is
    not being deleted (docs/tenancy.md): else ``IMEXDaemonFailed`` at once, so the scheduler unreserves
@@ -16,6 +16,11 @@ module decides, for each such claim (``claimholds.PendingBinding``), in this ord
    cliques, or ``status.nodes``: what the plugin's prepare checks), ``IMEXDaemonReady``; while that
    daemon keeps failing for ``FAILING_GRACE_SECONDS`` (its ``DaemonFailing`` reason), ``IMEXDaemonFailed``.
    Otherwise it waits: a change of the domain, its cliques or its daemon pods brings the claim back.
+
+Under HostManagedIMEX there is no daemon pod and no node label: the host's IMEX readiness is the
+node's, which the plugin's prepare checks as without the gate. Step 1 is the whole decision there:
+``IMEXDaemonReady`` once the claim's domain is its namespace's, so only a claim that can never be
+prepared is held back (docs/binding-conditions.md).
 
 A label this module set is taken back once no claim of the domain's namespace allocated on that node
 names the domain any more (a binding that failed, a pod deleted before it was bound), after
@@ -91,6 +96,8 @@ class Facts:
     """What ``decide`` needs to know about one pending claim, read from the caches."""
 
     claim_namespace: str
+    #: Whether the domain runs IMEX daemons (driver-managed); else the host's IMEX serves every node.
+    runs_daemons: bool
     #: The named domain, if it exists **in the claim's namespace**; None otherwise.
     domain: ComputeDomain | None
     terminating: bool
@@ -119,6 +126,12 @@ def decide(binding: PendingBinding, facts: Facts) -> Decision:
         )
     if facts.terminating:
         return Decision(Outcome.FAIL, "ComputeDomainTerminating", "the ComputeDomain is being deleted")
+    if not facts.runs_daemons:
+        return Decision(
+            Outcome.READY,
+            "ComputeDomainFound",
+            "the claim's ComputeDomain is in its namespace; the host's IMEX readiness is checked at prepare",
+        )
     if facts.node_label is None:
         return Decision(Outcome.LABEL)
     if facts.node_label != binding.domain:
@@ -159,9 +172,12 @@ class BindingConditions:
         writer: Writer,
         events: EventRecorder,
         *,
+        runs_daemons: bool,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        assert caches.claims is not None and caches.nodes is not None, "needs claims and nodes watched"
+        assert caches.claims is not None, "needs claims watched"
+        assert caches.nodes is not None or not runs_daemons, "driver-managed: needs labelled nodes watched"
+        self._runs_daemons = runs_daemons
         self._caches = caches
         self._claims = caches.claims
         self._writer = writer
@@ -200,7 +216,7 @@ class BindingConditions:
             self._release_later(old.use.node, old.use.domain)
 
     def _claim_gone(self, claim: ChannelClaim) -> None:
-        if claim.use is not None and claim.use.node:
+        if self._runs_daemons and claim.use is not None and claim.use.node:
             self._release_later(claim.use.node, claim.use.domain)
 
     def _release_later(self, node: str, uid: str) -> None:
@@ -274,6 +290,7 @@ class BindingConditions:
             failure = self._lasting_failure(binding, ready)
         return Facts(
             claim_namespace=namespace,
+            runs_daemons=self._runs_daemons,
             domain=cd,
             terminating=cd is not None and caches.domain_view.terminating(cd),
             node_label=label,

@@ -114,7 +114,7 @@ class ControllerConfig:
     @property
     def binding_conditions(self) -> bool:
         """Whether the controller decides our channel devices' binding conditions (``binding``)."""
-        return not self.host_managed and self.feature_gates.enabled(Gate.COMPUTE_DOMAIN_BINDING_CONDITIONS)
+        return self.feature_gates.enabled(Gate.COMPUTE_DOMAIN_BINDING_CONDITIONS)
 
     @property
     def reads_claims(self) -> bool:

@@ -115,7 +115,9 @@ class Controller:
         #: Binding conditions of our channel devices (docs/binding-conditions.md), under their gate only.
         self.binding: BindingConditions | None = None
         if config.binding_conditions:
-            self.binding = BindingConditions(self.caches, writer, events)
+            self.binding = BindingConditions(
+                self.caches, writer, events, runs_daemons=not config.host_managed
+            )
         self._started = asyncio.Event()
         self._wire()
 

@@ -7,9 +7,9 @@ so no daemon device exists (docs/data-path.md §10); under channel isolation (ho
 keeps two domains off one channel of a node (docs/channel-isolation.md §5). Each device carries
 exactly two attributes in the driver's own domain, written unqualified as upstream does: ``type``
 (string ``channel``/``daemon``) and ``id`` (int), i.e. ``compute-domain.nvidia.com/type`` and ``.../id``.
-Under gate ComputeDomainBindingConditions (driver-managed only) every channel device also carries the
-binding condition ``IMEXDaemonReady`` and the binding failure condition ``IMEXDaemonFailed``
-(docs/binding-conditions.md); without it a slice is upstream's.
+Under gate ComputeDomainBindingConditions every channel device also carries the binding condition
+``IMEXDaemonReady`` and the binding failure condition ``IMEXDaemonFailed`` (docs/binding-conditions.md);
+without it a slice is upstream's.
 
 Pure data: ``imexdra.dra.slicepublisher`` splits the list into slices and talks to the API. Unlike
 upstream (Go map order), the device order is stable, so a restart never rewrites an unchanged slice.
@@ -96,13 +96,8 @@ def slice_devices(
     channel_count: int = IMEX_CHANNEL_COUNT,
     binding_conditions: bool = False,
 ) -> list[dict[str, Any]]:
-    """The ``spec.devices`` entries of the node's pool, in publishing order.
-
-    ``binding_conditions`` (gate ComputeDomainBindingConditions) applies to driver-managed nodes only:
-    host-managed readiness is the host's, which no controller sees (docs/binding-conditions.md).
-    """
+    """The ``spec.devices`` entries of the node's pool, in publishing order."""
     devices = published_devices(
         allocatable_devices(channel_count), host_managed=host_managed, channel_isolation=channel_isolation
     )
-    conditions = binding_conditions and not host_managed
-    return [device.slice_entry(binding_conditions=conditions) for device in devices]
+    return [device.slice_entry(binding_conditions=binding_conditions) for device in devices]

@@ -262,14 +262,17 @@ def test_validation_alone_would_reject_what_overrides_fix() -> None:
         ("HostManagedIMEX=true,ComputeDomainCliques=false,IMEXDaemonsWithDNSNames=false", ()),
         (
             "HostManagedIMEX=true,ComputeDomainBindingConditions=true",
-            (
-                Gate.IMEX_DAEMONS_WITH_DNS_NAMES,
-                Gate.COMPUTE_DOMAIN_CLIQUES,
-                Gate.COMPUTE_DOMAIN_BINDING_CONDITIONS,
-            ),
+            (Gate.IMEX_DAEMONS_WITH_DNS_NAMES, Gate.COMPUTE_DOMAIN_CLIQUES),
         ),
     ],
-    ids=["defaults", "gate-off", "gate-on", "cliques-already-off", "both-already-off", "binding-conditions"],
+    ids=[
+        "defaults",
+        "gate-off",
+        "gate-on",
+        "cliques-already-off",
+        "both-already-off",
+        "binding-conditions-kept",
+    ],
 )
 def test_overrides_report_only_what_was_forced(spec: str, forced: tuple[Gate, ...]) -> None:
     """Only gates that were on are forced and reported, each with its reason."""

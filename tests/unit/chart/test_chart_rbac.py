@@ -84,7 +84,7 @@ INSTALLS: dict[str, tuple[dict[str, Any], frozenset[str], tuple[str, ...]]] = {
     ),
     "binding-conditions-host-managed": (
         {"featureGates": {"ComputeDomainBindingConditions": True, "HostManagedIMEX": True}},
-        CLAIMS,
+        CLAIMS | {"bindingConditions"},
         (),
     ),
     "additional-namespaces": (ADDITIONAL, DRIVER, ("old-a",)),

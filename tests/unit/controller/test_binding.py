@@ -124,6 +124,7 @@ def test_a_channel_use_knows_its_allocated_node() -> None:
 def facts(**overrides: Any) -> Facts:
     values: dict[str, Any] = {
         "claim_namespace": NS,
+        "runs_daemons": True,
         "domain": make_domain(namespace=NS),
         "terminating": False,
         "node_label": UID,
@@ -144,8 +145,21 @@ def facts(**overrides: Any) -> Facts:
         (PENDING, facts(), Outcome.WAIT, ""),
         (PENDING, facts(daemon_ready=True), Outcome.READY, "DaemonReady"),
         (PENDING, facts(daemon_failure="NV_ERR_IN_USE"), Outcome.FAIL, "DaemonFailing"),
+        (PENDING, facts(runs_daemons=False, node_label=None), Outcome.READY, "ComputeDomainFound"),
+        (PENDING, facts(runs_daemons=False, domain=None), Outcome.FAIL, "ComputeDomainNotFound"),
     ],
-    ids=["no-config", "not-found", "terminating", "unlabelled", "node-in-use", "wait", "ready", "failing"],
+    ids=[
+        "no-config",
+        "not-found",
+        "terminating",
+        "unlabelled",
+        "node-in-use",
+        "wait",
+        "ready",
+        "failing",
+        "host-managed-own-namespace",
+        "host-managed-not-found",
+    ],
 )
 def test_decide(binding: PendingBinding, given: Facts, outcome: Outcome, reason: str) -> None:
     """Namespace first, then the node's label, then the daemon's readiness or lasting failure."""
@@ -213,7 +227,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     cd = make_domain(namespace=NS)
     caches.domains.store.upsert(cd)
     writes, events = Writes(), Events()
-    binding = BindingConditions(caches, writes, events)  # type: ignore[arg-type]
+    binding = BindingConditions(caches, writes, events, runs_daemons=True)  # type: ignore[arg-type]
     yield Setup(caches, writes, events, binding, cd)
     await client.close()
 

@@ -99,9 +99,13 @@ def test_binding_conditions_mark_the_channel_devices_only() -> None:
     assert daemon == DAEMON_0
 
 
-def test_binding_conditions_leave_host_managed_slices_alone() -> None:
-    """Host-managed slices stay upstream's even with the gate asked for (no daemon pod to wait for)."""
-    assert slice_devices(host_managed=True, binding_conditions=True) == [CHANNEL_0]
+def test_binding_conditions_mark_every_isolated_channel() -> None:
+    """Host-managed under channel isolation: each of channel-1..3 carries both conditions."""
+    devices = slice_devices(
+        host_managed=True, channel_isolation=True, channel_count=4, binding_conditions=True
+    )
+    assert [d["bindingConditions"] for d in devices] == [["IMEXDaemonReady"]] * 3
+    assert [d["bindingFailureConditions"] for d in devices] == [["IMEXDaemonFailed"]] * 3
 
 
 def test_channel_isolation_follows_the_channel_count() -> None:

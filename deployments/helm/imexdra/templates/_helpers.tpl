@@ -131,10 +131,10 @@ AllBeta for its stage, else its default. Call with (dict "context" $ "gate" "Nam
 
 {{/*
 Whether the controller decides binding conditions ("true" or ""): gate ComputeDomainBindingConditions
-(ours, alpha, default off; AllAlpha sets it) in driver-managed mode (docs/binding-conditions.md).
+(ours, alpha, default off; AllAlpha sets it), in either IMEX mode (docs/binding-conditions.md).
 */}}
 {{- define "imexdra.bindingConditions" -}}
-{{- if and (not (include "imexdra.hostManaged" .)) (include "imexdra.gate" (dict "context" . "gate" "ComputeDomainBindingConditions" "stage" "Alpha" "default" false)) }}true{{ end }}
+{{- include "imexdra.gate" (dict "context" . "gate" "ComputeDomainBindingConditions" "stage" "Alpha" "default" false) }}
 {{- end }}
 
 {{/* FEATURE_GATES as upstream renders it: Name=value for each gate in name order, trailing comma. */}}
