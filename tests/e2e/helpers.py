@@ -20,6 +20,7 @@ from imexdra.kubeletplugin.cdifiles import claim_spec_path
 from imexdra.kubeletplugin.checkpoint import unmarshal
 from imexdra_sim import demo, rack, seedworkloads
 from imexdra_sim.builders import compute_domain
+from imexdra_sim.devices.fakeimex.install import install_fake_imex
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import service_account_kubeconfig
 from tests.support import builders
@@ -239,6 +240,19 @@ def ready_plugin_on(cluster: LocalCluster, node: str) -> dict[str, Any] | None:
     """The kubelet plugin pod on ``node`` once it is the only one and Ready."""
     pod = plugin_on(cluster, node)
     return pod if pod is not None and is_ready(pod) else None
+
+
+def without_imex(cluster: LocalCluster, node: str) -> Iterator[str]:
+    """``node``'s driver install without nvidia-imex/nvidia-imex-ctl (its plugin restarted to see it:
+    a new base CDI spec, without the programs' mounts); afterwards the programs are back and the plugin
+    restarted again, so the rack is whole. Yields ``node`` (for a fixture to yield from)."""
+    programs = cluster.node(node).host_dir / "sim/driver-root/usr/bin"
+    for name in ("nvidia-imex", "nvidia-imex-ctl"):
+        (programs / name).unlink()
+    restart_plugin(cluster, node)
+    yield node
+    install_fake_imex(programs)
+    restart_plugin(cluster, node)
 
 
 def restart_plugin(cluster: LocalCluster, node: str) -> None:

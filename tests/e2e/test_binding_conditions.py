@@ -5,16 +5,22 @@ channel devices carry the binding conditions; the seed MPIJob's workers are boun
 node's daemon of the domain is Ready (the controller labels the node, the daemon starts, the controller
 sets ``IMEXDaemonReady``, the scheduler binds), so no prepare waits for a daemon; and a claim that can
 never be prepared (it names another namespace's domain) is released at once instead of holding the
-node's only channel: the victim's pods get both nodes while the squatter stays Pending, told why.
+node's only channel: the victim's pods get both nodes while the squatter stays Pending, told why; a
+pod pinned to a node whose daemon cannot start is never bound there and is told why, and deleting it
+leaves neither the node's label nor a daemon behind.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from imexdra.api.constants import DRIVER_NAME
 from imexdra_sim import demo, rack
+from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import (
     WORKER_SELECTOR,
@@ -22,8 +28,10 @@ from tests.e2e.helpers import (
     remove_workloads,
     run_seed_job,
     squat_then_run_victim,
+    without_imex,
 )
-from tests.support.kubectl import get_json, uid_of
+from tests.support.builders import channel_pod
+from tests.support.kubectl import apply, get_json, uid_of
 from tests.support.waiting import wait_until
 
 NODES = ("gb200-00", "gb200-01")
@@ -91,3 +99,41 @@ def test_a_claim_naming_another_namespaces_domain_does_not_hold_the_node(
     assert labels == {node: uid for node in NODES}
     cluster.kubectl("delete", "pods,resourceclaims", "--all", "-n", "team-b", "--wait=true", timeout=120)
     remove_workloads(cluster, "team-a")
+
+
+@pytest.fixture
+def node_without_imex(binding_conditions_rack: LocalCluster) -> Iterator[str]:
+    """gb200-01 without nvidia-imex in its driver install: its IMEX daemons fail at start."""
+    yield from without_imex(binding_conditions_rack, "gb200-01")
+
+
+def test_a_node_whose_daemon_cannot_start_never_gets_the_pod(
+    binding_conditions_rack: LocalCluster, node_without_imex: str
+) -> None:
+    """Pinned there, the pod stays unbound, told DaemonFailing with the daemon's own error; deleted, the
+    node's label and the daemon go too (nothing stuck in ContainerCreating, nothing leaked)."""
+    cluster, namespace = binding_conditions_rack, "broken"
+    cluster.create_namespace(namespace)
+    apply(cluster, compute_domain("broken", namespace, num_nodes=1))
+    uid = uid_of(cluster, "computedomain", "broken", namespace)
+    apply(cluster, channel_pod("worker", namespace, "broken-channel", node=node_without_imex))
+    [event] = wait_until(
+        "the worker told its node's daemon keeps failing",
+        lambda: events_of(cluster, namespace, "DaemonFailing")[:1],
+        timeout=180,
+    )
+    assert f"IMEX daemon on node {node_without_imex} keeps failing" in event["message"]
+    assert "nvidia-imex and nvidia-imex-ctl not found" in event["message"]
+    worker = get_json(cluster, "pod", "worker", "-n", namespace)
+    assert not worker["spec"].get("nodeName"), "the worker was bound to a node whose daemon cannot start"
+    cluster.kubectl("delete", "pod", "worker", "-n", namespace, "--wait=true", timeout=60)
+    domain = f"resource.nvidia.com/computeDomain={uid}"
+    wait_until(
+        "the node's label and its daemon gone",
+        lambda: (
+            not get_json(cluster, "nodes", "-l", domain)["items"]
+            and not get_json(cluster, "pods", "-n", rack.DRIVER_NAMESPACE, "-l", domain)["items"]
+        ),
+        timeout=60,
+    )
+    remove_workloads(cluster, namespace)

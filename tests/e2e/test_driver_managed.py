@@ -19,7 +19,6 @@ import yaml
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, DRIVER_NAME
 from imexdra_sim import demo, rack
 from imexdra_sim.builders import compute_domain
-from imexdra_sim.devices.fakeimex.install import install_fake_imex
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import (
     PLUGIN_SELECTOR,
@@ -32,9 +31,9 @@ from tests.e2e.helpers import (
     injected_channel_devices,
     log_events,
     pod_phase,
-    restart_plugin,
     run_seed_job,
     upgrade_chart,
+    without_imex,
 )
 from tests.support.kubectl import apply, get_json
 from tests.support.upstream import upstream_values
@@ -150,14 +149,7 @@ def node_without_imex(driver_managed_rack: LocalCluster) -> Iterator[str]:
 
     Afterwards the programs are back and the plugin restarted again, so the rack is whole.
     """
-    cluster, node = driver_managed_rack, "gb200-01"
-    programs = cluster.node(node).host_dir / "sim/driver-root/usr/bin"
-    for name in ("nvidia-imex", "nvidia-imex-ctl"):
-        (programs / name).unlink()
-    restart_plugin(cluster, node)
-    yield node
-    install_fake_imex(programs)
-    restart_plugin(cluster, node)
+    yield from without_imex(driver_managed_rack, "gb200-01")
 
 
 def test_a_driver_root_without_imex_fails_the_daemon_saying_why(

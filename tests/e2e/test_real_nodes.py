@@ -21,7 +21,6 @@ import yaml
 import imexdra
 from imexdra_sim import rack
 from imexdra_sim.builders import compute_domain
-from imexdra_sim.devices.fakeimex.install import install_fake_imex
 from imexdra_sim.devices.procfs_fake import DEFAULT_IMEX_CHANNELS_MAJOR
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import (
@@ -33,8 +32,8 @@ from tests.e2e.helpers import (
     plugin_on,
     pod_phase,
     ready_plugin_on,
-    restart_plugin,
     upgrade_chart,
+    without_imex,
 )
 from tests.support.builders import channel_pod
 from tests.support.kubectl import apply, get_json
@@ -223,15 +222,8 @@ def node_without_imex(real_nodes_rack: LocalCluster) -> Iterator[str]:
 
     The programs are back and the plugin restarted afterwards.
     """
-    node = "gb200-01"
-    free_node(real_nodes_rack, node)
-    programs = real_nodes_rack.node(node).host_dir / "sim/driver-root/usr/bin"
-    for name in ("nvidia-imex", "nvidia-imex-ctl"):
-        (programs / name).unlink()
-    restart_plugin(real_nodes_rack, node)  # a new base spec, without the programs' mounts
-    yield node
-    install_fake_imex(programs)
-    restart_plugin(real_nodes_rack, node)
+    free_node(real_nodes_rack, "gb200-01")
+    yield from without_imex(real_nodes_rack, "gb200-01")
 
 
 def test_a_driver_root_without_imex_makes_the_domain_say_why(
