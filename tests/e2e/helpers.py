@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.common.logformat import parse_line
@@ -182,26 +181,6 @@ def container_log(cluster: LocalCluster, pod: dict[str, Any]) -> list[str]:
 def log_events(lines: list[str]) -> list[dict[str, Any]]:
     """The log lines among ``lines``, decoded: ``msg`` and the keys (the chart's pods log klog's text)."""
     return [entry for entry in map(parse_line, lines) if entry is not None]
-
-
-def upgrade_chart(cluster: LocalCluster, values: dict[str, Any]) -> None:
-    """``helm upgrade --reuse-values`` the rack's release with ``values`` on top, and wait for it."""
-    assert cluster.binaries is not None and cluster.run_dir is not None
-    path = cluster.run_dir / "imexdra-upgrade-values.yaml"
-    path.write_text(yaml.safe_dump(values))
-    cluster.run(
-        str(cluster.binaries.path("helm")),
-        "upgrade",
-        rack.RELEASE,
-        str(rack.CHART),
-        f"--kubeconfig={cluster.kubeconfig}",
-        f"--namespace={rack.DRIVER_NAMESPACE}",
-        "--reuse-values",
-        f"--values={path}",
-        "--wait",
-        "--timeout=180s",
-        timeout=240,
-    )
 
 
 def fresh_namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
@@ -441,6 +420,13 @@ def events_of(cluster: LocalCluster, namespace: str, reason: str) -> list[dict[s
     """The namespace's Events with ``reason``."""
     items: list[dict[str, Any]] = get_json(cluster, "events", "-n", namespace)["items"]
     return [e for e in items if e.get("reason") == reason]
+
+
+def slices_with_binding_conditions(cluster: LocalCluster) -> bool:
+    """Whether every node's ResourceSlice of our driver marks each channel device with the conditions."""
+    slices = [s for s in get_json(cluster, "resourceslices")["items"] if s["spec"]["driver"] == DRIVER_NAME]
+    channels = [d for s in slices for d in s["spec"].get("devices", []) if d["name"].startswith("channel-")]
+    return len(slices) == len(cluster.nodes) and all("bindingConditions" in d for d in channels)
 
 
 def squat_then_run_victim(cluster: LocalCluster, *, victim: str, tenant: str, nodes: tuple[str, ...]) -> str:

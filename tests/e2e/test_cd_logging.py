@@ -26,6 +26,7 @@ from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY
 from imexdra_sim import rack
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.rack import upgrade_chart
 from tests.e2e.helpers import (
     CONTROLLER_SELECTOR,
     PLUGIN_SELECTOR,
@@ -35,7 +36,6 @@ from tests.e2e.helpers import (
     is_ready,
     log_events,
     pod_phase,
-    upgrade_chart,
 )
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until

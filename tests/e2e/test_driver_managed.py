@@ -20,6 +20,7 @@ from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, DRIVER_NAME
 from imexdra_sim import demo, rack
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.rack import upgrade_chart
 from tests.e2e.helpers import (
     PLUGIN_SELECTOR,
     channel_pod,
@@ -32,7 +33,6 @@ from tests.e2e.helpers import (
     log_events,
     pod_phase,
     run_seed_job,
-    upgrade_chart,
     without_imex,
 )
 from tests.support.kubectl import apply, get_json

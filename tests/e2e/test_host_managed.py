@@ -21,6 +21,7 @@ from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import kubectl_as
 from imexdra_sim.localcluster.nodes import Node
+from imexdra_sim.rack import upgrade_chart
 from tests.e2e.helpers import (
     channel_pod,
     exported_handle,
@@ -31,9 +32,9 @@ from tests.e2e.helpers import (
     probe_pod,
     remove_workloads,
     run_seed_job,
+    slices_with_binding_conditions,
     squat_then_run_victim,
     tenant_kubeconfig,
-    upgrade_chart,
 )
 from tests.events import driver_prepare_failure, pod_events
 from tests.support.kubectl import apply, get_json
@@ -238,6 +239,11 @@ def test_stopping_host_imex_is_not_acted_on(host_managed_rack: LocalCluster, nam
 def binding_conditions(host_managed_rack: LocalCluster) -> Iterator[None]:
     """The install with gate ComputeDomainBindingConditions on (controller, plugins restarted); off after."""
     upgrade_chart(host_managed_rack, {"featureGates": {"ComputeDomainBindingConditions": True}})
+    # A claim allocated from a slice the plugin published before its restart has no binding condition.
+    wait_until(
+        "every node's slice with the binding conditions",
+        lambda: slices_with_binding_conditions(host_managed_rack),
+    )
     yield
     upgrade_chart(host_managed_rack, {"featureGates": {"ComputeDomainBindingConditions": False}})
 

@@ -23,6 +23,7 @@ from imexdra_sim import rack
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.devices.procfs_fake import DEFAULT_IMEX_CHANNELS_MAJOR
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.rack import upgrade_chart
 from tests.e2e.helpers import (
     COMPUTE_DOMAIN_LABEL,
     CONTROLLER_SELECTOR,
@@ -32,7 +33,6 @@ from tests.e2e.helpers import (
     plugin_on,
     pod_phase,
     ready_plugin_on,
-    upgrade_chart,
     without_imex,
 )
 from tests.support.builders import channel_pod

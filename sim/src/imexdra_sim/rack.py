@@ -333,6 +333,26 @@ def install_chart(cluster: LocalCluster, config: RackConfig) -> None:
     )
 
 
+def upgrade_chart(cluster: LocalCluster, values: Mapping[str, Any]) -> None:
+    """``helm upgrade --reuse-values`` the rack's release with ``values`` on top, and wait for it."""
+    assert cluster.binaries is not None and cluster.run_dir is not None
+    path = cluster.run_dir / "imexdra-upgrade-values.yaml"
+    path.write_text(yaml.safe_dump(dict(values)))
+    cluster.run(
+        str(cluster.binaries.path("helm")),
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        f"--kubeconfig={cluster.kubeconfig}",
+        f"--namespace={DRIVER_NAMESPACE}",
+        "--reuse-values",
+        f"--values={path}",
+        "--wait",
+        "--timeout=180s",
+        timeout=240,
+    )
+
+
 def bring_up(
     cluster: LocalCluster,
     config: RackConfig,

@@ -182,7 +182,7 @@ class SlicePublisher:
     def _differs(self, existing: ResourceSlice, index: int, generation: int) -> bool:
         if existing.spec is None:
             return True
-        return _essentials(existing.spec.to_dict()) != _essentials(self._desired_spec(index, generation))
+        return essentials(existing.spec.to_dict()) != essentials(self._desired_spec(index, generation))
 
     async def _create(self, index: int, generation: int) -> None:
         owner = OwnerReference(
@@ -229,14 +229,23 @@ class SlicePublisher:
         _log.info("Obsolete ResourceSlice deleted", name=name)
 
 
-def _essentials(spec: dict[str, Any]) -> dict[str, Any]:
-    """The fields this publisher sets; anything the API server defaults is not compared."""
+def essentials(spec: dict[str, Any]) -> dict[str, Any]:
+    """The fields this publisher sets; anything the API server defaults is not compared.
+
+    A device's binding conditions are among them: turning gate ComputeDomainBindingConditions on or
+    off changes nothing else, and a slice left as it was would keep every new claim without them.
+    """
     return {
         "driver": spec.get("driver"),
         "pool": spec.get("pool"),
         "nodeName": spec.get("nodeName"),
         "devices": [
-            {"name": device.get("name"), "attributes": device.get("attributes") or {}}
+            {
+                "name": device.get("name"),
+                "attributes": device.get("attributes") or {},
+                "bindingConditions": device.get("bindingConditions") or [],
+                "bindingFailureConditions": device.get("bindingFailureConditions") or [],
+            }
             for device in spec.get("devices") or ()
         ],
     }

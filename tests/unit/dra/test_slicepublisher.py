@@ -1,6 +1,9 @@
-"""Cutting a pool into ResourceSlices the API accepts and naming them (docs/channel-isolation.md §5)."""
+"""Cutting a pool into ResourceSlices the API accepts, naming them (docs/channel-isolation.md §5), and
+what makes a published slice differ from the wanted one."""
 
-from imexdra.dra.slicepublisher import MAX_DEVICES_PER_SLICE, slice_name_prefix, split_devices
+from lightkube.models.resource_v1 import ResourceSliceSpec
+
+from imexdra.dra.slicepublisher import MAX_DEVICES_PER_SLICE, essentials, slice_name_prefix, split_devices
 from imexdra.kubeletplugin.slices import slice_devices
 
 CHANNEL_0 = {"name": "channel-0", "attributes": {"type": {"string": "channel"}, "id": {"int": 0}}}
@@ -20,3 +23,24 @@ def test_split_devices_into_slices_the_api_accepts() -> None:
 def test_slice_name_prefix() -> None:
     """Slice i's name starts with i as five lowercase hex digits (upstream's %05x)."""
     assert [slice_name_prefix(i) for i in (0, 15, 16)] == ["00000-", "0000f-", "00010-"]
+
+
+def test_a_slice_differs_when_only_the_binding_conditions_do() -> None:
+    """The gate turned on (or off) rewrites the node's slice: binding conditions are compared too."""
+    pool = {"name": "node-a", "generation": 1, "resourceSliceCount": 1}
+
+    def spec(devices: list[dict[str, object]]) -> dict[str, object]:
+        wanted = {
+            "driver": "compute-domain.nvidia.com",
+            "pool": pool,
+            "nodeName": "node-a",
+            "devices": devices,
+        }
+        published: dict[str, object] = ResourceSliceSpec.from_dict(wanted).to_dict()  # as the API returns it
+        return published
+
+    plain = slice_devices(host_managed=False)
+    marked = slice_devices(host_managed=False, binding_conditions=True)
+    assert essentials(spec(plain)) == essentials(spec(slice_devices(host_managed=False)))
+    assert essentials(spec(plain)) != essentials(spec(marked))
+    assert essentials(spec(marked)) != essentials(spec(plain))
