@@ -35,6 +35,7 @@ from imexdra.api.computedomainclique import ComputeDomainDaemonInfo
 from imexdra.api.constants import ConditionStatus
 from imexdra.api.imexpeers import IMEX_PEERS_CONNECTED, ImexPeers, state_meaning
 from imexdra.common.events import EventRecorder
+from imexdra.common.store import KubeObject, object_key
 from imexdra.controller import reasons
 from imexdra.controller.daemons import DaemonPod
 
@@ -170,6 +171,15 @@ class ImexHealth:
         if self.guard.kept:
             return members
         return [dataclasses.replace(m, imex_peers=None) if m.imex_peers else m for m in members]
+
+    def after_write(
+        self,
+        written: KubeObject,
+        sent: Iterable[ComputeDomainNode | ComputeDomainDaemonInfo],
+        stored: Iterable[ComputeDomainNode | ComputeDomainDaemonInfo],
+    ) -> None:
+        """After a clique or status write: trip the guard if the entries ``sent`` lost their reports."""
+        self.guard.check(object_key(written), sent=any_reported(sent), stored=any_reported(stored))
 
     def conditions(
         self, cd: ComputeDomain, base: Sequence[Condition], nodes: Sequence[ComputeDomainNode], now: datetime

@@ -30,7 +30,7 @@ from imexdra.api.constants import (
     ConditionStatus,
 )
 from imexdra.common.events import EventRecorder
-from imexdra.controller import imexhealth, membership, nodehealth, reasons
+from imexdra.controller import membership, nodehealth, reasons
 from imexdra.controller.caches import Caches
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod, one_per_node
@@ -184,10 +184,7 @@ class MembershipSync:
                 written = await change()
                 if isinstance(written, ComputeDomainClique):
                     desired = cliques.get(clique_id_of(written, uid))
-                    sent = desired is not None and imexhealth.any_reported(desired.daemons)
-                    self._health.guard.check(
-                        clique_id_of(written, uid), sent=sent, stored=imexhealth.any_reported(written.daemons)
-                    )
+                    self._health.after_write(written, desired.daemons if desired else (), written.daemons)
             self._last_publish[uid] = self._clock()
         if not status_due:
             return None
@@ -196,9 +193,8 @@ class MembershipSync:
             return later
         self._health.record_change(cd, status.conditions)
         written = await self._publish_status(cd, status, clear_conditions=others is not None)
-        if written is not None and written.status is not None:
-            stored = imexhealth.any_reported(written.status.nodes)
-            self._health.guard.check(domain_uid(cd), sent=imexhealth.any_reported(nodes), stored=stored)
+        if written is not None:
+            self._health.after_write(written, nodes, written.status.nodes if written.status else ())
         self._last_publish[uid] = self._last_status[uid] = self._clock()
         return None
 
