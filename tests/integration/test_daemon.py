@@ -479,8 +479,10 @@ def _cannot_reach(domain: Domain, victim: str) -> dict[str, Any] | None:
         reports.get(node, {}).get("notConnected") == [{"nodeName": victim, "state": "R"}] for node in others
     ):
         return None
+    # The status rolls the cliques up at most every 2 s: wait until it names every pair too.
     condition = _peers_condition(domain)
-    return condition if condition.get("status") == "False" else None
+    named = all(f"{node} cannot reach {victim}" in condition.get("message", "") for node in others)
+    return condition if condition.get("status") == "False" and named else None
 
 
 async def test_unreachable_imex_peer_shows_in_status_and_clears(domain: Domain, kube: AsyncClient) -> None:
