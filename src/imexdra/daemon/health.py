@@ -112,7 +112,6 @@ class PeerHealthReporter:
         self._quiet_until = -math.inf
         self._last_write = -math.inf
         self.written: ImexPeers | None = None
-        self.writes = 0
         self._last_error = ""
 
     async def run(self) -> None:
@@ -146,7 +145,6 @@ class PeerHealthReporter:
             return
         self._last_error = ""
         self._last_write, self.written = now, summary
-        self.writes += 1
         _log.info(
             "IMEX peer connections published",
             connected=summary.connected,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from imexdra.api.imexpeers import ImexPeers, PeerLink
+from imexdra.common.kube import RetryableApiError
 from imexdra.daemon.health import PeerHealthReporter, summarize
 from imexdra.daemon.membership import Membership, Peer
 from imexdra.daemon.peers import Latest
@@ -85,6 +86,7 @@ class Rig:
         self.pid: int | None = 4242
         self.published: list[ImexPeers] = []
         self.fail_reads = False
+        self.fail_publishes = 0
         self.clock = Clock()
         self.memberships: Latest[Membership] = Latest()
         self.memberships.publish(THREE)
@@ -104,6 +106,9 @@ class Rig:
         return report(self.row)
 
     async def publish(self, summary: ImexPeers) -> None:
+        if self.fail_publishes:
+            self.fail_publishes -= 1
+            raise RetryableApiError("annotate pod nvidia/daemon-a: 503 Service Unavailable", code=503)
         self.published.append(summary)
 
     async def poll_at(self, now: float) -> None:
@@ -179,4 +184,15 @@ async def test_no_imex_or_failed_read_publishes_nothing() -> None:
     assert rig.published == []
     rig.fail_reads = False
     await rig.poll_at(250)
+    assert rig.published == [ImexPeers(connected=2, expected=2)]
+
+
+async def test_a_failed_write_is_retried_on_the_next_poll() -> None:
+    """A write the API server refused does not count as written: the next poll writes it."""
+    rig = Rig()
+    rig.fail_publishes = 1
+    await rig.poll_at(100)
+    await rig.poll_at(120)
+    assert rig.published == [] and rig.reporter.written is None
+    await rig.poll_at(130)
     assert rig.published == [ImexPeers(connected=2, expected=2)]
