@@ -9,6 +9,11 @@ Each refusal is told apart from "nothing listens there" three ways: a peer daemo
 address and port just before and just after; the outsider itself reaches something else in the same
 pod (the plugin's metrics port) or the API server, so its own network works; and the enforcer's REJECT
 rule for the target pod counts the refused packets in its node's filter table.
+
+Then a real network fault (docs/imex-health.md): the two daemons' IMEX traffic (TCP 50000) dropped on
+gb200-01's forwarding path, both daemons staying Ready, each reports the other not connected, the
+domain's IMEXPeersConnected turns False and ``imexdra diagnose`` names both directions; with the
+packets flowing again it all clears.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ import pytest
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, IMEX_CMD_PORT, IMEX_SERVER_PORT
 from imexdra_sim import rack
 from imexdra_sim.builders import compute_domain
-from imexdra_sim.localcluster import enforcer
+from imexdra_sim.localcluster import enforcer, netfault
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import PLUGIN_SELECTOR, driver_pods, is_ready, pod_phase
 from tests.support.builders import channel_pod
+from tests.support.cli import imexdra
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
 
@@ -237,3 +243,54 @@ def test_a_pod_cannot_reach_the_plugins_health_port(
     assert after is not None and after > before, "the enforcer's REJECT rule for the plugin refused it"
     [now] = [p for p in driver_pods(cluster, PLUGIN_SELECTOR) if p["metadata"]["name"] == name]
     assert is_ready(now) and now["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def imex_peers(cluster: LocalCluster) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The team's domain: each node's ``imexPeers`` and the ``IMEXPeersConnected`` condition."""
+    status = get_json(cluster, "computedomain", "train", "-n", TEAM).get("status") or {}
+    reports = {n["name"]: n["imexPeers"] for n in status.get("nodes", []) if "imexPeers" in n}
+    condition = next((c for c in status.get("conditions", []) if c["type"] == "IMEXPeersConnected"), {})
+    return reports, condition
+
+
+def all_connected(cluster: LocalCluster) -> bool:
+    """Both nodes report their one peer connected, and the condition is True."""
+    reports, condition = imex_peers(cluster)
+    healthy = {"connected": 1, "expected": 1}
+    return reports == {n.name: healthy for n in cluster.nodes} and condition.get("status") == "True"
+
+
+def cut_off(cluster: LocalCluster) -> dict[str, Any] | None:
+    """The condition once each node reports the other not connected (and the status says so)."""
+    reports, condition = imex_peers(cluster)
+    other = {"gb200-00": "gb200-01", "gb200-01": "gb200-00"}
+    lost = all(
+        [link["nodeName"] for link in reports.get(node, {}).get("notConnected", [])] == [peer]
+        for node, peer in other.items()
+    )
+    named = all(f"{node} cannot reach {peer}" in condition.get("message", "") for node, peer in other.items())
+    return condition if lost and named and condition.get("status") == "False" else None
+
+
+def test_a_dropped_link_between_the_daemons_shows_and_heals(
+    network_policy_rack: LocalCluster, domain: Domain
+) -> None:
+    """IMEX traffic between the two daemons dropped: each reports the other, the condition is False and
+    diagnose names the pairs while both daemons stay Ready; restored, all Connected and True again."""
+    cluster = network_policy_rack
+    assert cluster.binaries is not None
+    wait_until("both daemons report their peer connected", lambda: all_connected(cluster), timeout=180)
+    victim, peer = domain.daemons["gb200-01"], domain.daemons["gb200-00"]
+    with netfault.dropped(cluster.node(victim.node), cluster.binaries, victim.ip, peer.ip, IMEX_SERVER_PORT):
+        condition = wait_until(
+            "each daemon reports the other not connected", lambda: cut_off(cluster), timeout=180
+        )
+        assert condition["reason"] == "PeersNotConnected"
+        assert not from_daemon(cluster, peer, victim.ip, IMEX_SERVER_PORT), "the link really is down"
+        assert ready_daemons(cluster, domain.uid) is not None, "IMEX readiness is local: both stay Ready"
+        diagnosis = imexdra(cluster, "diagnose", "train", "-n", TEAM)
+        assert diagnosis.returncode == 1
+        for a, b in (("gb200-00", "gb200-01"), ("gb200-01", "gb200-00")):
+            assert f"IMEX daemon on {a} cannot reach {b}" in diagnosis.stdout
+    assert from_daemon(cluster, peer, victim.ip, IMEX_SERVER_PORT)
+    wait_until("both daemons report their peer connected again", lambda: all_connected(cluster), timeout=180)

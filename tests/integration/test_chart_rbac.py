@@ -5,7 +5,8 @@ and one additional namespace on, so every conditional grant is present). Then, p
 ``kubectl auth can-i --as=<ServiceAccount>`` allows each permission of rbac-uses.yaml and denies each
 of its ``denied`` list; tokens from ``imexdra_sim.localcluster.credentials`` authenticate as the chart's
 accounts; and the components' own write paths (the plugin's node label, the daemon's pod label) pass
-the own-node/own-pod admission policies while the same writes to another node or pod are refused.
+the own-node/own-pod admission policies (a daemon: its pod's clique label and IMEX-peers annotation)
+while the same writes to another node or pod are refused.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, NODE_LABEL_KEY
+from imexdra.api.imexpeers import IMEX_PEERS_ANNOTATION, ImexPeers, PeerLink, decode_annotation
 from imexdra.common.connection import connect
 from imexdra.common.errors import DriverError
 from imexdra.common.transport import Transport
+from imexdra.daemon.health import pod_annotator
 from imexdra.daemon.podlabel import label_own_pod
 from imexdra.kubeletplugin.nodelabels import NodeLabeler
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import kubectl_as, whoami
-from tests.support.kubectl import apply
+from tests.support.kubectl import apply, get_json
 from tests.support.waiting import eventually
 from tests.unit.chart import rbac
 from tests.unit.chart.install import ChartRBAC, install_chart_rbac
@@ -303,10 +306,11 @@ def daemon_pod(name: str, node: str) -> dict[str, Any]:
     }
 
 
-async def test_daemon_patches_only_its_own_pods_clique_label(
+async def test_daemon_patches_only_its_own_pods_clique_label_and_peers_annotation(
     cluster: LocalCluster, chart_rbac: ChartRBAC
 ) -> None:
-    """label_own_pod succeeds with the daemon's pod-bound token; another pod or another label is refused."""
+    """label_own_pod and the IMEX-peers annotation succeed with the daemon's pod-bound token; another pod,
+    another label or another annotation is refused."""
     apply(cluster, daemon_pod("daemon-a", "node-0"), daemon_pod("daemon-b", "node-1"))
     kubeconfig = chart_rbac.kubeconfig("daemon", pod="daemon-a")
     identity = whoami(cluster, kubeconfig)
@@ -327,6 +331,15 @@ async def test_daemon_patches_only_its_own_pods_clique_label(
         with pytest.raises(ApiError, match="may change only the label"):
             stolen = {"metadata": {"labels": {"app": "stolen"}}}
             await client.patch(Pod, "daemon-a", stolen, namespace=NAMESPACE, patch_type=PatchType.MERGE)
+        report = ImexPeers(connected=1, expected=2, not_connected=[PeerLink(node_name="node-1", state="R")])
+        await pod_annotator(client, name="daemon-a", namespace=NAMESPACE)(report)
+        pod = get_json(cluster, "pod", "daemon-a", "-n", NAMESPACE)
+        assert decode_annotation(pod["metadata"]["annotations"][IMEX_PEERS_ANNOTATION]) == report
+        with pytest.raises(DriverError, match="only its own pod"):
+            await pod_annotator(client, name="daemon-b", namespace=NAMESPACE)(report)
+        with pytest.raises(ApiError, match=r"and the annotation resource\.nvidia\.com/imexPeers"):
+            other = {"metadata": {"annotations": {"example.com/note": "x"}}}
+            await client.patch(Pod, "daemon-a", other, namespace=NAMESPACE, patch_type=PatchType.MERGE)
     finally:
         await client.close()
         cluster.kubectl(

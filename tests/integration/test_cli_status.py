@@ -192,10 +192,12 @@ def test_status_json_shows_domains_cliques_nodes_and_channels(
                     "cliqueID": CLIQUE,
                     "index": 0,
                     "status": "Ready",
+                    "imexPeers": None,  # the daemon of this scene never reported
                 }
             ],
         }
     ]
+    assert train["imexPeersConnected"] is None
     assert domains["other"]["cliques"] == []
     nodes = {n["name"]: n for n in report["nodes"]}
     assert nodes["node-0"]["gpuClique"] == CLIQUE

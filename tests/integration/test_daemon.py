@@ -17,7 +17,9 @@ kubeconfig with the pod's ServiceAccount token file in place of the in-cluster c
 
 Aspects, in order (the tests share one domain): formation (all daemons Ready, clique, hosts file,
 ComputeDomain Ready); membership churn (a node leaves and comes back: node list and hosts updated, IMEX
-reloaded by SIGUSR1, never restarted); a killed nvidia-imex restarted by its daemon; a force-deleted
+reloaded by SIGUSR1, never restarted); a killed nvidia-imex restarted by its daemon; a stopped
+nvidia-imex that its peers cannot reach over TCP any more, shown per node in the clique and as the
+domain's IMEXPeersConnected condition, and cleared once it runs again; a force-deleted
 daemon pod replaced and the domain Ready again; whole daemon containers SIGKILLed at seeded random
 moments, restarted by their kubelets, the domain converging each time with no orphan left (size
 ``IMEXDRA_DAEMON_KILLS``, seed ``IMEXDRA_SEED``); a daemon on a node without a fabric (empty clique ID)
@@ -193,6 +195,7 @@ def daemon_pod_spec(*, uid: str, cd_name: str, clique: str, imexd: str, fake_bin
         {"name": "IMEXD_HOSTS_FILE", "value": "/imexd/hosts"},
         {"name": "FAKE_IMEX_HOSTS_FILE", "value": "/imexd/hosts"},
         {"name": "FAKE_IMEX_PROBE_INTERVAL", "value": "1"},
+        {"name": "IMEX_PEERS_POLL_INTERVAL", "value": "1"},
         {"name": "LOGGING_FORMAT", "value": "json"},
         {"name": "PATH", "value": f"{fake_bin}:/usr/local/bin:/usr/bin:/bin"},
     ]
@@ -446,6 +449,70 @@ async def test_killed_imex_is_restarted_by_its_daemon(domain: Domain, kube: Asyn
     assert (after["node-1"].pod, after["node-1"].restarts) == (victim.pod, victim.restarts)
     events = [e.get("msg") for e in daemon_log(domain, "node-1", victim.pod)]
     assert "IMEX daemon exited" in events and events.count("IMEX daemon started") >= 2
+
+
+def _peer_reports(domain: Domain) -> dict[str, dict[str, Any]]:
+    """Each clique entry's ``imexPeers``, by node (entries without a report are left out)."""
+    return {node: e["imexPeers"] for node, e in clique_entries(domain).items() if "imexPeers" in e}
+
+
+def _peers_condition(domain: Domain) -> dict[str, Any]:
+    cd = get_json(domain.cluster, "computedomain", "imex", "-n", USER_NS)
+    conditions = cd.get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == "IMEXPeersConnected"), {})
+
+
+def _all_connected(domain: Domain) -> bool:
+    reports = _peer_reports(domain)
+    return (
+        set(reports) == set(NODES)
+        and all(r == {"connected": 3, "expected": 3} for r in reports.values())
+        and _peers_condition(domain).get("status") == "True"
+    )
+
+
+def _cannot_reach(domain: Domain, victim: str) -> dict[str, Any] | None:
+    """The condition once every other node reports ``victim`` as not connected (and only it)."""
+    reports = _peer_reports(domain)
+    others = [node for node in NODES if node != victim]
+    if not all(
+        reports.get(node, {}).get("notConnected") == [{"nodeName": victim, "state": "R"}] for node in others
+    ):
+        return None
+    # The status rolls the cliques up at most every 2 s: wait until it names every pair too.
+    condition = _peers_condition(domain)
+    named = all(f"{node} cannot reach {victim}" in condition.get("message", "") for node in others)
+    return condition if condition.get("status") == "False" and named else None
+
+
+async def test_unreachable_imex_peer_shows_in_status_and_clears(domain: Domain, kube: AsyncClient) -> None:
+    """A stopped nvidia-imex stops answering its peers' TCP probes: each survivor reports it as
+    Recovering in the clique, the domain's IMEXPeersConnected turns False naming the pairs (and a
+    Warning event says so); running again, it is Connected everywhere and the condition True."""
+    before = await wait_converged(kube, NODES, "domain converged")
+    await eventually("every daemon reports 3 of 3 peers connected", lambda: _all_connected(domain), within=90)
+    victim = before["node-2"]
+    os.kill(victim.imex_pid, signal.SIGSTOP)
+    try:
+        condition = await eventually(
+            "node-2 reported not connected by the other three",
+            lambda: _cannot_reach(domain, "node-2"),
+            within=90,
+        )
+        assert condition["reason"] == "PeersNotConnected"
+        for node in ("node-0", "node-1", "node-3"):
+            assert f"{node} cannot reach node-2 (R: recovering" in condition["message"]
+        events = get_json(
+            domain.cluster, "events", "-n", USER_NS, "--field-selector", "reason=IMEXPeersNotConnected"
+        )["items"]
+        assert any("cannot reach node-2" in e.get("message", "") for e in events)
+    finally:
+        os.kill(victim.imex_pid, signal.SIGCONT)
+    await eventually("all peers connected again", lambda: _all_connected(domain), within=90)
+    after = await wait_converged(kube, NODES, "domain converged after IMEX continued")
+    assert after["node-2"].imex_pid == victim.imex_pid  # nothing was restarted: the report cleared by itself
+    condition = _peers_condition(domain)
+    assert condition["reason"] == "AllPeersConnected"
 
 
 async def test_force_deleted_daemon_pod_recovers(domain: Domain, kube: AsyncClient) -> None:

@@ -11,8 +11,9 @@ on the wire, optional/required fields and omit-when-empty rules match upstream e
 - every node always carries ``index`` (0 and -1 included) and ``status``;
 - ``status.status`` is always written when a status is;
 - ``status.channel`` and ``status.conditions`` are ours (channel isolation, docs/channel-isolation.md
-  §2): additive, written by the controller only, and left out when unset, so a status under
-  ``domain`` isolation is byte-for-byte upstream's.
+  §2; the ``IMEXPeersConnected`` condition, docs/imex-health.md): additive, written by the
+  controller only, and left out when unset, so a status under ``domain`` isolation without IMEX
+  health reports is byte-for-byte upstream's; so is a node's ``imexPeers``.
 
 Decoding ignores unknown fields (as Go clients do): the apiserver validates objects against the CRD,
 and a stricter model would let one odd object break a whole LIST.
@@ -28,6 +29,7 @@ from lightkube.core import resource as res
 from lightkube.core.resource_registry import resource_registry
 from lightkube.core.schema import DictMixin
 from lightkube.models.meta_v1 import ObjectMeta
+from msgspec import UNSET, UnsetType
 
 from imexdra.api.constants import (
     API_GROUP,
@@ -39,6 +41,7 @@ from imexdra.api.constants import (
     ComputeDomainStatusValue,
     ConditionStatus,
 )
+from imexdra.api.imexpeers import ImexPeers
 
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 #: An IMEX channel number a domain can be given (channel 0 is the shared domain-mode channel).
@@ -88,6 +91,8 @@ class ComputeDomainNode(msgspec.Struct, kw_only=True):
     #: Position within the clique (DNS name index); ``-1`` for a node without an NVLink fabric.
     index: int = 0
     status: ComputeDomainStatusValue = ComputeDomainStatusValue.NOT_READY
+    #: Ours, left out until the node's daemon reported (``api.imexpeers``, docs/imex-health.md).
+    imex_peers: ImexPeers | UnsetType = msgspec.field(name="imexPeers", default=UNSET)
 
 
 class Condition(msgspec.Struct, kw_only=True, omit_defaults=True):

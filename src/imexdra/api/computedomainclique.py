@@ -3,7 +3,8 @@
 A clique object lists the IMEX daemons of one ComputeDomain that share one NVLink clique; it lives in
 the driver namespace and is named ``<ComputeDomain UID>.<clique ID>`` (docs/compatibility.md §2.2). It
 has no spec and no status subresource: the payload is the top-level ``daemons`` list, which is left
-out when empty. Every daemon entry always carries ``index`` and ``status``.
+out when empty. Every daemon entry always carries ``index`` and ``status``; ``imexPeers`` (ours) only
+once the daemon reported its IMEX connections.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from lightkube.core import resource as res
 from lightkube.core.resource_registry import resource_registry
 from lightkube.core.schema import DictMixin
 from lightkube.models.meta_v1 import ObjectMeta
+from msgspec import UNSET, UnsetType
 
 from imexdra.api.constants import (
     API_GROUP,
@@ -22,6 +24,7 @@ from imexdra.api.constants import (
     PLURAL_COMPUTE_DOMAIN_CLIQUES,
     ComputeDomainStatusValue,
 )
+from imexdra.api.imexpeers import ImexPeers
 
 
 class ComputeDomainDaemonInfo(msgspec.Struct, kw_only=True):
@@ -33,6 +36,8 @@ class ComputeDomainDaemonInfo(msgspec.Struct, kw_only=True):
     #: Lowest free slot below the max nodes per IMEX domain; names the daemon's DNS entry.
     index: int = 0
     status: ComputeDomainStatusValue = ComputeDomainStatusValue.NOT_READY
+    #: Ours, left out until the daemon reported (``api.imexpeers``, docs/imex-health.md).
+    imex_peers: ImexPeers | UnsetType = msgspec.field(name="imexPeers", default=UNSET)
 
 
 class ComputeDomainClique(res.NamespacedResourceG, DictMixin, kw_only=True):

@@ -4,7 +4,8 @@
 findings (severity, message, hint) without I/O. The checks follow how a domain comes up:
 the domain object itself (missing, being deleted, held in use by pods: ``lifecycle``), its global
 status, its conditions (channel isolation's ``ChannelAllocated``: exhaustion, conflicts, mismatches;
-docs/channel-isolation.md §7), the workload claim template,
+docs/channel-isolation.md §7), which node's IMEX daemon cannot reach which (``imexpeers``,
+docs/imex-health.md), the workload claim template,
 in driver-managed mode the per-domain daemon DaemonSet and its pods, nodes of the domain that are not
 Ready (``lifecycle``), then each workload pod: where it
 is stuck, the node it landed on (clique label, another domain's node label) and the newest scheduler
@@ -34,6 +35,7 @@ from imexdra.api.constants import (
     ConditionStatus,
     daemon_object_name,
 )
+from imexdra.api.imexpeers import IMEX_PEERS_CONNECTED
 from imexdra.cli.clusterview import (
     ImexMode,
     claim_domain_uid,
@@ -52,6 +54,7 @@ from imexdra.cli.clusterview import (
     pod_template_names,
 )
 from imexdra.cli.findings import Finding, Severity
+from imexdra.cli.imexpeers import imex_peer_findings
 from imexdra.cli.lifecycle import in_use_findings, lost_node_findings
 from imexdra.controller import reasons
 
@@ -150,6 +153,7 @@ def diagnose(view: DomainView) -> list[Finding]:
         *in_use_findings(view.domain, view.claims),
         *status_findings(view.domain, view.imex_mode),
         *condition_findings(view.domain),
+        *imex_peer_findings(view.domain),
         *template_findings(view),
         *daemon_findings(view),
         *lost_node_findings(workload, view.daemon_pods, view.nodes),
@@ -239,7 +243,10 @@ def status_findings(domain: ComputeDomain, mode: ImexMode) -> list[Finding]:
 
 
 def condition_findings(domain: ComputeDomain) -> list[Finding]:
-    """Each condition of the domain that is not True, with its reason, message and what to do."""
+    """Each condition of the domain that is not True, with its reason, message and what to do.
+
+    ``IMEXPeersConnected`` is left to ``imex_peer_findings``, which names every broken pair.
+    """
     status = domain.status
     return [
         Finding(
@@ -248,7 +255,7 @@ def condition_findings(domain: ComputeDomain) -> list[Finding]:
             _CONDITION_HINTS.get(condition.reason, "kubectl describe computedomain shows its events"),
         )
         for condition in (status.conditions if status is not None else ())
-        if condition.status != ConditionStatus.TRUE
+        if condition.status != ConditionStatus.TRUE and condition.type != IMEX_PEERS_CONNECTED
     ]
 
 

@@ -15,7 +15,7 @@ from lightkube import ALL_NS, AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.computedomain import ComputeDomain, Condition
 from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.api.constants import (
     CLIQUE_LABEL_KEY,
@@ -23,6 +23,7 @@ from imexdra.api.constants import (
     NODE_LABEL_KEY,
     ComputeDomainStatusValue,
 )
+from imexdra.api.imexpeers import IMEX_PEERS_CONNECTED
 from imexdra.cli.clusterview import (
     ImexMode,
     claim_domain_uid,
@@ -39,6 +40,7 @@ from imexdra.cli.clusterview import (
     name_of,
     reserved_pods,
 )
+from imexdra.cli.imexpeers import peers_json, peers_text
 from imexdra.controller.nodehealth import not_ready_reason
 
 #: GPU Feature Discovery's marker of a GPU node.
@@ -117,8 +119,14 @@ def domain_row(domain: ComputeDomain, cliques: Iterable[ComputeDomainClique]) ->
         #: The domain's own IMEX channel under channel isolation (docs/channel-isolation.md §2), else None.
         "channel": status.channel if status is not None else None,
         "deleting": metadata.deletionTimestamp is not None,
+        #: ``IMEXPeersConnected`` (docs/imex-health.md): True, False or Unknown; None before any report.
+        "imexPeersConnected": str(peers.status) if (peers := _peers_condition(domain)) is not None else None,
         "cliques": [clique_row(c) for c in _sorted(own)],
     }
+
+
+def _peers_condition(domain: ComputeDomain) -> Condition | None:
+    return domain.status.condition(IMEX_PEERS_CONNECTED) if domain.status is not None else None
 
 
 def clique_row(clique: ComputeDomainClique) -> Report:
@@ -134,6 +142,7 @@ def clique_row(clique: ComputeDomainClique) -> Report:
                 "cliqueID": d.clique_id,
                 "index": d.index,
                 "status": str(d.status),
+                "imexPeers": peers_json(d),
             }
             for d in daemons
         ],
@@ -199,7 +208,17 @@ def render_text(report: Report, *, wide: bool = False) -> str:
     uid = ["UID"] if wide else []
     domain_uid = ["COMPUTE DOMAIN UID"] if wide else []
     domain_table = format_table(
-        ["NAMESPACE/NAME", "STATUS", "NUMNODES", "NODES", "MODE", "CHANNEL", "CHANNEL TEMPLATE", *uid],
+        [
+            "NAMESPACE/NAME",
+            "STATUS",
+            "NUMNODES",
+            "NODES",
+            "MODE",
+            "CHANNEL",
+            "CHANNEL TEMPLATE",
+            "IMEX PEERS",
+            *uid,
+        ],
         (
             [
                 _key(d),
@@ -209,15 +228,24 @@ def render_text(report: Report, *, wide: bool = False) -> str:
                 d["allocationMode"],
                 "-" if d["channel"] is None else d["channel"],
                 d["resourceClaimTemplate"],
+                d["imexPeersConnected"] or "-",
                 *([d["uid"]] if wide else []),
             ]
             for d in domains
         ),
     )
     clique_table = format_table(
-        ["DOMAIN", "CLIQUE", "INDEX", "NODE", "IP", "STATUS"],
+        ["DOMAIN", "CLIQUE", "INDEX", "NODE", "IP", "STATUS", "IMEX PEERS"],
         (
-            [_key(d), m["cliqueID"], m["index"], m["nodeName"], m["ipAddress"], m["status"]]
+            [
+                _key(d),
+                m["cliqueID"],
+                m["index"],
+                m["nodeName"],
+                m["ipAddress"],
+                m["status"],
+                peers_text(m["imexPeers"]),
+            ]
             for d in domains
             for clique in d["cliques"]
             for m in clique["daemons"]

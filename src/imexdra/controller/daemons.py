@@ -1,9 +1,9 @@
 """The contract between the controller and the compute-domain daemons, and how pods are read under it.
 
 Single writer: every shared object has exactly one writer. The controller alone writes
-ComputeDomainClique objects and ComputeDomain status; a daemon writes nothing but labels on its own
-pod. That removes upstream's N-daemons-compare-and-swap-one-object pattern and its 409/429 storms
-(docs/architecture.md §5; upstream issues #816, #1107, #1418).
+ComputeDomainClique objects and ComputeDomain status; a daemon writes nothing but a label and an
+annotation on its own pod. That removes upstream's N-daemons-compare-and-swap-one-object pattern and
+its 409/429 storms (docs/architecture.md §5; upstream issues #816, #1107, #1418).
 
 What a daemon pod provides
 --------------------------
@@ -16,6 +16,9 @@ What a daemon pod provides
   without the label has not announced itself yet and is not a member of anything.
 - Node = ``spec.nodeName``; IP = ``status.podIP``; readiness = the pod's ``Ready`` condition (with phase
   ``Running``), which the kubelet drives from the ``compute-domain-daemon check`` readiness probe.
+- Annotation ``resource.nvidia.com/imexPeers``: the daemon's last report of its IMEX peer connections
+  (``api.imexpeers``), merge-patched by the daemon on its own pod on change only; the controller copies
+  it into the node's entries as ``imexPeers`` (docs/imex-health.md). A pod without it has not reported.
 - A daemon leaving gracefully needs to do nothing: once its pod is terminating it is dropped from its
   clique at once (upstream's daemon removed its own entry by IP on SIGTERM).
 
@@ -56,6 +59,7 @@ from dataclasses import dataclass
 from lightkube.resources.core_v1 import Pod
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
+from imexdra.api.imexpeers import IMEX_PEERS_ANNOTATION, ImexPeers, decode_annotation
 
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 _EPOCH = dt.datetime.min.replace(tzinfo=dt.UTC)
@@ -77,6 +81,8 @@ class DaemonPod:
     """Why the daemon container is failing (not ready): the reason and message of a container the node
     cannot create, else its last non-zero exit's termination message (the daemon writes its fatal
     error there) or exit code; ``""`` otherwise."""
+    imex_peers: ImexPeers | None = None
+    """The daemon's last report of its IMEX peer connections (its pod's annotation), if any."""
 
     @property
     def fabric(self) -> bool:
@@ -108,6 +114,7 @@ def daemon_pod(pod: Pod) -> DaemonPod | None:
         ready=_is_ready(pod),
         created=meta.creationTimestamp or _EPOCH,
         failure=_failure(pod),
+        imex_peers=decode_annotation((meta.annotations or {}).get(IMEX_PEERS_ANNOTATION)),
     )
 
 

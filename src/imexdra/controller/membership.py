@@ -10,6 +10,8 @@ Index rules (the central assignment upstream issue #1107 asks for; contract in `
 - every other member gets the lowest free index, in node-name order;
 - members that do not fit stay unplaced (upstream's daemon blocked forever; here an Event says so).
 
+Each fabric entry carries its daemon's last ``imexPeers`` report (docs/imex-health.md), if it made one.
+
 Global status (docs/data-path.md §9.3): host-managed → Ready; otherwise NotReady if fewer nodes
 than ``spec.numNodes`` or any node NotReady, else Ready.
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from msgspec import UNSET
 
 from imexdra.api.computedomain import ComputeDomainNode
 from imexdra.api.computedomainclique import ComputeDomainDaemonInfo
@@ -78,6 +82,7 @@ def assign_indices(
             clique_id=clique_id,
             index=indices[m.node_name],
             status=_status(m.ready),
+            imex_peers=m.imex_peers if m.imex_peers is not None else UNSET,
         )
         for m in ordered
         if m.node_name in indices
@@ -121,7 +126,12 @@ def status_nodes(
     """``status.nodes``: every clique's entries (by clique ID, then index), then the non-fabric nodes."""
     nodes = [
         ComputeDomainNode(
-            name=d.node_name, ip_address=d.ip_address, clique_id=d.clique_id, index=d.index, status=d.status
+            name=d.node_name,
+            ip_address=d.ip_address,
+            clique_id=d.clique_id,
+            index=d.index,
+            status=d.status,
+            imex_peers=d.imex_peers,
         )
         for clique_id in sorted(cliques)
         for d in cliques[clique_id].daemons

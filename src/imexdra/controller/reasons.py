@@ -16,6 +16,9 @@ condition: ``ChannelAllocated`` (Normal, condition True) and, as Warnings with t
 Warning ``LabelIgnored``, the one reason recorded on an object that is not a ComputeDomain: an object
 carrying a domain's label outside that domain's place (a look-alike, ``placement``), in its own
 namespace, once.
+IMEX health (docs/imex-health.md), also reasons of the ``IMEXPeersConnected`` condition: Warning
+``IMEXPeersNotConnected`` when the set of node pairs whose IMEX daemons are not connected changes
+(the note names them), Normal ``IMEXPeersConnected`` when all are connected again.
 The per-namespace bound (``quota``, docs/tenancy.md "Quotas"): ``NamespaceQuotaExceeded``, a Warning
 with the ``ChannelAllocated`` condition False, under either isolation.
 """
@@ -42,3 +45,5 @@ ISOLATION_MISMATCH: Final = "IsolationMismatch"
 ISOLATION_SWITCH_PENDING: Final = "IsolationSwitchPending"
 LABEL_IGNORED: Final = "LabelIgnored"
 NAMESPACE_QUOTA_EXCEEDED: Final = "NamespaceQuotaExceeded"
+IMEX_PEERS_NOT_CONNECTED: Final = "IMEXPeersNotConnected"
+IMEX_PEERS_CONNECTED: Final = "IMEXPeersConnected"

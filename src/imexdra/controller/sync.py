@@ -4,7 +4,7 @@ Runs as the last step of every reconcile of a live domain, from the caches only;
 differs from what is published (read through the overlay, so our own last write counts as published).
 Reconciles of one domain are serialized by the work queue and pod events reach it through a short
 batching window, which together make this the single, conflict-free writer of cliques and status
-(contract in ``daemons``; pure rules in ``membership``).
+(contract in ``daemons``; pure rules in ``membership``; the IMEX-health roll-up in ``imexhealth``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from imexdra.controller import membership, nodehealth, reasons
 from imexdra.controller.caches import Caches
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod, one_per_node
+from imexdra.controller.imexhealth import ImexHealth
 from imexdra.controller.isolation import CHANNEL_ALLOCATED, Verdict
 from imexdra.controller.membership import CliqueMembers
 from imexdra.controller.metrics import DomainStatusMetrics
@@ -110,6 +111,7 @@ class MembershipSync:
         self._last_publish: dict[str, float] = {}
         #: When each domain's status was last written, for ``config.status_rollup_interval``.
         self._last_status: dict[str, float] = {}
+        self._health = ImexHealth(events)
 
     async def sync(
         self, cd: ComputeDomain, verdict: Verdict | None = None, *, guarded: bool = False
@@ -148,7 +150,7 @@ class MembershipSync:
             )
             await self._publish_status(cd, status, clear_conditions=others is not None)
             return None
-        members = one_per_node(self._caches.daemon_pods(uid))
+        members = self._health.members(one_per_node(self._caches.daemon_pods(uid)))
         self._report_failing(cd, members)
         cliques_on = self._config.cliques_enabled
         objects = self._caches.cliques_of(home) if cliques_on else []
@@ -161,11 +163,13 @@ class MembershipSync:
         )
         nodes = membership.status_nodes(cliques, non_fabric)
         num_nodes = cd.spec.num_nodes if cd.spec else 0
+        base = others if others is not None else (cd.status.conditions if cd.status else [])
         status = ComputeDomainStatus(
             status=membership.global_status(nodes, num_nodes=num_nodes, host_managed=False),
             nodes=nodes,
-            conditions=others or [],
+            conditions=self._health.conditions(cd, base, nodes, self._now()),
         )
+        self._health.observe(uid, cd, nodes)
         clique_changes = self._clique_changes(home, cliques, objects) if cliques_on else []
         status_due = others is not None or self._status_changed(cd, status)
         if not clique_changes and not status_due:
@@ -177,14 +181,20 @@ class MembershipSync:
         self._report_unplaced(cd, cliques.values())
         if clique_changes:
             for change in clique_changes:
-                await change()
+                written = await change()
+                if isinstance(written, ComputeDomainClique):
+                    desired = cliques.get(clique_id_of(written, uid))
+                    self._health.after_write(written, desired.daemons if desired else (), written.daemons)
             self._last_publish[uid] = self._clock()
         if not status_due:
             return None
         later = self._rollup_wait(uid, cd, status) if cliques_on and others is None else 0.0
         if later > 0:
             return later
-        await self._publish_status(cd, status, clear_conditions=others is not None)
+        self._health.record_change(cd, status.conditions)
+        written = await self._publish_status(cd, status, clear_conditions=others is not None)
+        if written is not None:
+            self._health.after_write(written, nodes, written.status.nodes if written.status else ())
         self._last_publish[uid] = self._last_status[uid] = self._clock()
         return None
 
@@ -214,6 +224,7 @@ class MembershipSync:
         """Drop what is remembered about a finalized domain."""
         self._last_publish.pop(uid, None)
         self._last_status.pop(uid, None)
+        self._health.forget(uid)
 
     def _report_failing(self, cd: ComputeDomain, members: list[DaemonPod]) -> None:
         # Repeats of one failure aggregate into one Event series (common.events).
@@ -317,9 +328,10 @@ class MembershipSync:
         *,
         guarded: bool = False,
         clear_conditions: bool = False,
-    ) -> None:
+    ) -> ComputeDomain | None:
+        written = None
         if clear_conditions or self._status_changed(cd, desired):
-            await self._writer.write_status(
+            written = await self._writer.write_status(
                 cd, desired, self._caches.domain_view, guarded=guarded, clear_conditions=clear_conditions
             )
             _log.info(
@@ -329,6 +341,7 @@ class MembershipSync:
                 nodes=len(desired.nodes),
             )
         self._observe(cd, desired)
+        return written
 
     def _observe(self, cd: ComputeDomain, desired: ComputeDomainStatus) -> None:
         uid = domain_uid(cd)

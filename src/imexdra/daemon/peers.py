@@ -55,6 +55,10 @@ class Latest(Generic[T]):
         self._version += 1
         self._changed.set()
 
+    def current(self) -> tuple[int, T | None]:
+        """The newest version and value, without waiting (version 0, None: nothing published yet)."""
+        return self._version, self._value
+
     async def next(self, seen: int) -> tuple[int, T]:
         """Wait for a value newer than version ``seen``; return its version and the value."""
         while self._version == seen or self._value is None:

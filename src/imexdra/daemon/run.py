@@ -7,13 +7,15 @@
    With one, the driver's ``nvidia-imex``/``nvidia-imex-ctl`` must be in the container (mounted by the
    base CDI spec, ``daemon.imexbinaries``); checked before any API call, a missing one fails the run.
 4. Render ``imexd.cfg`` (and, in DNS-names mode, the static ``nodes.cfg``) into the IMEX directory.
-5. Run three services until SIGTERM or a failure: the membership watcher (clique object, or the
+5. Run its services until SIGTERM or a failure: the membership watcher (clique object, or the
    ComputeDomain status with ``ComputeDomainCliques`` off), the update loop (hosts file / node list,
-   start / SIGUSR1 / restart), and the IMEX supervisor. On the way out IMEX gets SIGTERM.
+   start / SIGUSR1 / restart), the IMEX supervisor, and (unless ``IMEX_PEERS_POLL_INTERVAL=0``) the
+   peer-health reporter (``daemon.health``). On the way out IMEX gets SIGTERM.
 
-The daemon writes nothing but its pod label; it does not remove itself from its clique on shutdown
-(the controller drops a terminating pod at once). Unlike upstream, a failure exits non-zero so the
-kubelet restarts the container (upstream exits 0 even after fatal errors, docs/compatibility.md §3.3).
+The daemon writes nothing but its pod's clique label and IMEX-peers annotation; it does not remove
+itself from its clique on shutdown (the controller drops a terminating pod at once). Unlike upstream,
+a failure exits non-zero so the kubelet restarts the container (upstream exits 0 even after fatal
+errors, docs/compatibility.md §3.3).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from imexdra.common.atomicfile import write_atomic
 from imexdra.common.connection import make_client
 from imexdra.common.errors import ConfigError
 from imexdra.common.tasks import stop_on_signals, supervise
+from imexdra.daemon.health import PeerHealthReporter, pod_annotator
 from imexdra.daemon.imexbinaries import ImexBinaries, find_imex_binaries
 from imexdra.daemon.imexconfig import DEFAULT_TEMPLATE, dns_nodes_config, render_imex_config
 from imexdra.daemon.membership import Identity
@@ -102,7 +105,7 @@ def prepare_imexd(config: RunConfig) -> None:
 def imex_services(
     config: RunConfig, client: AsyncClient, binaries: ImexBinaries
 ) -> dict[str, Coroutine[Any, Any, None]]:
-    """The watcher, the update loop and the supervisor, wired together."""
+    """The watcher, the update loop, the supervisor and the IMEX peer-health reporter, wired together."""
     me = config.identity
     d = config.daemon
     if config.feature_gates.enabled(Gate.COMPUTE_DOMAIN_CLIQUES):
@@ -122,7 +125,18 @@ def imex_services(
         domain_uid=d.compute_domain_uuid,
         max_nodes=d.max_nodes_per_imex_domain,
     )
-    return {"peers": watcher.run(), "update": updater.run(watcher.memberships), "imex": supervisor.run()}
+    services = {"peers": watcher.run(), "update": updater.run(watcher.memberships), "imex": supervisor.run()}
+    if d.imex_peers_poll_interval > 0:
+        reporter = PeerHealthReporter(
+            read=imex.nodes,
+            memberships=watcher.memberships,
+            imex_pid=lambda: supervisor.pid,
+            publish=pod_annotator(client, name=d.pod_name, namespace=d.pod_namespace),
+            dns_names=config.dns_names,
+            interval=d.imex_peers_poll_interval,
+        )
+        services["health"] = reporter.run()
+    return services
 
 
 async def _until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TextIO
 
 from imexdra.devices.imex import ImexError, QueryResult
-from imexdra.devices.imexctl import QUERY_TIMEOUT_SECONDS, query_daemon
+from imexdra.devices.imexctl import QUERY_TIMEOUT_SECONDS, query_daemon, query_nodes
+from imexdra.devices.imexnodes import NodesReport
 
 _PR_SET_PDEATHSIG = 1
 #: How many of the child's last output lines are kept.
@@ -167,3 +168,7 @@ class SubprocessImex:
     async def query(self) -> QueryResult:
         """Run ``nvidia-imex-ctl -c <config> -q`` (in a worker thread) and return its answer."""
         return await asyncio.to_thread(query_daemon, self.ctl_binary, self.config, self._query_timeout)
+
+    async def nodes(self) -> NodesReport:
+        """Run ``nvidia-imex-ctl -c <config> -N`` (in a worker thread): the connectivity table."""
+        return await asyncio.to_thread(query_nodes, self.ctl_binary, self.config, self._query_timeout)

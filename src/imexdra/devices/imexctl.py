@@ -1,10 +1,11 @@
-"""One ``nvidia-imex-ctl`` query, run synchronously: the probe's whole job, and a thread's in the services.
+"""``nvidia-imex-ctl`` queries, run synchronously: the probe's whole job, and a thread's in the services.
 
 ``compute-domain-daemon check`` is the daemon pod's startup probe (every second until IMEX is up, on
 every node of the domain) and its readiness and liveness probe afterwards, so what it imports is what
 each probe costs: this module needs only ``subprocess``, no event loop (importing asyncio alone is
 most of a probe's CPU time, docs/data-path.md §9.3). The daemon's own queries and the kubelet plugin's
-of the host's IMEX run the same function in a worker thread (``asyncio.to_thread``).
+of the host's IMEX run the same function in a worker thread (``asyncio.to_thread``), and so does the
+daemon's connectivity query (``query_nodes``, ``-N``, read by ``devices.imexnodes``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from imexdra.devices.imex import ImexError, QueryResult
+from imexdra.devices.imexnodes import NodesReport, parse_nodes
 
 #: How long a query may take before it counts as "not ready" (the probes' own timeout is 10 s too).
 QUERY_TIMEOUT_SECONDS = 10.0
@@ -54,3 +56,21 @@ def query_daemon(ctl: str, config: Path, answer_within: float = QUERY_TIMEOUT_SE
         raise ImexError(f"{ctl} -q did not answer within {answer_within:g}s") from None
     except OSError as error:
         raise ImexError(f"run {ctl}: {error}") from error
+
+
+def query_nodes(ctl: str, config: Path, answer_within: float = QUERY_TIMEOUT_SECONDS) -> NodesReport:
+    """The IMEX daemon's connectivity table (``nvidia-imex-ctl -c <config> -N``).
+
+    Raises:
+        ImexError: the query could not be run, did not answer in time, failed, or printed no table.
+
+    """
+    try:
+        result = run_query([ctl, "-c", str(config), "-N"], answer_within)
+    except TimeoutError:
+        raise ImexError(f"{ctl} -N did not answer within {answer_within:g}s") from None
+    except OSError as error:
+        raise ImexError(f"run {ctl}: {error}") from error
+    if result.returncode != 0:
+        raise ImexError(f"{ctl} -N exited with {result.returncode}: {result.output.strip()[:200]}")
+    return parse_nodes(result.output)

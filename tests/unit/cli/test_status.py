@@ -34,6 +34,7 @@ def test_domain_row_reports_spec_status_and_node_count() -> None:
         "nodeCount": 1,
         "channel": None,
         "deleting": False,
+        "imexPeersConnected": None,
     }
 
 

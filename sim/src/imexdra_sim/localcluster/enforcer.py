@@ -92,7 +92,8 @@ def start_enforcer(
     return process
 
 
-def _in_node_netns(node: Node, binaries: Binaries, *argv: str) -> subprocess.CompletedProcess[str]:
+def in_node_netns(node: Node, binaries: Binaries, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run one of the cluster's network tools (``iptables``, ...) inside a containerd node's namespace."""
     runtime = next((p for p in node.processes if p.name == f"{node.name}-containerd"), None)
     if runtime is None:
         raise ClusterStartError(f"node {node.name} has no network namespace of its own")
@@ -107,14 +108,13 @@ def _in_node_netns(node: Node, binaries: Binaries, *argv: str) -> subprocess.Com
 def enforcing(node: Node, binaries: Binaries) -> bool:
     """Whether the node's enforcer has hooked its chains into the filter table (it then enforces)."""
     return (
-        _in_node_netns(node, binaries, "iptables", "-t", "filter", "-S", "KUBE-ROUTER-FORWARD").returncode
-        == 0
+        in_node_netns(node, binaries, "iptables", "-t", "filter", "-S", "KUBE-ROUTER-FORWARD").returncode == 0
     )
 
 
 def filter_rules(node: Node, binaries: Binaries) -> str:
     """The node's filter table with packet counters (``iptables-save -c``): what the enforcer made of it."""
-    result = _in_node_netns(node, binaries, "iptables-save", "-c", "-t", "filter")
+    result = in_node_netns(node, binaries, "iptables-save", "-c", "-t", "filter")
     if result.returncode != 0:
         raise ClusterStartError(f"iptables-save on {node.name} failed: {result.stderr.strip()}")
     return result.stdout

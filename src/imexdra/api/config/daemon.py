@@ -15,6 +15,9 @@ import click
 from imexdra.api.config.groups import OptionGroup, check_dns_label, check_ip, option
 from imexdra.api.constants import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
 
+#: How often a daemon reads ``nvidia-imex-ctl -N`` by default (docs/imex-health.md).
+DEFAULT_IMEX_PEERS_POLL_INTERVAL = 10.0
+
 
 @dataclass(frozen=True, slots=True)
 class DaemonSettings:
@@ -30,6 +33,8 @@ class DaemonSettings:
     pod_name: str
     pod_namespace: str
     max_nodes_per_imex_domain: int
+    #: Seconds between two reads of IMEX's connectivity table (ours; 0: do not report IMEX peers).
+    imex_peers_poll_interval: float = DEFAULT_IMEX_PEERS_POLL_INTERVAL
 
     def __post_init__(self) -> None:
         """Check the values the daemon writes into its clique entry and uses as namespaces."""
@@ -67,5 +72,12 @@ daemon_options = OptionGroup(
         type=click.IntRange(min=1),
         default=DEFAULT_MAX_NODES_PER_IMEX_DOMAIN,
         help="Most daemons one IMEX domain (clique) can hold; sizes the DNS-name table.",
+    ),
+    option(
+        "--imex-peers-poll-interval",
+        envvar="IMEX_PEERS_POLL_INTERVAL",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_IMEX_PEERS_POLL_INTERVAL,
+        help="Seconds between reads of IMEX's peer connections (nvidia-imex-ctl -N); 0 turns the report off.",
     ),
 )
