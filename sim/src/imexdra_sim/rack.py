@@ -314,39 +314,33 @@ def _deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, 
 
 def install_chart(cluster: LocalCluster, config: RackConfig) -> None:
     """``helm install`` the imexdra chart into the driver namespace and wait for it."""
-    assert cluster.binaries is not None and cluster.run_dir is not None
+    assert cluster.run_dir is not None
     values = cluster.run_dir / "imexdra-values.yaml"
     values.write_text(yaml.safe_dump(chart_values(config)))
-    cluster.run(
-        str(cluster.binaries.path("helm")),
-        "install",
-        RELEASE,
-        str(CHART),
-        f"--kubeconfig={cluster.kubeconfig}",
-        f"--namespace={DRIVER_NAMESPACE}",
-        "--create-namespace",
-        *(f"--values={path}" for path in config.values_files),
-        f"--values={values}",
-        "--wait",
-        "--timeout=180s",
-        timeout=240,
-    )
+    files = (f"--values={path}" for path in config.values_files)
+    _helm(cluster, "install", "--create-namespace", *files, values=values)
 
 
 def upgrade_chart(cluster: LocalCluster, values: Mapping[str, Any]) -> None:
     """``helm upgrade --reuse-values`` the rack's release with ``values`` on top, and wait for it."""
-    assert cluster.binaries is not None and cluster.run_dir is not None
+    assert cluster.run_dir is not None
     path = cluster.run_dir / "imexdra-upgrade-values.yaml"
     path.write_text(yaml.safe_dump(dict(values)))
+    _helm(cluster, "upgrade", "--reuse-values", values=path)
+
+
+def _helm(cluster: LocalCluster, verb: str, *options: str, values: Path) -> None:
+    """``helm <verb>`` of the rack's release of the chart, ``values`` last (they win), and wait for it."""
+    assert cluster.binaries is not None
     cluster.run(
         str(cluster.binaries.path("helm")),
-        "upgrade",
+        verb,
         RELEASE,
         str(CHART),
         f"--kubeconfig={cluster.kubeconfig}",
         f"--namespace={DRIVER_NAMESPACE}",
-        "--reuse-values",
-        f"--values={path}",
+        *options,
+        f"--values={values}",
         "--wait",
         "--timeout=180s",
         timeout=240,
