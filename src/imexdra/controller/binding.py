@@ -196,6 +196,7 @@ class BindingConditions:
             EventHandler(on_add=self._claim_seen, on_update=self._claim_changed, on_delete=self._claim_gone)
         )
         caches.domains.add_handler(_requeuing(self._requeue_domain, own_uid))
+        caches.domains.add_handler(EventHandler(on_delete=self._forget_domain))
         by_label = _requeuing(self._requeue_domain, domain_label)
         if caches.cliques is not None:
             caches.cliques.add_handler(by_label)
@@ -209,7 +210,8 @@ class BindingConditions:
     def _claim_changed(self, old: ChannelClaim, new: ChannelClaim) -> None:
         self._claim_seen(new)
         if (
-            old.use is not None
+            self._runs_daemons
+            and old.use is not None
             and old.use.node
             and (new.use is None or (new.use.node, new.use.domain) != (old.use.node, old.use.domain))
         ):
@@ -218,6 +220,12 @@ class BindingConditions:
     def _claim_gone(self, claim: ChannelClaim) -> None:
         if self._runs_daemons and claim.use is not None and claim.use.node:
             self._release_later(claim.use.node, claim.use.domain)
+
+    def _forget_domain(self, cd: ComputeDomain) -> None:
+        """A deleted domain's daemons are tracked no longer."""
+        uid = own_uid(cd)
+        for where in [where for where in self._failing_since if where[0] == uid]:
+            del self._failing_since[where]
 
     def _release_later(self, node: str, uid: str) -> None:
         self.queue.add_after(f"{_LABEL}{node}/{uid}", LABEL_RELEASE_DELAY_SECONDS)

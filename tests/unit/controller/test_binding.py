@@ -18,17 +18,18 @@ from typing import Any
 import msgspec
 import pytest
 from lightkube.core import decoders
+from lightkube.models.core_v1 import ContainerState, ContainerStateTerminated, ContainerStatus
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, ComputeDomainStatusValue
-from imexdra.controller.binding import BindingConditions, Facts, Outcome, decide
+from imexdra.controller.binding import FAILING_GRACE_SECONDS, BindingConditions, Facts, Outcome, decide
 from imexdra.controller.caches import Caches
 from imexdra.controller.claimholds import ChannelClaim, PendingBinding
 from tests.support.offline import offline_client
-from tests.unit.controller.support import CLIQUE, UID, make_config, make_domain
+from tests.unit.controller.support import CLIQUE, UID, make_config, make_domain, make_pod
 
 DRIVER = "compute-domain.nvidia.com"
 NS = "team-a"
@@ -217,6 +218,8 @@ class Setup:
     events: Events
     binding: BindingConditions
     domain: ComputeDomain
+    #: The binding's monotonic clock, set by hand.
+    clock: list[float]
 
 
 @pytest.fixture
@@ -226,9 +229,15 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     caches = Caches(client, make_config(gates=GATE))
     cd = make_domain(namespace=NS)
     caches.domains.store.upsert(cd)
-    writes, events = Writes(), Events()
-    binding = BindingConditions(caches, writes, events, runs_daemons=True)  # type: ignore[arg-type]
-    yield Setup(caches, writes, events, binding, cd)
+    writes, events, clock = Writes(), Events(), [0.0]
+    binding = BindingConditions(
+        caches,
+        writes,  # type: ignore[arg-type]
+        events,  # type: ignore[arg-type]
+        runs_daemons=True,
+        clock=lambda: clock[0],
+    )
+    yield Setup(caches, writes, events, binding, cd, clock)
     await client.close()
 
 
@@ -313,3 +322,41 @@ async def test_a_label_of_another_domain_is_never_released(setup: Setup) -> None
     setup.caches.nodes.store.upsert(labelled_node("another-uid"))
     await setup.binding.process(f"label:{NODE}/{UID}")
     assert setup.writes.removed == []
+
+
+def crashing_daemon() -> Any:
+    """The domain's daemon pod on ``NODE``, not Ready, its container's last run exited 1."""
+    pod = make_pod(node=NODE, ready=False, name="daemon-a")
+    terminated = ContainerStateTerminated(exitCode=1, reason="Error")
+    pod.status.containerStatuses = [  # type: ignore[union-attr]
+        ContainerStatus(
+            name="compute-domain-daemon",
+            image="imexdra",
+            imageID="",
+            ready=False,
+            restartCount=1,
+            lastState=ContainerState(terminated=terminated),
+        )
+    ]
+    return pod
+
+
+async def test_a_daemon_failing_for_the_grace_period_fails_the_binding(setup: Setup) -> None:
+    """A crash is waited on for FAILING_GRACE_SECONDS (the claim rechecked when it ends), then it fails."""
+    caches = setup.caches
+    assert caches.nodes is not None
+    caches.nodes.store.upsert(labelled_node())
+    caches.pods[0].store.upsert(crashing_daemon())
+    claim = decoded(claim_body())
+    assert caches.claims is not None
+    caches.claims.store.upsert(claim)
+    key = "claim:team-a/worker-0-channel"
+    recheck = await setup.binding.process(key)
+    assert setup.writes.conditions == [] and recheck is not None and recheck > FAILING_GRACE_SECONDS - 1
+    setup.clock[0] = FAILING_GRACE_SECONDS - 1
+    assert await setup.binding.process(key) is not None
+    assert setup.writes.conditions == []
+    setup.clock[0] = FAILING_GRACE_SECONDS
+    await setup.binding.process(key)
+    assert setup.writes.conditions == [("team-a/worker-0-channel", "IMEXDaemonFailed", "DaemonFailing")]
+    assert ("Pod", NS, "DaemonFailing") in setup.events.recorded
