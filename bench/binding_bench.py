@@ -138,21 +138,25 @@ def run_job(cluster: LocalCluster, workers: int, gate: bool) -> dict[str, Any]:
 
 
 def write_plot(results: dict[str, Any], path: os.PathLike[str]) -> None:
-    """Job start, bound-too-early workers and prepare calls per job, gate off vs on, every job drawn."""
+    """Job start, bound-too-early workers, bound → Ready and prepare calls, gate off vs on, per job.
+
+    Every job is a point; equal values overlap.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 3, figsize=(13, 4))
-    metrics = (
-        ("job_start_s", "job start (s)"),
-        ("bound_before_daemon_ready", "workers bound before their daemon was Ready"),
-        ("prepare_calls", "NodePrepareResources calls"),
+    figure, axes = plt.subplots(1, 4, figsize=(16, 4))
+    metrics: tuple[tuple[Any, str], ...] = (
+        (lambda job: job["job_start_s"], "job start (s)"),
+        (lambda job: job["bound_before_daemon_ready"], "workers bound before their daemon was Ready"),
+        (lambda job: job["waiting_after_bound_s"]["p50"], "worker bound → Ready, p50 (s)"),
+        (lambda job: job["prepare_calls"], "NodePrepareResources calls (workers' + daemons')"),
     )
-    for axis, (key, title) in zip(axes, metrics, strict=True):
+    for axis, (value_of, title) in zip(axes, metrics, strict=True):
         for offset, gate, colour in ((0, False, "tab:gray"), (1, True, "tab:green")):
-            values = [job[key] for job in results["jobs"] if job["gate"] is gate]
+            values = [value_of(job) for job in results["jobs"] if job["gate"] is gate]
             axis.scatter(
                 [offset] * len(values), values, color=colour, label=f"gate {'on' if gate else 'off'}"
             )
