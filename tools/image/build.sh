@@ -420,11 +420,16 @@ else
   log "imexdra: building $imexdra_ref (revision $revision)"
   step=$SECONDS
   root="$work/imexdra"
-  cp -a "$base" "$root"
+  # Copy the base's contents ("$base/."), never the base itself: a base that is a symlink (a cache
+  # assembled from links to another) would be copied as the link, and the build would then install
+  # into and strip the shared base.
+  mkdir "$root"
+  cp -a "$base/." "$root"
   pack_args=(--rootfs "$root" --platform linux/amd64)
   if [ "$arm64" = 1 ]; then
     root_arm64="$work/imexdra-arm64"
-    cp -a "$arm64_base" "$root_arm64"
+    mkdir "$root_arm64"
+    cp -a "$arm64_base/." "$root_arm64"
     pack_args+=(--rootfs "$root_arm64" --platform linux/arm64)
   fi
   # The build context, filtered as /.dockerignore filters it (no bytecode), at /src as in the Dockerfile.
