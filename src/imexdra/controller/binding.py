@@ -257,7 +257,10 @@ class BindingConditions:
             if label == binding.domain:
                 _log.info("Node labelled for a pending binding", node=binding.node, domain=binding.domain)
                 return None  # the daemon's start and readiness come back as events
-            decision = decide(binding, dataclasses.replace(facts, node_label=label))
+            if label is None:
+                decision = Decision(Outcome.FAIL, "NodeNotFound", f"node {binding.node} no longer exists")
+            else:
+                decision = decide(binding, dataclasses.replace(facts, node_label=label))
         if decision.outcome is Outcome.WAIT:
             return self._failing_recheck(binding)
         written = await self._writer.set_device_conditions(

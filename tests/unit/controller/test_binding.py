@@ -183,10 +183,13 @@ class Writes:
     labels: list[tuple[str, str]] = field(default_factory=list)
     removed: list[tuple[str, str]] = field(default_factory=list)
     conditions: list[tuple[str, str, str]] = field(default_factory=list)
+    #: What the label write finds: None, nothing (it labels); "gone", no node; else that label.
     label_found: str | None = None
 
     async def add_node_label(self, name: str, uid: str, _view: Any) -> str | None:
         self.labels.append((name, uid))
+        if self.label_found == "gone":
+            return None
         return self.label_found or uid
 
     async def remove_node_label(self, node: Node, uid: str, _view: Any) -> None:
@@ -285,6 +288,13 @@ async def test_a_node_found_labelled_for_another_domain_fails(setup: Setup) -> N
     setup.writes.label_found = "another-uid"
     await decide_claim(setup, claim_body())
     assert setup.writes.conditions == [("team-a/worker-0-channel", "IMEXDaemonFailed", "NodeInUse")]
+
+
+async def test_a_node_gone_before_its_label_fails(setup: Setup) -> None:
+    """The allocated node is deleted before the controller labels it: failure, the pod goes elsewhere."""
+    setup.writes.label_found = "gone"
+    await decide_claim(setup, claim_body())
+    assert setup.writes.conditions == [("team-a/worker-0-channel", "IMEXDaemonFailed", "NodeNotFound")]
 
 
 async def test_ready_once_the_nodes_daemon_is_ready_in_its_clique(setup: Setup) -> None:
