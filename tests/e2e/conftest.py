@@ -8,6 +8,7 @@ on containerd nodes (``real_nodes_rack``, docs/node-runtime.md).
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,9 @@ import pytest
 from imexdra_sim import rack, seedworkloads
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import failure_count, progress
+from tests.e2e.helpers import slices_with_binding_conditions
 from tests.support.upstream import UPSTREAM_VALUES_FILE
+from tests.support.waiting import wait_until
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -103,8 +106,17 @@ BINDING_CONDITIONS = rack.RackConfig(
 
 @pytest.fixture(scope="module")
 def binding_conditions_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
-    """Two nodes of one clique, driver-managed, gate ComputeDomainBindingConditions on."""
-    yield from _rack(BINDING_CONDITIONS, pytestconfig)
+    """Two nodes of one clique, driver-managed, gate ComputeDomainBindingConditions on.
+
+    Yielded once every node's slice carries the conditions: ``helm install --wait`` can return before
+    a plugin has published, and a claim allocated from no slice or an old one has no conditions.
+    """
+    for cluster in _rack(BINDING_CONDITIONS, pytestconfig):
+        wait_until(
+            "every node's slice with the binding conditions",
+            functools.partial(slices_with_binding_conditions, cluster),
+        )
+        yield cluster
 
 
 CHANNEL_ISOLATION = rack.RackConfig(
