@@ -76,13 +76,6 @@ def _wait(what: str, check: Any, timeout: float) -> Any:
     return found
 
 
-def slices_follow(cluster: LocalCluster, gate: bool) -> bool:
-    """Whether every node's channel devices carry binding conditions exactly when the gate is on."""
-    slices = [s for s in _json(cluster, "resourceslices")["items"] if s["spec"]["driver"] == DRIVER_NAME]
-    channels = [d for s in slices for d in s["spec"].get("devices", []) if d["name"].startswith("channel-")]
-    return len(slices) == len(cluster.nodes) and all(("bindingConditions" in d) is gate for d in channels)
-
-
 def run_job(cluster: LocalCluster, workers: int, gate: bool) -> dict[str, Any]:
     """One seed job with the gate ``gate``: its figures, then the job and domain deleted."""
     namespace = demo.WORKLOAD_NAMESPACE
@@ -183,7 +176,11 @@ def main() -> None:
             for gate in (False, True):
                 rack.upgrade_chart(cluster, {"featureGates": {GATE: gate}})
                 # A plugin restarted by the upgrade republishes its slice a moment after helm returns.
-                _wait("the slices following the gate", lambda gate=gate: slices_follow(cluster, gate), 180)
+                _wait(
+                    "the slices following the gate",
+                    lambda gate=gate: rack.slices_follow_gate(cluster, gate),
+                    180,
+                )
                 jobs.append(run_job(cluster, args.nodes, gate))
                 print(json.dumps(jobs[-1]), flush=True)
     finally:

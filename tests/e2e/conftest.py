@@ -18,7 +18,6 @@ import pytest
 from imexdra_sim import rack, seedworkloads
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import failure_count, progress
-from tests.e2e.helpers import slices_with_binding_conditions
 from tests.support.upstream import UPSTREAM_VALUES_FILE
 from tests.support.waiting import wait_until
 
@@ -114,7 +113,7 @@ def binding_conditions_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluste
     for cluster in _rack(BINDING_CONDITIONS, pytestconfig):
         wait_until(
             "every node's slice with the binding conditions",
-            functools.partial(slices_with_binding_conditions, cluster),
+            functools.partial(rack.slices_follow_gate, cluster, True),
         )
         yield cluster
 

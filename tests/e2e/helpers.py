@@ -422,13 +422,6 @@ def events_of(cluster: LocalCluster, namespace: str, reason: str) -> list[dict[s
     return [e for e in items if e.get("reason") == reason]
 
 
-def slices_with_binding_conditions(cluster: LocalCluster) -> bool:
-    """Whether every node's ResourceSlice of our driver marks each channel device with the conditions."""
-    slices = [s for s in get_json(cluster, "resourceslices")["items"] if s["spec"]["driver"] == DRIVER_NAME]
-    channels = [d for s in slices for d in s["spec"].get("devices", []) if d["name"].startswith("channel-")]
-    return len(slices) == len(cluster.nodes) and all("bindingConditions" in d for d in channels)
-
-
 def squat_then_run_victim(cluster: LocalCluster, *, victim: str, tenant: str, nodes: tuple[str, ...]) -> str:
     """Under binding conditions: a squatter can't keep a node from the team whose domain its claim names.
 

@@ -32,7 +32,6 @@ from tests.e2e.helpers import (
     probe_pod,
     remove_workloads,
     run_seed_job,
-    slices_with_binding_conditions,
     squat_then_run_victim,
     tenant_kubeconfig,
 )
@@ -242,7 +241,7 @@ def binding_conditions(host_managed_rack: LocalCluster) -> Iterator[None]:
     # A claim allocated from a slice the plugin published before its restart has no binding condition.
     wait_until(
         "every node's slice with the binding conditions",
-        lambda: slices_with_binding_conditions(host_managed_rack),
+        lambda: rack.slices_follow_gate(host_managed_rack, True),
     )
     yield
     upgrade_chart(host_managed_rack, {"featureGates": {"ComputeDomainBindingConditions": False}})

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import yaml
 
 import imexdra
+from imexdra.api.constants import DRIVER_NAME
 from imexdra_sim.devices import driverroot_fake
 from imexdra_sim.devices.fakefabric import service as fabric_service
 from imexdra_sim.devices.fakeimex.hostservice import CONFIG_NAME, SOCKET_NAME, HostImexService, service_argv
@@ -345,6 +346,20 @@ def _helm(cluster: LocalCluster, verb: str, *options: str, values: Path) -> None
         "--timeout=180s",
         timeout=240,
     )
+
+
+def slices_follow_gate(cluster: LocalCluster, binding_conditions: bool) -> bool:
+    """Whether every node's slice marks its channel devices with binding conditions iff they are on.
+
+    That is gate ComputeDomainBindingConditions as the plugins run it. ``helm install/upgrade --wait``
+    can return before a (restarted) plugin has published: a claim allocated meanwhile comes from no
+    slice or the old one.
+    """
+    listed = json.loads(cluster.kubectl("get", "resourceslices", "-o", "json", timeout=60).stdout)["items"]
+    slices = [s for s in listed if s["spec"]["driver"] == DRIVER_NAME]
+    channels = [d for s in slices for d in s["spec"].get("devices", []) if d["name"].startswith("channel-")]
+    marked = all(("bindingConditions" in d) is binding_conditions for d in channels)
+    return len(slices) == len(cluster.nodes) and marked
 
 
 def bring_up(
