@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv k8s image lint test test-unit test-integration test-e2e demo cluster-up bench soak protos clean
+.PHONY: venv k8s image release lint test test-unit test-integration test-e2e demo cluster-up bench soak protos clean
 
 venv:
 	@hack/venv.sh
@@ -16,6 +16,16 @@ k8s:
 # index for linux/amd64 and linux/arm64, ${IMEXDRA_CACHE:-~/.cache/imexdra}/images/imexdra.tar (docs/image.md).
 image:
 	@tools/image/build.sh imexdra
+
+# Publish a release to a registry (docs/registry.md): the image index `make image` built and the chart,
+# as an OCI artifact naming that image by digest. crane and helm come from `make k8s` or PATH.
+# e.g. make release REGISTRY=registry.example.com/gpu RELEASE_ARGS=--ca-file=ca.pem
+REGISTRY ?=
+VERSION ?=
+RELEASE_ARGS ?=
+release: venv image
+	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=<host>[/<path>] [VERSION=x.y.z] [RELEASE_ARGS=--ca-file=<pem>]" >&2; exit 2; }
+	$(BIN)/python tools/release.py --registry=$(REGISTRY) $(if $(VERSION),--version=$(VERSION)) $(RELEASE_ARGS)
 
 lint: venv
 	$(BIN)/ruff check src sim tests bench tools

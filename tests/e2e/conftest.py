@@ -59,7 +59,8 @@ HOST_MANAGED = rack.RackConfig(nodes=3, host_managed=True, no_fabric_nodes=(2,))
 #: Every key of upstream's chart values at its default (docs/compatibility.md): the driver-managed rack
 #: installs with it underneath the rack's own values, as an operator moving from upstream would.
 DRIVER_MANAGED = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES_FILE,))
-REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd")
+#: Installed as an operator installs: the OCI chart from the cluster's registry, nodes pulling the image.
+REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd", from_registry=True)
 #: The same rack with a NetworkPolicy enforcer (kube-router's firewall) on every node (docs/tenancy.md).
 NETWORK_POLICY = rack.RackConfig(nodes=2, runtime="containerd", network_policy=True)
 #: The seeds' workloads on a full NVL72 rack: 18 trays, each a containerd node with its own cgroups

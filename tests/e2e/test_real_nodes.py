@@ -1,11 +1,14 @@
 """The driver on real nodes: containerd + runc, the project's image, CDI as the runtime applies it.
 
-A two-node driver-managed rack on containerd nodes (docs/node-runtime.md): the chart's controller and
-kubelet plugin run as real containers from the image tools/image/build.sh builds (the chart's default
-reference) and reach the apiserver through the ``kubernetes`` Service; the controller's IMEX daemons
-run from the same image and find ``nvidia-imex`` only where a real node has it, bind-mounted by the
-base CDI spec from the node's driver root; a workload's IMEX channel is injected by containerd's CDI
-library. What each container says comes back through ``kubectl logs`` and ``kubectl exec``.
+A two-node driver-managed rack on containerd nodes (docs/node-runtime.md), installed as an operator
+installs (docs/registry.md): tools/release.py pushes the image index tools/image/build.sh built and the
+chart to the cluster's registry, ``helm install`` takes the OCI chart, and every node's containerd
+pulls the image by digest over TLS (it was not imported). The chart's controller and kubelet plugin
+run as real containers from that image and reach the apiserver through the ``kubernetes`` Service;
+the controller's IMEX daemons run from the same image and find ``nvidia-imex`` only where a real node
+has it, bind-mounted by the base CDI spec from the node's driver root; a workload's IMEX channel is
+injected by containerd's CDI library. What each container says comes back through ``kubectl logs``
+and ``kubectl exec``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,12 @@ CONTROLLER, PLUGIN, DAEMON = CONTROLLER_SELECTOR, PLUGIN_SELECTOR, COMPUTE_DOMAI
 
 
 def test_driver_components_run_from_the_projects_image(real_nodes_rack: LocalCluster) -> None:
-    """Controller and one plugin per node: Ready containerd containers of the image, with their logs."""
+    """Controller and one plugin per node: Ready containers of the released image, pulled by digest."""
+    release = rack.published_release(real_nodes_rack)
+    reference, _, digest = release["image"].partition("@")
+    repository, _, tag = reference.rpartition(":")
+    assert real_nodes_rack.image_registry is not None
+    assert (repository, tag) == (f"{real_nodes_rack.image_registry.host}/imexdra", imexdra.__version__)
 
     def all_ready() -> list[dict[str, Any]]:
         # helm --wait is satisfied with one DaemonSet pod short (maxUnavailable); wait for all.
@@ -53,13 +61,34 @@ def test_driver_components_run_from_the_projects_image(real_nodes_rack: LocalClu
         return pods if len(pods) == 1 + len(real_nodes_rack.nodes) and all(map(is_ready, pods)) else []
 
     for pod in wait_until("controller and a plugin per node Ready", all_ready):
+        [container] = pod["spec"]["containers"]
+        assert container["image"] == release["image"]  # the chart from the registry names it
         [status] = pod["status"]["containerStatuses"]
-        assert status["image"] == IMAGE
-        assert status["imageID"].startswith("sha256:")
+        assert status["imageID"] == f"{repository}@{digest}"  # the index, as the node pulled it
         assert status["containerID"].startswith("containerd://")
+    for node in real_nodes_rack.nodes:
+        assert pulled_image(real_nodes_rack, node.name, release["image"])
+        assert IMAGE not in node_images(real_nodes_rack, node.name), "the seed holds the project's image"
     [controller] = driver_pods(real_nodes_rack, CONTROLLER)
     logs = real_nodes_rack.kubectl("logs", "-n", rack.DRIVER_NAMESPACE, controller["metadata"]["name"]).stdout
     assert '] "Informer caches synced"' in logs  # klog's text layout: header, then the quoted message
+
+
+def pulled_image(cluster: LocalCluster, node: str, image: str) -> bool:
+    """Whether the kubelet of ``node`` says it pulled ``image`` (its ``Pulled`` event)."""
+    events = get_json(cluster, "events", "-n", rack.DRIVER_NAMESPACE, "--field-selector=reason=Pulled")
+    return any(
+        e.get("source", {}).get("host") == node or e.get("reportingInstance") == node
+        for e in events["items"]
+        if f'Successfully pulled image "{image}"' in e["message"]
+    )
+
+
+def node_images(cluster: LocalCluster, node: str) -> list[str]:
+    """The image names the containerd of ``node`` holds in the CRI's namespace."""
+    assert cluster.binaries is not None
+    ctr = [str(cluster.binaries.path("ctr")), f"--address={cluster.node(node).cri_socket}", "-n", "k8s.io"]
+    return cluster.run(*ctr, "images", "list", "--quiet").stdout.split()
 
 
 def test_controller_runs_non_root_on_a_read_only_root_filesystem(real_nodes_rack: LocalCluster) -> None:

@@ -6,6 +6,7 @@
 #   the node runtime: containerd, containerd-shim-runc-v2, ctr, runc and the CNI plugins bridge,
 #   host-local and loopback (docs/node-runtime.md); coredns, the cluster DNS of containerd clusters;
 #   kube-router-netpol and ipset, the NetworkPolicy enforcer of clusters that run one;
+#   oci-registry and crane, the cluster's container registry and the release's pusher;
 #   first, tools/nvml-mock/build.sh builds the mock libnvidia-ml.so.1 into .../nvml-mock/ (C, seconds);
 #   last, tools/image/build.sh builds the nodes' container images into .../images/
 # Idempotent: a component is rebuilt only when the stamp of its inputs (versions + go.mod/go.sum/sources)
@@ -143,6 +144,10 @@ chmod 0755 "$bin/ipset"
 # Cluster DNS for containerd clusters: CoreDNS with the plugins kubeadm's default Corefile uses
 # (tools/k8s/coredns/main.go); tools/image/build.sh packs it as the CoreDNS image.
 build_step coredns coredns "$COREDNS_VERSION" coredns -- -ldflags="-s -w" -o "$bin/coredns" .
+# The cluster's container registry and the release's pusher (docs/registry.md): go-containerregistry's
+# registry served over TLS (tools/k8s/oci/main.go) and its crane, which `make release` pushes the image
+# index with; one module, a few seconds.
+build_step oci oci "" oci-registry crane -- -ldflags="-s -w" -o "$bin/" . github.com/google/go-containerregistry/cmd/crane
 build_step mpi-operator mpioperator "$MPI_OPERATOR_VERSION" mpi-operator -- -ldflags="-s -w" -o "$bin/mpi-operator" \
   github.com/kubeflow/mpi-operator/cmd/mpi-operator
 # The MPIJob CRD and the operator's RBAC ship in the same module; keep them next to the binary.

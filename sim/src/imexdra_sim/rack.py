@@ -57,6 +57,8 @@ GPUS_PER_NODE = 4
 PROBE_IMAGE = f"imexdra.local/imex-probe:{IMAGE_TAG}"
 """The GPU program of the fake fabric: fakecri runs ``imex-probe`` (tools/k8s/imexprobe) from the cache."""
 CHART = Path(__file__).resolve().parents[3] / "deployments" / "helm" / "imexdra"
+RELEASE_SCRIPT = Path(__file__).resolve().parents[3] / "tools" / "release.py"
+"""``make release``'s script: racks with a registry publish to it as an operator publishes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,10 @@ class RackConfig:
     network_policy: bool = False
     """Enforce NetworkPolicies: kube-router's firewall on every node (``LocalCluster.network_policy``;
     containerd racks only)."""
+    from_registry: bool = False
+    """Install as an operator does (containerd racks only; docs/registry.md): the cluster runs a
+    registry, tools/release.py pushes the image index and the chart to it, ``helm install`` takes the
+    OCI chart and every node pulls the image by digest (it is not imported)."""
 
     @property
     def clique_id(self) -> str:
@@ -123,6 +129,7 @@ def new_rack_cluster(config: RackConfig, run_dir: Path | None = None) -> LocalCl
         cdi_dirs=(CDI_ROOT,),
         node_monitor_grace_seconds=config.node_monitor_grace_seconds,
         network_policy=config.network_policy,
+        registry=config.from_registry,
     )
 
 
@@ -279,15 +286,15 @@ def add_spare_node(cluster: LocalCluster, config: RackConfig, index: int) -> Nod
 
 def chart_values(config: RackConfig) -> dict[str, Any]:
     """Helm values for the simulated rack (a ComputeDomain-only install), with ``extra_values`` merged in."""
-    # containerd nodes run the chart's default image, which tools/image/build.sh builds and every node
-    # imports; fakecri runs this virtualenv's programs for an image name of its own.
-    image = (
-        {"pullPolicy": "IfNotPresent"}
-        if config.runtime == "containerd"
-        else {"repository": IMAGE_REPOSITORY, "tag": IMAGE_TAG, "pullPolicy": "IfNotPresent"}
-    )
+    # containerd nodes run the chart's image: its default, which tools/image/build.sh builds and every
+    # node imports, or the released one the OCI chart names; fakecri runs this virtualenv's programs
+    # for an image name of its own.
     values: dict[str, Any] = {
-        "image": image,
+        **(
+            {}
+            if config.runtime == "containerd"
+            else {"image": {"repository": IMAGE_REPOSITORY, "tag": IMAGE_TAG, "pullPolicy": "IfNotPresent"}}
+        ),
         "resources": {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}},
         "featureGates": {"HostManagedIMEX": config.host_managed},
         "nvidiaDriverRoot": f"{SIM_DIR}/driver-root",
@@ -314,12 +321,56 @@ def _deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, 
 
 
 def install_chart(cluster: LocalCluster, config: RackConfig) -> None:
-    """``helm install`` the imexdra chart into the driver namespace and wait for it."""
+    """``helm install`` the imexdra chart into the driver namespace and wait for it.
+
+    A rack with a registry (``from_registry``) first publishes the release to it, as ``make release``
+    does; ``_helm`` then installs the OCI chart.
+    """
     assert cluster.run_dir is not None
+    if cluster.image_registry is not None:
+        publish_release(cluster)
     values = cluster.run_dir / "imexdra-values.yaml"
     values.write_text(yaml.safe_dump(chart_values(config)))
     files = (f"--values={path}" for path in config.values_files)
     _helm(cluster, "install", "--create-namespace", *files, values=values)
+
+
+def publish_release(cluster: LocalCluster) -> dict[str, str]:
+    """Push this tree's image index and chart to the cluster's registry with tools/release.py.
+
+    Returns its record (``image``: the pinned reference; ``chart``; ``version``). The tree may be
+    uncommitted (a test run's): ``--allow-dirty``.
+    """
+    assert cluster.run_dir is not None and cluster.image_registry is not None
+    record = _release_record(cluster)
+    cluster.run(
+        sys.executable,
+        str(RELEASE_SCRIPT),
+        f"--registry={cluster.image_registry.host}",
+        f"--ca-file={cluster.image_registry.ca}",
+        "--allow-dirty",
+        f"--record={record}",
+    )
+    return published_release(cluster)
+
+
+def published_release(cluster: LocalCluster) -> dict[str, str]:
+    """The record of what ``publish_release`` pushed to the cluster's registry (tools/release.py's)."""
+    published: dict[str, str] = json.loads(_release_record(cluster).read_text())
+    return published
+
+
+def _release_record(cluster: LocalCluster) -> Path:
+    assert cluster.run_dir is not None
+    return cluster.run_dir / "release.json"
+
+
+def _chart(cluster: LocalCluster) -> list[str]:
+    """The chart ``helm`` installs: the cluster registry's OCI chart if it has one, else the repo's."""
+    registry = cluster.image_registry
+    if registry is None:
+        return [str(CHART)]
+    return [f"oci://{registry.host}/charts/imexdra", f"--version={IMAGE_TAG}", f"--ca-file={registry.ca}"]
 
 
 def upgrade_chart(cluster: LocalCluster, values: Mapping[str, Any]) -> None:
@@ -337,7 +388,7 @@ def _helm(cluster: LocalCluster, verb: str, *options: str, values: Path) -> None
         str(cluster.binaries.path("helm")),
         verb,
         RELEASE,
-        str(CHART),
+        *_chart(cluster),
         f"--kubeconfig={cluster.kubeconfig}",
         f"--namespace={DRIVER_NAMESPACE}",
         *options,

@@ -8,7 +8,6 @@ a platform is OS/ARCH.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[3] / "tools" / "image" / "ociarchive.py"
 REVISION = "org.opencontainers.image.revision"
 TITLE = "org.opencontainers.image.title"
@@ -28,11 +29,7 @@ INDEX = "application/vnd.oci.image.index.v1+json"
 @pytest.fixture(scope="module")
 def ociarchive() -> ModuleType:
     """The script as a module (it is not part of a package)."""
-    spec = importlib.util.spec_from_file_location("ociarchive", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.fixture

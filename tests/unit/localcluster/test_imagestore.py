@@ -78,17 +78,35 @@ def test_seed_key_changes_with_an_archive_or_containerd(tmp_path: Path) -> None:
     assert imagestore.seed_key([archive], binaries) not in (first, second)
 
 
-def test_prune_keeps_the_current_seed_and_the_lock(tmp_path: Path) -> None:
-    """Old seeds and dead builds go; node roots made from them keep their hard-linked files."""
-    for name in ("old", "new", "old.building"):
+def test_prune_keeps_the_current_seed_other_sets_and_the_lock(tmp_path: Path) -> None:
+    """Old seeds of the set, dead builds and old-format seeds go; another set's seed and node copies stay."""
+    for name in ("set1-old", "set1-new", "set1-old.building", "set2-other", "oldformat"):
         (tmp_path / name).mkdir()
     (tmp_path / ".lock").touch()
-    (tmp_path / "old" / "blob").write_text("layer")
+    (tmp_path / "set1-old" / "blob").write_text("layer")
     node_copy = tmp_path / "node-blob"
-    os.link(tmp_path / "old" / "blob", node_copy)
-    imagestore._prune(tmp_path, keep="new")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "new", "node-blob"]
+    os.link(tmp_path / "set1-old" / "blob", node_copy)
+    imagestore._prune(tmp_path, keep="set1-new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "node-blob", "set1-new", "set2-other"]
     assert node_copy.read_text() == "layer"
+
+
+def test_seed_key_names_the_set_of_archives_first(tmp_path: Path) -> None:
+    """A set without the project's image (nodes that pull it) has a set part of its own."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("containerd", "ctr"):
+        (bin_dir / name).write_text(name)
+    pause, project = tmp_path / "pause.tar", tmp_path / "imexdra.tar"
+    pause.write_text("p")
+    project.write_text("i")
+    with_project = imagestore.seed_key([pause, project], Binaries(bin_dir))
+    without = imagestore.seed_key([pause], Binaries(bin_dir))
+    assert with_project.split("-")[0] != without.split("-")[0]
+    project.write_text("rebuilt")
+    assert (
+        imagestore.seed_key([pause, project], Binaries(bin_dir)).split("-")[0] == with_project.split("-")[0]
+    )
 
 
 def test_concurrent_nodes_build_one_seed_and_each_get_a_root(

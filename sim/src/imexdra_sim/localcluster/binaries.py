@@ -34,6 +34,9 @@ REQUIRED = (
     "host-local",
     "loopback",
     "iptables",
+    # the cluster's registry and the release's pusher (docs/registry.md)
+    "oci-registry",
+    "crane",
 )
 
 NVML_MOCK_LIBRARY = "libnvidia-ml.so.1"

@@ -53,6 +53,7 @@ from imexdra_sim.localcluster.processes import (
     free_port,
     wait_until,
 )
+from imexdra_sim.localcluster.registry import Registry, start_registry
 
 log = structlog.get_logger(__name__)
 
@@ -102,6 +103,10 @@ class LocalCluster:
     """Run a NetworkPolicy enforcer (kube-router's firewall, ``localcluster.enforcer``) on every
     containerd node, control plane included; containerd clusters only. Off: policies are stored but
     nothing enforces them, as on a cluster whose network plugin has no policy support."""
+    registry: bool = False
+    """Run a container registry on the fabric (``localcluster.registry``; containerd clusters only): the
+    nodes then pull the project's image from it instead of finding it imported, as an operator's do
+    (docs/registry.md). ``LocalCluster.registry_host`` is where to push."""
 
     nodes: list[Node] = field(default_factory=list, init=False)
     """The nodes of ``nodes_specs`` and ``add_nodes``: the workers."""
@@ -129,6 +134,8 @@ class LocalCluster:
                     f"{', '.join(missing)} missing in {self.binaries.bin_dir}; run `make k8s` first"
                 )
         self._fabric_slots = 0
+        self.image_registry: Registry | None = None
+        """The running registry, if ``registry`` (started with the control plane)."""
         self.fabric: Fabric | None = None
         """The pod network of containerd nodes (docs/node-runtime.md §6); made when the first spec
         given to the cluster is a containerd node, and the apiserver then listens on it."""
@@ -209,6 +216,8 @@ class LocalCluster:
             bind_address = advertise_address = self.fabric.host_ip
             for leftover in remove_stale_runs(self.run_dir.name):
                 log.info("removed a dead run's cgroups", path=str(leftover))
+        elif self.registry:
+            raise ClusterStartError("registry needs containerd nodes: fakecri nodes pull nothing")
         self.apiserver_url = f"https://{bind_address}:{api_port}"
         serving = pki.issue(
             "apiserver",
@@ -271,6 +280,10 @@ class LocalCluster:
         )
         self._health["kube-apiserver"] = self._apiserver_ready
         wait_until("kube-apiserver /readyz", self._apiserver_ready, timeout=90, process=apiserver)
+        if self.registry and self.fabric is not None:
+            self.image_registry = start_registry(
+                self.fabric.host_ip, self.run_dir / "registry", pki, self.binaries, self._supervisor
+            )
 
         kcm_cert = pki.issue("kube-controller-manager", common_name="system:kube-controller-manager")
         kcm_port = free_port()
@@ -427,7 +440,7 @@ class LocalCluster:
             cert = self.pki.issue("kube-proxy", common_name="system:kube-proxy")
             self._proxy_kubeconfig = self._kubeconfig("kube-proxy", cert, "system:kube-proxy")
         self._fabric_slots += 1
-        return NodeNetwork(self.fabric, self._fabric_slots - 1, self._proxy_kubeconfig)
+        return NodeNetwork(self.fabric, self._fabric_slots - 1, self._proxy_kubeconfig, self.image_registry)
 
     def _start_enforcers(self, nodes: list[Node], timeout: float) -> None:
         """Start each Ready node's NetworkPolicy enforcer; wait until each has hooked its chains in."""

@@ -10,9 +10,12 @@ socket), started in a mount namespace and a network namespace of its own (docs/n
   node's pod CIDR): pod traffic never touches the machine's interfaces. The kubelet stays in the
   machine's namespace, where the apiserver listens, and talks to containerd over its unix socket.
 
-Images cannot be pulled here: the archives tools/image/build.sh wrote are in the node's ``k8s.io``
-namespace before containerd starts, so the kubelet finds them present. They were imported once into a
-seed root, which the node's root is a copy of (``localcluster.imagestore``).
+The archives tools/image/build.sh wrote are in the node's ``k8s.io`` namespace before containerd
+starts, so the kubelet finds them present: they were imported once into a seed root, which the node's
+root is a copy of (``localcluster.imagestore``). Nothing outside the fabric can be reached, so the
+third-party images (pause, CoreDNS, the workloads' stand-ins) always come so, as from a node's disk.
+The project's image does too, unless the cluster runs a registry (``localcluster.registry``): then it
+is left out and the node pulls it from there, as an operator's nodes do.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from imexdra_sim.localcluster.processes import (
     children,
     wait_until,
 )
+from imexdra_sim.localcluster.registry import Registry, hosts_toml
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"
 """The kubelet's sandbox image; tools/image/build.sh builds it (PAUSE_VERSION in versions.env)."""
@@ -46,17 +50,28 @@ def images_dir() -> Path:
     return cache_root() / "images"
 
 
-def image_archives() -> list[Path]:
-    """Every image archive to import into a node, or explain how to build them."""
+PROJECT_IMAGE_ARCHIVE = "imexdra.tar"
+"""The project's image index (tools/image/build.sh): what a release pushes to a registry."""
+
+
+def image_archives(*, pulled: bool = False) -> list[Path]:
+    """Every image archive to import into a node, or explain how to build them.
+
+    ``pulled``: the node pulls the project's image from the cluster's registry; leave it out.
+    """
     archives = sorted(images_dir().glob("*.tar"))
     missing = {"pause.tar", "coredns.tar"} - {a.name for a in archives}
     if missing:
         raise ClusterStartError(f"no {', '.join(sorted(missing))} in {images_dir()}; run `make k8s` first")
-    return archives
+    return [a for a in archives if not (pulled and a.name == PROJECT_IMAGE_ARCHIVE)]
 
 
 def config_toml(directory: Path, binaries: Binaries) -> str:
-    """A node's containerd config (version 3): private root/state/socket, runc on cgroupfs, CDI on."""
+    """A node's containerd config (version 3): private root/state/socket, runc on cgroupfs, CDI on.
+
+    Registries are configured per host under ``<directory>/certs.d`` (``hosts.toml``, as on a real
+    node's ``/etc/containerd/certs.d``).
+    """
     runtime = "plugins.'io.containerd.cri.v1.runtime'"
     return f"""version = 3
 root = "{directory / "root"}"
@@ -89,6 +104,8 @@ state = "{directory / "state"}"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "{directory / "certs.d"}"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{PAUSE_IMAGE}"
 """
@@ -159,16 +176,21 @@ def start_containerd(
     cgroup: NodeCgroup,
     binaries: Binaries,
     supervisor: Supervisor,
+    registry: Registry | None = None,
 ) -> ManagedProcess:
     """Give the node's containerd the images, start it in its namespaces, return the process.
 
     ``binds`` maps host paths (as the node's components name them, e.g. ``/var/run/cdi``) to the
     node's own directories; ``machine`` binds the node's CPU and memory view over the kernel's;
     ``cgroup`` is the node's subtree (created here). The kubelet must join the returned process's
-    cgroup and mount namespaces.
+    cgroup and mount namespaces. With ``registry`` the node pulls the project's image from it.
     """
-    archives = image_archives()
+    archives = image_archives(pulled=registry is not None)
     directory.mkdir(parents=True, exist_ok=True)
+    if registry is not None:
+        hosts = directory / "certs.d" / registry.host / "hosts.toml"
+        hosts.parent.mkdir(parents=True, exist_ok=True)
+        hosts.write_text(hosts_toml(registry))
     (directory / "net.d").mkdir(exist_ok=True)
     (directory / "net.d" / "10-imexdra.conflist").write_text(
         json.dumps(cni_conflist(pod_cidr, directory / "ipam"), indent=2)

@@ -18,9 +18,10 @@ Everything else, the bolt databases first (containerd writes them in place), is 
 thus has the very images an import gave it, as a real node restarted on its disk has (containerd's
 CRI lists them when it starts), in about 0.2 s.
 
-Seeds live in ``<cache>/containerd-seed/<key>``, the key naming the archives (name, size, mtime) and
-the containerd that wrote them. A lock file serializes building and pruning (exclusive) against nodes
-copying a seed (shared), across processes: other engineers' test runs share the cache.
+Seeds live in ``<cache>/containerd-seed/<key>``, the key naming the set of archives, then their
+contents (name, size, mtime) and the containerd that wrote them. A lock file serializes building and
+pruning (exclusive) against nodes copying a seed (shared), across processes: other engineers' test
+runs share the cache.
 """
 
 from __future__ import annotations
@@ -55,12 +56,18 @@ def seeds_dir() -> Path:
 
 
 def seed_key(archives: Sequence[Path], binaries: Binaries) -> str:
-    """Name the seed the archives and this containerd make: a rebuilt archive or binary changes it."""
+    """Name the seed the archives and this containerd make: a rebuilt archive or binary changes it.
+
+    ``<set>-<contents>``: ``<set>`` names which archives (a cluster whose nodes pull the project's
+    image from its registry seeds without it, ``localcluster.registry``), so the seeds of two sets
+    live side by side and only an outdated seed of the same set is pruned.
+    """
+    names = hashlib.sha256(" ".join(sorted(a.name for a in archives)).encode()).hexdigest()[:8]
     digest = hashlib.sha256(f"seed-format {SEED_FORMAT}\n".encode())
     for path in (binaries.path("containerd"), binaries.path("ctr"), *archives):
         stat = path.stat()
         digest.update(f"{path.name} {stat.st_size} {stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
+    return f"{names}-{digest.hexdigest()[:16]}"
 
 
 def populate_root(root: Path, archives: Sequence[Path], binaries: Binaries) -> None:
@@ -165,9 +172,14 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"]
 
 
 def _prune(seeds: Path, *, keep: str) -> None:
-    """Remove every other seed: node roots made from one keep their files (hard links)."""
+    """Remove every other seed of ``keep``'s set of archives, and seeds named in an older format.
+
+    Node roots made from a removed seed keep their files (hard links).
+    """
+    archive_set = keep.split("-")[0]
     for entry in seeds.iterdir():
-        if entry.name not in (keep, ".lock"):
+        outdated = entry.name.split("-")[0] == archive_set or "-" not in entry.name.removesuffix(".building")
+        if entry.name not in (keep, ".lock") and outdated:
             shutil.rmtree(entry, ignore_errors=True)
 
 

@@ -27,6 +27,7 @@ from imexdra_sim.localcluster.processes import (
     kill_trees,
     wait_until,
 )
+from imexdra_sim.localcluster.registry import Registry
 
 GPU_NODE_LABELS = {
     "nvidia.com/gpu.present": "true",
@@ -65,11 +66,13 @@ class NodeSpec:
 
 @dataclass(frozen=True, slots=True)
 class NodeNetwork:
-    """A containerd node's place on the cluster's fabric, and kube-proxy's identity."""
+    """A containerd node's place on the cluster's fabric, kube-proxy's identity, the registry to pull from."""
 
     fabric: Fabric
     index: int
     proxy_kubeconfig: Path
+    registry: Registry | None = None
+    """The cluster's registry (``localcluster.registry``), if any: the node pulls the project's image."""
 
 
 @dataclass
@@ -234,6 +237,7 @@ def start_node(
             cgroup=cgroup,
             binaries=binaries,
             supervisor=supervisor,
+            registry=network.registry,
         )
         network.fabric.attach(network.index, runtime.popen.pid)
         namespaces = [f"--net=/proc/{runtime.popen.pid}/ns/net"]
