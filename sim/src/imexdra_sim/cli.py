@@ -28,6 +28,12 @@ import click
     help="containerd: enforce NetworkPolicies (kube-router's firewall on every node); fakecri has none",
 )
 @click.option(
+    "--from-registry/--imported-image",
+    default=True,
+    show_default=True,
+    help="containerd: install as an operator does, from the cluster's registry (nodes pull the image)",
+)
+@click.option(
     "--binding-conditions/--no-binding-conditions",
     default=True,
     show_default=True,
@@ -39,6 +45,7 @@ def demo(
     keep: bool,
     runtime: Literal["containerd", "fakecri"],
     network_policy: bool,
+    from_registry: bool,
     binding_conditions: bool,
 ) -> None:
     """Run the seed's MPIJob with a ComputeDomain on a simulated NVL72 rack."""
@@ -53,6 +60,7 @@ def demo(
         host_managed=host_managed,
         runtime=runtime,
         network_policy=enforced,
+        from_registry=from_registry and runtime == "containerd",
         extra_values={"featureGates": gates} if gates else {},
     )
     run_demo(config, keep=keep)

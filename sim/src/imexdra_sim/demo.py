@@ -133,6 +133,8 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
     runtime = "containerd + runc, the project's image" if config.runtime == "containerd" else "fakecri"
     if config.network_policy:
         runtime += ", NetworkPolicies enforced"
+    if config.from_registry:
+        runtime += ", installed from the cluster's registry"
     click.secho(
         f"imexdra demo: {config.nodes}-node simulated GB200 rack, {mode}, on {runtime}", fg="green", bold=True
     )

@@ -323,11 +323,11 @@ def _deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, 
 def install_chart(cluster: LocalCluster, config: RackConfig) -> None:
     """``helm install`` the imexdra chart into the driver namespace and wait for it.
 
-    A rack with a registry (``from_registry``) first publishes the release to it, as ``make release``
-    does; ``_helm`` then installs the OCI chart.
+    A rack with a registry (``from_registry``) installs the OCI chart ``publish_release`` pushed there
+    (once, before the first install), as an operator installs a release.
     """
     assert cluster.run_dir is not None
-    if cluster.image_registry is not None:
+    if cluster.image_registry is not None and not _release_record(cluster).exists():
         publish_release(cluster)
     values = cluster.run_dir / "imexdra-values.yaml"
     values.write_text(yaml.safe_dump(chart_values(config)))
@@ -432,7 +432,11 @@ def bring_up(
             setup_host_imex(cluster, config)
     with step("start the Kubeflow MPI Operator"):
         start_mpi_operator(cluster)
-    with step("helm install imexdra (controller + kubelet plugin as pods)"):
+    registry = cluster.image_registry
+    if registry is not None:
+        with step(f"make release REGISTRY={registry.host} (image index + OCI chart, tools/release.py)"):
+            publish_release(cluster)
+    with step(f"helm install imexdra {_chart(cluster)[0]} (controller + kubelet plugin as pods)"):
         install_chart(cluster, config)
 
 
