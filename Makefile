@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv k8s image release lint test test-unit test-integration test-e2e demo cluster-up bench soak protos clean
+.PHONY: venv k8s image release upgrade-test lint test test-unit test-integration test-e2e demo cluster-up bench soak protos clean
 
 venv:
 	@hack/venv.sh
@@ -26,6 +26,13 @@ RELEASE_ARGS ?=
 release: venv image
 	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=<host>[/<path>] [VERSION=x.y.z] [RELEASE_ARGS=--ca-file=<pem>]" >&2; exit 2; }
 	$(BIN)/python tools/release.py --registry=$(REGISTRY) $(if $(VERSION),--version=$(VERSION)) $(RELEASE_ARGS)
+
+# Upgrade and rollback with a workload running (not CI; about 5 min): the release of UPGRADE_FROM (built
+# from a worktree of that commit) to this tree and back, tests/e2e/test_upgrade.py; its phases are
+# written to bench/results/upgrade.json. The baseline is the commit CHANGELOG.md names for the last release.
+UPGRADE_FROM ?= 4d254d8
+upgrade-test: venv k8s
+	$(BIN)/pytest tests/e2e/test_upgrade.py --upgrade-from=$(UPGRADE_FROM) $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check src sim tests bench tools

@@ -44,22 +44,31 @@ def stop_cluster(
         progress(config, f"{what} logs kept in {cluster.run_dir}/logs")
 
 
-UPSTREAM_CHECKOUT_MODULE = "test_migration_upstream_chart.py"
-"""The one module that needs ``--upstream-checkout``; collected only with it (CI has no checkout)."""
+OPTIONAL_MODULES = {
+    "test_migration_upstream_chart.py": "upstream_checkout",
+    "test_upgrade.py": "upgrade_from",
+}
+"""Modules collected only when their option is given (CI gives neither; never a skipped test)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """``--upstream-checkout``: tests/e2e/test_migration_upstream_chart.py installs that checkout's chart."""
+    """The options of ``OPTIONAL_MODULES``."""
     parser.addoption(
         "--upstream-checkout",
         default="",
         help="a checkout of NVIDIA/k8s-dra-driver-gpu; the upstream-chart migration test needs one",
     )
+    parser.addoption(
+        "--upgrade-from",
+        default="",
+        help="a commit of this repository: tests/e2e/test_upgrade.py upgrades from it (make upgrade-test)",
+    )
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Leave out the upstream-chart migration module unless a checkout is given (never a skipped test)."""
-    if collection_path.name == UPSTREAM_CHECKOUT_MODULE and not config.getoption("upstream_checkout"):
+    """Leave out each of ``OPTIONAL_MODULES`` unless its option is given."""
+    option = OPTIONAL_MODULES.get(collection_path.name)
+    if option is not None and not config.getoption(option):
         return True
     return None
 

@@ -55,9 +55,9 @@ class Release:
     chart_digest: str
 
 
-def package_version() -> str:
-    """The one version number (pyproject.toml); the chart's copies must equal it (tested)."""
-    version: str = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+def package_version(checkout: Path = REPO) -> str:
+    """The one version number (``checkout``'s pyproject.toml); the chart's copies must equal it (tested)."""
+    version: str = tomllib.loads((checkout / "pyproject.toml").read_text())["project"]["version"]
     return version
 
 
@@ -125,7 +125,13 @@ def push_image(archive: Path, reference: str, *, ca_file: Path | None, plain_htt
 
 
 def push_chart(
-    registry: str, version: str, image: tuple[str, str, str], *, ca_file: Path | None, plain_http: bool
+    chart_dir: Path,
+    registry: str,
+    version: str,
+    image: tuple[str, str, str],
+    *,
+    ca_file: Path | None,
+    plain_http: bool,
 ) -> tuple[str, str]:
     """Package the chart naming ``image`` (repository, tag, digest) and push it; its reference and digest."""
     helm = tool("helm")
@@ -133,7 +139,7 @@ def push_chart(
     tls += ["--plain-http"] if plain_http else []
     with tempfile.TemporaryDirectory(prefix="imexdra-chart-") as scratch:
         chart = Path(scratch) / "imexdra"
-        shutil.copytree(CHART_DIR, chart)
+        shutil.copytree(chart_dir, chart)
         values = chart / "values.yaml"
         values.write_text(set_image_values(values.read_text(), *image))
         _run([helm, "package", str(chart), f"--version={version}", f"--app-version={version}", "-d", scratch])
@@ -157,14 +163,20 @@ def release(
     version: str,
     *,
     archive: Path,
+    chart_dir: Path = CHART_DIR,
     ca_file: Path | None = None,
     plain_http: bool = False,
     allow_dirty: bool = False,
 ) -> Release:
-    """Publish ``version`` to ``registry``; see the module docstring."""
-    if version != package_version():
+    """Publish ``version`` to ``registry``; see the module docstring.
+
+    ``chart_dir``: another checkout's chart, with ``archive`` the image that checkout built (the
+    upgrade test publishes an earlier commit so, docs/registry.md §2).
+    """
+    checkout = chart_dir.resolve().parents[2]  # <checkout>/deployments/helm/imexdra
+    if version != (packaged := package_version(checkout)):
         raise ReleaseError(
-            f"VERSION {version} is not the package's version {package_version()} (pyproject.toml): the "
+            f"VERSION {version} is not the package's version {packaged} (pyproject.toml): the "
             "image's `imexdra --version` would disagree with its tag. Bump pyproject.toml and the chart's "
             "version/appVersion (deployments/helm/imexdra/Chart.yaml) in a commit first, then `make image`."
         )
@@ -178,7 +190,7 @@ def release(
     repository = f"{registry}/{IMAGE_NAME}"
     digest = push_image(archive, f"{repository}:{version}", ca_file=ca_file, plain_http=plain_http)
     chart, chart_digest = push_chart(
-        registry, version, (repository, version, digest), ca_file=ca_file, plain_http=plain_http
+        chart_dir, registry, version, (repository, version, digest), ca_file=ca_file, plain_http=plain_http
     )
     return Release(version, revision, f"{repository}:{version}@{digest}", chart, chart_digest)
 
@@ -189,6 +201,7 @@ def main() -> None:
     parser.add_argument("--registry", required=True, help="host[:port][/path] to push to")
     parser.add_argument("--version", default=package_version(), help="the release (default: the package's)")
     parser.add_argument("--archive", type=Path, default=cache_root() / "images" / "imexdra.tar")
+    parser.add_argument("--chart", type=Path, default=CHART_DIR, help="the chart directory to package")
     parser.add_argument("--ca-file", type=Path, help="PEM CA bundle the registry's certificate is signed by")
     parser.add_argument("--plain-http", action="store_true", help="no TLS (a loopback registry only)")
     parser.add_argument("--allow-dirty", action="store_true", help="publish an image of an uncommitted tree")
@@ -199,6 +212,7 @@ def main() -> None:
             args.registry,
             args.version,
             archive=args.archive,
+            chart_dir=args.chart,
             ca_file=args.ca_file,
             plain_http=args.plain_http,
             allow_dirty=args.allow_dirty,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -18,6 +18,7 @@ import pytest
 from imexdra_sim import rack, seedworkloads
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import failure_count, progress
+from tests.support.checkouts import Checkout, earlier_release
 from tests.support.upstream import UPSTREAM_VALUES_FILE
 from tests.support.waiting import wait_until
 
@@ -29,12 +30,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
-def _rack(config: rack.RackConfig, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+def _rack(
+    config: rack.RackConfig,
+    pytestconfig: pytest.Config,
+    install: Callable[[LocalCluster], None] | None = None,
+) -> Iterator[LocalCluster]:
     cluster = rack.new_rack_cluster(config)
     mode = "HostManagedIMEX" if config.host_managed else "driver-managed"
     progress(pytestconfig, f"bringing up a {config.nodes}-node {mode} rack in {cluster.run_dir} ...")
     try:
-        rack.bring_up(cluster, config, lambda title: _step(pytestconfig, title))
+        rack.bring_up(cluster, config, lambda title: _step(pytestconfig, title), install)
     except Exception:
         cluster.stop()
         progress(pytestconfig, f"rack failed to come up; logs kept in {cluster.run_dir}/logs")
@@ -63,6 +68,8 @@ DRIVER_MANAGED = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES_FILE,))
 REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd", from_registry=True)
 #: The same rack with a NetworkPolicy enforcer (kube-router's firewall) on every node (docs/tenancy.md).
 NETWORK_POLICY = rack.RackConfig(nodes=2, runtime="containerd", network_policy=True)
+#: The upgrade test's rack (tests/e2e/test_upgrade.py): installed from an earlier release's OCI chart.
+UPGRADE = rack.RackConfig(nodes=2, runtime="containerd", from_registry=True)
 #: The seeds' workloads on a full NVL72 rack: 18 trays, each a containerd node with its own cgroups
 #: (docs/node-runtime.md §9 says why that made 18 fit on the 2-core CI machine).
 SEED_RACK = rack.RackConfig(nodes=seedworkloads.RACK_WORKERS, runtime="containerd")
@@ -168,3 +175,27 @@ def leader_election_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
 def quiet_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """One node; the controller and the kubelet plugin at logVerbosity 0 (the chart's default is 4)."""
     yield from _rack(QUIET, pytestconfig)
+
+
+@pytest.fixture(scope="module")
+def earlier_checkout(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Checkout]:
+    """The ``--upgrade-from`` commit checked out, its image built (tests/support/checkouts.py)."""
+    commit = str(pytestconfig.getoption("upgrade_from"))
+    progress(pytestconfig, f"building the image of {commit}, the earlier release ...")
+    with earlier_release(commit, tmp_path_factory.mktemp("earlier")) as checkout:
+        yield checkout
+
+
+@pytest.fixture(scope="module")
+def upgrade_rack(pytestconfig: pytest.Config, earlier_checkout: Checkout) -> Iterator[LocalCluster]:
+    """Two containerd nodes with the earlier release published under ``<registry>/previous`` and installed."""
+
+    def install(cluster: LocalCluster) -> None:
+        earlier = rack.publish_release(
+            cluster, archive=earlier_checkout.archive, chart_dir=earlier_checkout.chart_dir, prefix="previous"
+        )
+        rack.install_chart(cluster, UPGRADE, chart=rack.release_chart(cluster, earlier))
+
+    yield from _rack(UPGRADE, pytestconfig, install)

@@ -51,6 +51,9 @@ def test_demo_runs_the_seed_job_and_cleans_up(args: tuple[str, ...], mode: str) 
     if "fakecri" in args:
         assert injected.count(CHANNEL0) == 4
     else:
+        # Installed as an operator installs: the release pushed to the cluster's registry, the OCI chart.
+        assert ", installed from the cluster's registry" in out
+        assert "make release REGISTRY=" in out and "helm install imexdra oci://" in out
         # The stand-in's own words, from each worker container's log (a real char device, major 235).
         assert injected.count("IMEX channel channel0: character device eb:0") == 4
         assert injected.count(" 235,   0 ") == 4

@@ -23,7 +23,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -320,75 +320,93 @@ def _deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, 
     return merged
 
 
-def install_chart(cluster: LocalCluster, config: RackConfig) -> None:
+def install_chart(cluster: LocalCluster, config: RackConfig, chart: Sequence[str] = ()) -> None:
     """``helm install`` the imexdra chart into the driver namespace and wait for it.
 
-    A rack with a registry (``from_registry``) installs the OCI chart ``publish_release`` pushed there
-    (once, before the first install), as an operator installs a release.
+    ``chart``: what to install (``release_chart``); by default the repo's chart, or on a rack with a
+    registry (``from_registry``) the OCI chart ``publish_release`` pushed there (published first if it
+    was not), as an operator installs a release.
     """
     assert cluster.run_dir is not None
-    if cluster.image_registry is not None and not _release_record(cluster).exists():
-        publish_release(cluster)
+    if not chart and cluster.image_registry is not None:
+        if not _release_record(cluster).exists():
+            publish_release(cluster)
+        chart = release_chart(cluster)
     values = cluster.run_dir / "imexdra-values.yaml"
     values.write_text(yaml.safe_dump(chart_values(config)))
     files = (f"--values={path}" for path in config.values_files)
-    _helm(cluster, "install", "--create-namespace", *files, values=values)
+    _helm(cluster, "install", "--create-namespace", *files, values=values, chart=chart)
 
 
-def publish_release(cluster: LocalCluster) -> dict[str, str]:
-    """Push this tree's image index and chart to the cluster's registry with tools/release.py.
+def upgrade_chart(cluster: LocalCluster, values: Mapping[str, Any], chart: Sequence[str] = ()) -> None:
+    """``helm upgrade --reset-then-reuse-values`` the rack's release with ``values`` on top; wait for it.
 
-    Returns its record (``image``: the pinned reference; ``chart``; ``version``). The tree may be
-    uncommitted (a test run's): ``--allow-dirty``.
+    ``chart`` as for ``install_chart``: by default the rack's own (the repo's, or its registry's).
+    ``--reuse-values`` would keep the *old chart's* defaults too (a new release's image among them);
+    this flag takes the new chart's defaults and the user's values (docs/registry.md §2).
     """
-    assert cluster.run_dir is not None and cluster.image_registry is not None
-    record = _release_record(cluster)
-    cluster.run(
-        sys.executable,
-        str(RELEASE_SCRIPT),
-        f"--registry={cluster.image_registry.host}",
-        f"--ca-file={cluster.image_registry.ca}",
-        "--allow-dirty",
-        f"--record={record}",
-    )
-    return published_release(cluster)
-
-
-def published_release(cluster: LocalCluster) -> dict[str, str]:
-    """The record of what ``publish_release`` pushed to the cluster's registry (tools/release.py's)."""
-    published: dict[str, str] = json.loads(_release_record(cluster).read_text())
-    return published
-
-
-def _release_record(cluster: LocalCluster) -> Path:
-    assert cluster.run_dir is not None
-    return cluster.run_dir / "release.json"
-
-
-def _chart(cluster: LocalCluster) -> list[str]:
-    """The chart ``helm`` installs: the cluster registry's OCI chart if it has one, else the repo's."""
-    registry = cluster.image_registry
-    if registry is None:
-        return [str(CHART)]
-    return [f"oci://{registry.host}/charts/imexdra", f"--version={IMAGE_TAG}", f"--ca-file={registry.ca}"]
-
-
-def upgrade_chart(cluster: LocalCluster, values: Mapping[str, Any]) -> None:
-    """``helm upgrade --reuse-values`` the rack's release with ``values`` on top, and wait for it."""
     assert cluster.run_dir is not None
     path = cluster.run_dir / "imexdra-upgrade-values.yaml"
     path.write_text(yaml.safe_dump(dict(values)))
-    _helm(cluster, "upgrade", "--reuse-values", values=path)
+    _helm(cluster, "upgrade", "--reset-then-reuse-values", values=path, chart=chart)
 
 
-def _helm(cluster: LocalCluster, verb: str, *options: str, values: Path) -> None:
-    """``helm <verb>`` of the rack's release of the chart, ``values`` last (they win), and wait for it."""
+def publish_release(
+    cluster: LocalCluster, *, archive: Path | None = None, chart_dir: Path = CHART, prefix: str = ""
+) -> dict[str, str]:
+    """Push an image index and its chart to the cluster's registry with tools/release.py.
+
+    By default this tree's (the archive ``make image`` built, the repo's chart); ``archive`` and
+    ``chart_dir`` of another checkout publish that one, under ``<registry>/<prefix>``. Returns the
+    record (``image``: the pinned reference; ``chart``; ``version``). The tree may be uncommitted (a
+    test run's): ``--allow-dirty``.
+    """
+    assert cluster.image_registry is not None
+    registry = cluster.image_registry
+    cluster.run(
+        sys.executable,
+        str(RELEASE_SCRIPT),
+        f"--registry={registry.host}/{prefix}" if prefix else f"--registry={registry.host}",
+        f"--ca-file={registry.ca}",
+        f"--chart={chart_dir}",
+        *([f"--archive={archive}"] if archive else []),
+        "--allow-dirty",
+        f"--record={_release_record(cluster, prefix)}",
+    )
+    return published_release(cluster, prefix)
+
+
+def published_release(cluster: LocalCluster, prefix: str = "") -> dict[str, str]:
+    """The record of what ``publish_release`` pushed to the cluster's registry (tools/release.py's)."""
+    published: dict[str, str] = json.loads(_release_record(cluster, prefix).read_text())
+    return published
+
+
+def release_chart(cluster: LocalCluster, record: Mapping[str, str] | None = None) -> list[str]:
+    """Helm's chart arguments for a published release: ``record``, or this tree's (published before)."""
+    assert cluster.image_registry is not None
+    record = record or published_release(cluster)
+    return [record["chart"], f"--version={record['version']}", f"--ca-file={cluster.image_registry.ca}"]
+
+
+def _release_record(cluster: LocalCluster, prefix: str = "") -> Path:
+    assert cluster.run_dir is not None
+    return cluster.run_dir / (f"release-{prefix}.json" if prefix else "release.json")
+
+
+def _helm(cluster: LocalCluster, verb: str, *options: str, values: Path, chart: Sequence[str] = ()) -> None:
+    """``helm <verb>`` of the rack's release, ``values`` last (they win), and wait for it.
+
+    ``chart``: helm's chart arguments; by default the rack's own chart (the repo's, or its registry's).
+    """
     assert cluster.binaries is not None
+    if not chart:
+        chart = release_chart(cluster) if cluster.image_registry is not None else [str(CHART)]
     cluster.run(
         str(cluster.binaries.path("helm")),
         verb,
         RELEASE,
-        *_chart(cluster),
+        *chart,
         f"--kubeconfig={cluster.kubeconfig}",
         f"--namespace={DRIVER_NAMESPACE}",
         *options,
@@ -417,10 +435,13 @@ def bring_up(
     cluster: LocalCluster,
     config: RackConfig,
     step: Callable[[str], AbstractContextManager[None]] = lambda _title: nullcontext(),
+    install: Callable[[LocalCluster], None] | None = None,
 ) -> None:
     """Start the cluster, give every node its hardware, run the MPI Operator and install imexdra.
 
-    ``step`` wraps each phase (the demo prints progress with it; tests pass nothing).
+    ``step`` wraps each phase (the demo prints progress with it; tests pass nothing). ``install``
+    replaces the last phase (publishing this tree's release and installing it), e.g. to install an
+    earlier release.
     """
     with step(f"start Kubernetes v1.36 control plane and {config.nodes} kubelets"):
         cluster.start()
@@ -432,11 +453,15 @@ def bring_up(
             setup_host_imex(cluster, config)
     with step("start the Kubeflow MPI Operator"):
         start_mpi_operator(cluster)
-    registry = cluster.image_registry
-    if registry is not None:
-        with step(f"make release REGISTRY={registry.host} (image index + OCI chart, tools/release.py)"):
-            publish_release(cluster)
-    with step(f"helm install imexdra {_chart(cluster)[0]} (controller + kubelet plugin as pods)"):
+    if install is not None:
+        with step("install imexdra (the caller's release)"):
+            install(cluster)
+        return
+    chart = str(CHART)
+    if cluster.image_registry is not None:
+        with step(f"make release REGISTRY={cluster.image_registry.host} (image index + OCI chart)"):
+            chart = publish_release(cluster)["chart"]
+    with step(f"helm install imexdra {chart} (controller + kubelet plugin as pods)"):
         install_chart(cluster, config)
 
 

@@ -16,6 +16,7 @@ from imexdra_sim.localcluster.binaries import Binaries
 from imexdra_sim.localcluster.fabric import Fabric
 from imexdra_sim.localcluster.nodes import NodeSpec, new_node, start_node
 from imexdra_sim.localcluster.processes import ClusterStartError, Supervisor
+from imexdra_sim.localcluster.registry import Registry, hosts_toml
 from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
@@ -49,6 +50,38 @@ def test_config_keeps_everything_under_the_node_and_enables_cdi(tmp_path: Path) 
     assert runtime["cni"] == {"bin_dirs": ["/cache/bin"], "conf_dir": str(tmp_path / "net.d")}
     images = config["plugins"]["io.containerd.cri.v1.images"]
     assert images["pinned_images"]["sandbox"] == containerd.PAUSE_IMAGE
+    assert images["registry"] == {"config_path": str(tmp_path / "certs.d")}  # hosts.toml per registry
+
+
+def test_hosts_toml_pulls_from_the_registry_over_tls_with_its_ca(tmp_path: Path) -> None:
+    """The registry as an operator configures a private one: its server, pull and resolve, the CA."""
+    registry = Registry(host="10.201.0.1:5000", ca=tmp_path / "ca.crt", process=None)  # type: ignore[arg-type]
+    hosts = tomllib.loads(hosts_toml(registry))
+    assert hosts["server"] == "https://10.201.0.1:5000"
+    assert hosts["host"]["https://10.201.0.1:5000"] == {
+        "capabilities": ["pull", "resolve"],
+        "ca": str(tmp_path / "ca.crt"),
+    }
+
+
+def test_nodes_pulling_from_a_registry_leave_the_projects_image_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a registry the node's seed has every archive but the project's, which it pulls."""
+    monkeypatch.setattr(containerd, "images_dir", lambda: tmp_path)
+    for name in ("pause.tar", "coredns.tar", "imexdra.tar", "ubuntu.tar"):
+        (tmp_path / name).write_text(name)
+    assert [a.name for a in containerd.image_archives()] == [
+        "coredns.tar",
+        "imexdra.tar",
+        "pause.tar",
+        "ubuntu.tar",
+    ]
+    assert [a.name for a in containerd.image_archives(pulled=True)] == [
+        "coredns.tar",
+        "pause.tar",
+        "ubuntu.tar",
+    ]
 
 
 def test_cni_bridge_covers_the_pod_cidr_with_ipam_state_per_node(tmp_path: Path) -> None:
