@@ -8,11 +8,11 @@ two-node containerd rack installed from the earlier release, as upstream's up/do
 1. a ComputeDomain across both nodes and a worker on each run, prepared by the earlier plugin;
 2. the new release's CRDs are applied (``helm show crds | kubectl apply --server-side``) and
    ``helm upgrade`` moves to this tree: the workers are the same containers, never restarted; the
-   driver's pods run the new image; the domain is Ready again; worker 0 is deleted and the new plugin
-   unprepares a claim the earlier one prepared;
+   driver's pods run the new image; both nodes are Ready in the domain; worker 0 is deleted and the
+   new plugin unprepares a claim the earlier one prepared;
 3. ``helm rollback`` returns to the earlier release: worker 1 undisturbed, the driver on the earlier
-   image, worker 1's node Ready in the domain (worker 0's node left it with its worker); deleting it and the domain unprepares cleanly (no checkpoint entry, no
-   CDI spec, no node label left).
+   image, worker 1's node Ready in the domain (worker 0's node left it with its worker); deleting
+   worker 1 and the domain unprepares cleanly (no checkpoint entry, no CDI spec, no node label left).
 
 Each phase's duration and the commits are written to bench/results/upgrade.json (docs/registry.md §2).
 """
