@@ -6,9 +6,10 @@
   one worker or replica per tray. The nodes are trays to their kubelets (docs/node-runtime.md §8), so
   the scheduler and each kubelet's admission take the seeds' requests as a real rack's would. Every
   container is given its IMEX channel (the runtime's CDI devices) and the domain is Ready.
-- The upstream-style demo specs (``CHANNEL_EXAMPLES``), applied with ``kubectl apply -f`` from the file:
-  their ``bash -c`` command line runs in the ubuntu:22.04 stand-in (Debian's bash and coreutils), and
-  its ``ls -la`` lists the channels the pod was given, each a character device of the channel major.
+- The one-pod files (``CHANNEL_EXAMPLES``: upstream-style demo specs, CoreWeave's minimal pod), applied
+  with ``kubectl apply -f`` from the file: their ``bash -c`` command line runs in the ubuntu:22.04
+  stand-in (Debian's bash and coreutils), and its ``ls -la`` lists the channels the pod was given,
+  each a character device of the channel major.
 """
 
 from __future__ import annotations
@@ -114,11 +115,13 @@ def test_the_computedomain_deployment_runs_as_written(seed_rack: LocalCluster) -
     )
 
 
-#: The demo specs of examples/ and the channels each one's pod must list (the seeds' files are applied
-#: through ``seedworkloads`` above; tests/unit/test_examples.py checks that every file is one of these).
+#: The files of examples/ holding a ComputeDomain and one pod that lists its channels with ``ls -la``,
+#: and the channels it must list (the seeds' multi-pod files are applied through ``seedworkloads``
+#: above; tests/unit/test_examples.py checks that every file is one or the other).
 CHANNEL_EXAMPLES = {
     "channel-injection.yaml": [0],
     "channel-injection-all.yaml": list(range(2048)),
+    "imex-workload.yaml": [0],
 }
 #: One line of ``ls -la``: a character device's mode, links, owner, group, "major, minor", date, name.
 LS_DEVICE = re.compile(r"^c\S*\s+\d+\s+\S+\s+\S+\s+(\d+),\s+(\d+)\s.*\s(channel\d+)$", re.MULTILINE)

@@ -23,6 +23,7 @@ KINDS = {
     "channel-injection.yaml": ["ComputeDomain", "Pod"],
     "computedomain-deployment.yaml": ["ComputeDomain", "Deployment"],
     "gb200-mpijob.yaml": ["ComputeDomain", "MPIJob"],
+    "imex-workload.yaml": ["ComputeDomain", "Pod"],
 }
 NAMES = sorted(KINDS)
 
@@ -82,6 +83,21 @@ def test_pods_claim_the_files_own_channel_templates(name: str) -> None:
     }
     assert claimed, f"no pod of {name} takes a channel"
     assert claimed <= templates
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_extended_resources_are_limits_too(name: str) -> None:
+    """A GPU (any extended resource) asked for in requests is in limits at the same count, as the API
+    server requires ("Limit must be set for non overcommitable resources").
+    """
+    for item in documents(name):
+        for spec in pod_specs(item) if item["kind"] != "ComputeDomain" else []:
+            for container in spec["containers"]:
+                resources = container.get("resources", {})
+                limits = resources.get("limits", {})
+                for resource, count in resources.get("requests", {}).items():
+                    if "/" in resource and not resource.startswith("hugepages-"):
+                        assert limits.get(resource) == count, (name, container["name"], resource)
 
 
 def test_the_demo_names_what_the_mpijob_file_names() -> None:
