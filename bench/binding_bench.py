@@ -81,9 +81,9 @@ def run_job(cluster: LocalCluster, workers: int, gate: bool) -> dict[str, Any]:
     namespace = demo.WORKLOAD_NAMESPACE
     cluster.create_namespace(namespace)
     before = _prepare_calls(cluster)
-    job = seedworkloads.mpijob(demo.CLAIM_TEMPLATE, namespace=namespace, workers=workers)
+    seed = seedworkloads.mpijob(namespace, workers=workers)
     started = time.monotonic()
-    kubectl_apply(cluster, demo.compute_domain(), job)
+    kubectl_apply(cluster, *seed)
 
     def running() -> list[dict[str, Any]] | None:
         pods = _json(cluster, "pods", "-n", namespace, "-l", WORKERS)["items"]

@@ -95,7 +95,7 @@ def network_policy_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="module")
 def seed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
-    """Four GB200 trays in one clique (fakecri), driver-managed IMEX."""
+    """18 GB200 trays in one clique (containerd), driver-managed IMEX: a full NVL72 rack."""
     yield from _rack(SEED_RACK, pytestconfig)
 
 

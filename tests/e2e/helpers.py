@@ -65,8 +65,7 @@ def channels_in_logs(cluster: LocalCluster, pod: dict[str, Any]) -> list[str]:
 def run_seed_job(cluster: LocalCluster, workers: int) -> list[dict[str, Any]]:
     """Submit the seed's ComputeDomain and MPIJob and wait until every worker runs; return the workers."""
     cluster.create_namespace(demo.WORKLOAD_NAMESPACE)
-    job = seedworkloads.mpijob(demo.CLAIM_TEMPLATE, namespace=demo.WORKLOAD_NAMESPACE, workers=workers)
-    apply(cluster, demo.compute_domain(), job)
+    apply(cluster, *seedworkloads.mpijob(demo.WORKLOAD_NAMESPACE, workers=workers))
 
     def running_workers() -> list[dict[str, Any]] | None:
         pods = get_json(cluster, "pods", "-n", demo.WORKLOAD_NAMESPACE, "-l", WORKER_SELECTOR)["items"]

@@ -19,6 +19,7 @@ PAGES = sorted(
         REPO / "DEVELOPERS.md",
         REPO / "bench/README.md",
         REPO / "deployments/helm/imexdra/README.md",
+        REPO / "examples/README.md",
         *(REPO / "docs").glob("*.md"),
     ]
 )

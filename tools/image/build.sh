@@ -4,12 +4,12 @@
 #   ${IMEXDRA_CACHE:-~/.cache/imexdra}/images/pause.tar    registry.k8s.io/pause:$PAUSE_VERSION, the
 #       kubelet's sandbox image: Kubernetes' own pause.c (from the k8s.io/kubernetes module the cluster
 #       is built from), compiled static, as its Makefile does
-#   .../images/ubuntu.tar    docker.io/library/ubuntu:22.04 — a STAND-IN under the name the seeds use:
-#       Debian's busybox-static and its applets (it says so in /etc/imexdra-stand-in), and the seed Deployment's
-#       workload program `mnnvl-workload` (workload-stand-in: checks and shows the IMEX channel and says
-#       it is a stand-in)
+#   .../images/ubuntu.tar    docker.io/library/ubuntu:22.04 — a STAND-IN under the name the seeds and
+#       upstream's demo specs use: Debian's bash, coreutils and the libraries they need, busybox applets
+#       for the other commands, and the seed Deployment's `mnnvl-workload` (standins.sh; it says it is a
+#       stand-in in /etc/imexdra-stand-in)
 #   .../images/nvbandwidth.tar   ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163 — the seed MPIJob's
-#       image, a STAND-IN too: busybox, and the same check as nvbandwidth-stand-in
+#       image, a STAND-IN too: the same root, and the same check as nvbandwidth-stand-in
 #   .../images/coredns.tar   registry.k8s.io/coredns/coredns:v$COREDNS_VERSION, the cluster DNS, from the
 #       binary tools/k8s/build.sh built from CoreDNS's Go module
 #   .../images/imexdra.tar   the project's component image under the reference the chart uses by default
@@ -144,7 +144,6 @@ if ! flock -n 9; then
   printf '[image-build] waiting for another build of %s\n' "$out" >&2
   flock 9
 fi
-BUSYBOX_DEB="busybox-static=1:1.35.0-4+deb12u1+b1"
 # qemu-aarch64-static, for running the arm64 image's smoke test on this machine (never for building it).
 QEMU_USER_STATIC_DEB="qemu-user-static=1:7.2+dfsg-7+deb12u18+b3"
 
@@ -201,66 +200,9 @@ else
   echo "$stamp" > "$out/pause.stamp"
 fi
 
-# -- busybox stand-ins ------------------------------------------------------------------------------
-# busybox_root DIR WHAT: Debian's busybox-static and its applets, a passwd/group, and a note saying the
-# image is a stand-in for WHAT.
-busybox_root() {
-  local root=$1 what=$2
-  [ -d "$work/busybox" ] || dpkg-deb -x "$(fetch_deb "$BUSYBOX_DEB")" "$work/busybox"
-  mkdir -p "$root/bin" "$root/tmp" "$root/etc" "$root/root" "$root/usr/local/bin"
-  chmod 1777 "$root/tmp"
-  install -m 0755 "$work/busybox/bin/busybox" "$root/bin/busybox"
-  for applet in $("$root/bin/busybox" --list); do
-    [ "$applet" = busybox ] || ln -s busybox "$root/bin/$applet"
-  done
-  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' > "$root/etc/passwd"
-  printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
-  cat > "$root/etc/imexdra-stand-in" <<STANDIN
-This is not $what. It is imexdra's stand-in for it (tools/image/build.sh),
-built because no registry can be reached here: Debian's $BUSYBOX_DEB and its applets.
-STANDIN
-}
-
-stamp=$(stamp_of "$BUSYBOX_DEB")
-if current ubuntu "$stamp"; then
-  log "ubuntu:22.04 stand-in: up to date"
-else
-  log "ubuntu:22.04 stand-in: building from $BUSYBOX_DEB"
-  busybox_root "$work/ubuntu" "Ubuntu (docker.io/library/ubuntu:22.04)"
-  # The seed Deployment runs `mnnvl-workload` from this image: the hardware boundary's GPU program.
-  install -m 0755 "$here/workload-stand-in" "$work/ubuntu/usr/local/bin/mnnvl-workload"
-  "$python" "$here/ociarchive.py" --rootfs "$work/ubuntu" --ref docker.io/library/ubuntu:22.04 \
-    --out "$out/ubuntu.tar" --cmd '["/bin/sh"]' --env PATH=/usr/local/bin:/bin \
-    --label org.opencontainers.image.description="imexdra stand-in for ubuntu:22.04 (busybox)"
-  echo "$stamp" > "$out/ubuntu.stamp"
-fi
-
-# The seed MPIJob's image (CoreWeave's GB200 example): launcher and workers. Its program is
-# the hardware boundary, so the stand-in checks the IMEX channel and says it is a stand-in
-# (workload-stand-in, installed as nvbandwidth-stand-in); /bin/bash runs busybox's sh, for the
-# launcher's `/bin/bash -c`; the MPI Operator starts workers as `/usr/sbin/sshd -De`, which here says
-# it is no ssh server and runs the check.
-NVBANDWIDTH_REF=ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163
-if current nvbandwidth "$stamp"; then
-  log "nvbandwidth stand-in: up to date"
-else
-  log "nvbandwidth stand-in: building $NVBANDWIDTH_REF from $BUSYBOX_DEB"
-  root="$work/nvbandwidth"
-  busybox_root "$root" "NVIDIA's nvbandwidth sample ($NVBANDWIDTH_REF)"
-  printf '#!/bin/sh\n# busybox sh standing in for bash in the nvbandwidth stand-in\nexec /bin/sh "$@"\n' \
-    > "$root/bin/bash"
-  chmod 0755 "$root/bin/bash"
-  install -m 0755 "$here/workload-stand-in" "$root/usr/local/bin/nvbandwidth-stand-in"
-  mkdir -p "$root/usr/sbin"
-  printf '#!/bin/sh\necho "sshd STAND-IN (imexdra): no ssh server in this image; running the channel check"\n%s\n' \
-    'exec /usr/local/bin/nvbandwidth-stand-in' > "$root/usr/sbin/sshd"
-  chmod 0755 "$root/usr/sbin/sshd"
-  "$python" "$here/ociarchive.py" --rootfs "$root" --ref "$NVBANDWIDTH_REF" \
-    --out "$out/nvbandwidth.tar" --cmd '["/usr/local/bin/nvbandwidth-stand-in"]' \
-    --env PATH=/usr/local/bin:/bin \
-    --label org.opencontainers.image.description="imexdra stand-in for the nvbandwidth sample (busybox)"
-  echo "$stamp" > "$out/nvbandwidth.stamp"
-fi
+# -- stand-ins: ubuntu:22.04 and the seed MPIJob's nvbandwidth image (standins.sh) --------------------
+# shellcheck source=standins.sh
+source "$here/standins.sh"
 
 # -- CoreDNS ----------------------------------------------------------------------------------------
 # The cluster DNS of containerd clusters (docs/node-runtime.md, "Cluster DNS"): the static binary

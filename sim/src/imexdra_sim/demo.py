@@ -2,8 +2,9 @@
 
 Brings up the local cluster shaped as a rack, installs imexdra with its Helm chart (controller and
 kubelet plugin run as pods), runs the real Kubeflow MPI Operator, then submits the seed's ComputeDomain
-and MPIJob as the seed prints them (``seedworkloads``: 4 GPUs, 110 CPUs and 960 GiB per worker, pod
-affinity on ``nvidia.com/gpu.clique``, the generated claim template) and shows what a user would look at.
+and MPIJob as the seed prints them (``examples/gb200-mpijob.yaml``, through ``seedworkloads``: 4 GPUs,
+110 CPUs and 960 GiB per worker, pod affinity on ``nvidia.com/gpu.clique``, the generated claim
+template) and shows what a user would look at.
 A rack of fewer than 18 nodes runs as many workers as it has nodes; nothing else differs.
 """
 
@@ -22,19 +23,15 @@ from typing import Any
 import click
 import yaml
 
-from imexdra_sim import builders, rack, seedworkloads
+from imexdra_sim import rack, seedworkloads
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import exit_on_sigterm
 
 WORKLOAD_NAMESPACE = "nvbandwidth"
+#: The names in examples/gb200-mpijob.yaml (tests/unit/test_examples.py holds the file to them).
 DOMAIN = "imex-domain"
 CLAIM_TEMPLATE = "imex-channel-0"
 JOB = "dra-example-gb200-4x"
-
-
-def compute_domain() -> dict[str, Any]:
-    """The seed's ComputeDomain."""
-    return builders.compute_domain(DOMAIN, WORKLOAD_NAMESPACE, CLAIM_TEMPLATE)
 
 
 class Progress:
@@ -146,8 +143,8 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
         with progress.step(
             f"create ComputeDomain {DOMAIN} and MPIJob {JOB} ({config.nodes} workers x 4 GPUs)"
         ):
-            job = seedworkloads.mpijob(CLAIM_TEMPLATE, namespace=WORKLOAD_NAMESPACE, workers=config.nodes)
-            cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([compute_domain(), job]))
+            seed = seedworkloads.mpijob(WORKLOAD_NAMESPACE, workers=config.nodes)
+            cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(seed))
             # A full rack on 2 cores is CPU-bound: 18 nodes' kubelets, IMEX daemons and their probes
             # (docs/node-runtime.md §9); the waits grow with the rack.
             workers_running = functools.partial(_workers_running, cluster, config.nodes)

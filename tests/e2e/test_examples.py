@@ -1,21 +1,37 @@
-"""The seeds' workloads as written, on simulated GB200 trays.
+"""Every file of examples/ as written, on a full rack of 18 simulated GB200 trays (containerd nodes).
 
-CoreWeave's GB200 MPIJob (18 workers of 4 GPUs, 110 CPUs and 960 GiB each, the launcher's 2 CPUs, the
-clique pod affinity) and NVIDIA's ComputeDomain Deployment (18 replicas, its ``cd-0`` claim) run as
-``imexdra_sim.seedworkloads`` holds them, on a full rack of 18 containerd trays, one worker or replica
-per tray. The nodes are trays to their kubelets (docs/node-runtime.md §8), so the scheduler and each kubelet's
-admission take the seeds' requests as a real rack's would: one pod per tray. Every container is given
-its IMEX channel (the runtime's CDI devices) and the domain is Ready.
+- The seeds' workloads: CoreWeave's GB200 MPIJob (18 workers of 4 GPUs, 110 CPUs and 960 GiB each, the
+  launcher's 2 CPUs, the clique pod affinity; ``examples/gb200-mpijob.yaml``) and NVIDIA's
+  ComputeDomain Deployment (18 replicas, its ``cd-0`` claim; ``examples/computedomain-deployment.yaml``),
+  one worker or replica per tray. The nodes are trays to their kubelets (docs/node-runtime.md §8), so
+  the scheduler and each kubelet's admission take the seeds' requests as a real rack's would. Every
+  container is given its IMEX channel (the runtime's CDI devices) and the domain is Ready.
+- The one-pod files (``CHANNEL_EXAMPLES``: upstream-style demo specs, CoreWeave's minimal pod), applied
+  with ``kubectl apply -f`` from the file: their ``bash -c`` command line runs in the ubuntu:22.04
+  stand-in (Debian's bash and coreutils), and its ``ls -la`` lists the channels the pod was given,
+  each a character device of the channel major.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
-from imexdra_sim import demo, seedworkloads
+import pytest
+
+from imexdra_sim import demo, examples, seedworkloads
+from imexdra_sim.devices.procfs_fake import DEFAULT_IMEX_CHANNELS_MAJOR
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.e2e.helpers import WORKER_SELECTOR, channels_in_logs, domain_status, run_seed_job
+from tests.e2e.helpers import (
+    WORKER_SELECTOR,
+    channels_in_logs,
+    domain_status,
+    pod_exists,
+    ready_pod,
+    remove_workloads,
+    run_seed_job,
+)
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
 
@@ -97,3 +113,46 @@ def test_the_computedomain_deployment_runs_as_written(seed_rack: LocalCluster) -
         lambda: not get_json(seed_rack, "pods", "-n", DEPLOYMENT_NAMESPACE, "-l", "job=ex1")["items"],
         timeout=120,
     )
+
+
+#: The files of examples/ holding a ComputeDomain and one pod that lists its channels with ``ls -la``,
+#: and the channels it must list (the seeds' multi-pod files are applied through ``seedworkloads``
+#: above; tests/unit/test_examples.py checks that every file is one or the other).
+CHANNEL_EXAMPLES = {
+    "channel-injection.yaml": [0],
+    "channel-injection-all.yaml": list(range(2048)),
+    "imex-workload.yaml": [0],
+}
+#: One line of ``ls -la``: a character device's mode, links, owner, group, "major, minor", date, name.
+LS_DEVICE = re.compile(r"^c\S*\s+\d+\s+\S+\s+\S+\s+(\d+),\s+(\d+)\s.*\s(channel\d+)$", re.MULTILINE)
+
+
+def listed_devices(cluster: LocalCluster, namespace: str, pod: str) -> list[tuple[int, int, str]]:
+    """(major, minor, name) of each character device the container's ``ls -la`` printed."""
+    logs = cluster.kubectl("logs", pod, "-n", namespace, check=False).stdout
+    return [(int(major), int(minor), name) for major, minor, name in LS_DEVICE.findall(logs)]
+
+
+@pytest.mark.parametrize(("example", "channels"), CHANNEL_EXAMPLES.items(), ids=list(CHANNEL_EXAMPLES))
+def test_a_demo_spec_runs_as_written(seed_rack: LocalCluster, example: str, channels: list[int]) -> None:
+    """The file's pod runs its bash command line and lists its channels; its domain is Ready; it deletes."""
+    domain, pod = (item["metadata"]["name"] for item in examples.load(example))
+    namespace = f"example-{example.removesuffix('.yaml')}"
+    seed_rack.create_namespace(namespace)
+    path = str(examples.EXAMPLES / example)
+    try:
+        seed_rack.kubectl("apply", "-n", namespace, "-f", path)
+        wait_until(f"{pod} Ready", lambda: ready_pod(seed_rack, namespace, pod), timeout=120)
+
+        def listing() -> list[tuple[int, int, str]] | None:
+            found = listed_devices(seed_rack, namespace, pod)
+            return found if len(found) >= len(channels) else None
+
+        listed = wait_until(f"{pod}'s listing of {len(channels)} channels", listing, timeout=60)
+        expected = [(DEFAULT_IMEX_CHANNELS_MAJOR, n, f"channel{n}") for n in channels]
+        assert sorted(listed) == sorted(expected)
+        wait_until(f"{domain} Ready", lambda: domain_ready(seed_rack, namespace, domain), timeout=120)
+        seed_rack.kubectl("delete", "-n", namespace, "-f", path, "--wait=true", timeout=120)
+        wait_until(f"{pod} gone", lambda: not pod_exists(seed_rack, namespace, pod), timeout=60)
+    finally:
+        remove_workloads(seed_rack, namespace)
