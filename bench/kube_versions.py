@@ -78,7 +78,7 @@ def smoke(version: str, pytest_args: list[str]) -> dict[str, Any]:
 
 def main() -> None:
     """Smoke each version in turn, then write the results and say whether all passed."""
-    default = [KUBE_VERSION, *KUBE_COMPAT_VERSIONS]
+    default = [*KUBE_COMPAT_VERSIONS, KUBE_VERSION]  # oldest first
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "versions", nargs="*", default=default, help=f"Kubernetes versions (default: {default})"
