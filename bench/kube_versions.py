@@ -10,7 +10,8 @@ own version string (``tests/support/kubeversion.py`` records it, and fails the r
 or a kubelet is not the selected version), plus the run's wall time.
 
 Run: ``make smoke-versions`` (builds the versions first; not part of ``make test``).
-Output: JSON in ``bench/results/kube_versions.json``; exits 1 if any case failed or a run left no report.
+Output: JSON in ``bench/results/kube_versions.json``, the last run of each version (a run of some versions
+replaces only theirs); exits 1 if any case failed or a run left no report.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def read_report(report: Path) -> dict[str, Any]:
     return {"kubernetes_version": sorted(v for v in recorded if v), "cases": cases}
 
 
-def smoke(version: str, pytest_args: list[str]) -> dict[str, Any]:
+def smoke(version: str, pytest_args: list[str], commit: str) -> dict[str, Any]:
     """Run ``SMOKE`` against ``version``'s binaries; its cases, outcomes and the apiserver's version."""
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "junit.xml"
         command = [sys.executable, "-m", "pytest", *SMOKE, f"--junitxml={report}", *pytest_args]
@@ -73,30 +75,41 @@ def smoke(version: str, pytest_args: list[str]) -> dict[str, Any]:
     counts = {
         o: sum(c["outcome"] == o for c in found["cases"]) for o in ("passed", "failed", "error", "skipped")
     }
-    return {"selected": version, **found, "pytest_exit": exit_code, "duration_s": duration, **counts}
+    return {
+        "selected": version,
+        **found,
+        **counts,
+        "pytest_exit": exit_code,
+        "duration_s": duration,
+        "started": started,
+        "commit": commit,
+        "load_average_at_end": os.getloadavg(),
+    }
+
+
+def merged(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recorded runs with these replacing the ones of the same versions, oldest version first."""
+    recorded = json.loads(RESULT.read_text())["versions"] if RESULT.exists() else []
+    kept = {r["selected"]: r for r in recorded} | {r["selected"]: r for r in runs}
+    return sorted(kept.values(), key=lambda r: tuple(int(p) for p in r["selected"].split(".")))
 
 
 def main() -> None:
-    """Smoke each version in turn, then write the results and say whether all passed."""
+    """Smoke each version in turn, then record the results and say whether all passed."""
     default = [*KUBE_COMPAT_VERSIONS, KUBE_VERSION]  # oldest first
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "versions", nargs="*", default=default, help=f"Kubernetes versions (default: {default})"
+        "versions",
+        nargs="*",
+        default=default,
+        help=f"Kubernetes versions (default: {default}); each one's result replaces its recorded one",
     )
     parser.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-k seed'")
     args = parser.parse_args()
-    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    runs = [smoke(version, args.pytest_args.split()) for version in args.versions]
-    results = {
-        "started": started,
-        "commit": commit.strip(),
-        "modules": list(SMOKE),
-        "load_average_at_end": os.getloadavg(),
-        "versions": runs,
-    }
+    runs = [smoke(version, args.pytest_args.split(), commit.strip()) for version in args.versions]
     RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(results, indent=1) + "\n")
+    RESULT.write_text(json.dumps({"modules": list(SMOKE), "versions": merged(runs)}, indent=1) + "\n")
     summary = [
         {k: r[k] for k in ("selected", "kubernetes_version", "passed", "failed", "error", "duration_s")}
         for r in runs
