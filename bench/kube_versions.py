@@ -4,10 +4,11 @@ For each version (``KUBE_VERSION`` and ``KUBE_COMPAT_VERSIONS`` of tools/k8s/ver
 ``imexdra_sim.localcluster.binaries`` holds them, or the ones given), runs the e2e modules of
 ``SMOKE`` as CI runs them, with ``IMEXDRA_KUBE_VERSION`` selecting that version's binaries
 (tools/k8s/build-kube.sh; docs/kubernetes-versions.md): the 18-tray containerd rack with the seeds'
-MPIJob and Deployment as written, and the driver-managed fakecri rack installed over upstream's values
-file. From each run's JUnit report it records per case the outcome and duration, and the apiserver's
-own version string (``tests/support/kubeversion.py`` records it, and fails the run if the apiserver
-or a kubelet is not the selected version), plus the run's wall time.
+MPIJob and Deployment and every file of examples/ as written, and the driver-managed fakecri rack
+installed over upstream's values file. From each run's JUnit report it records per case the outcome
+and duration, and the apiserver's own version string (``tests/support/kubeversion.py`` records it,
+and fails the run if the apiserver or a kubelet is not the selected version), plus the run's wall
+time.
 
 Run: ``make smoke-versions`` (builds the versions first; not part of ``make test``).
 Output: JSON in ``bench/results/kube_versions.json``, the last run of each version (a run of some versions
