@@ -4,13 +4,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv k8s image release upgrade-test lint test test-unit test-integration test-e2e demo cluster-up bench soak protos clean
+.PHONY: venv k8s k8s-versions image release upgrade-test lint test test-unit test-integration test-e2e \
+	smoke-versions demo cluster-up bench soak protos clean
 
 venv:
 	@hack/venv.sh
 
 k8s:
 	@tools/k8s/build.sh
+
+# The other Kubernetes minors the chart admits (KUBE_COMPAT_VERSIONS in tools/k8s/versions.env): their
+# Kubernetes binaries beside the default version's, which lend them everything else (docs/kubernetes-versions.md).
+k8s-versions: k8s
+	@source tools/k8s/versions.env && for v in $$KUBE_COMPAT_VERSIONS; do tools/k8s/build-kube.sh "$$v" || exit 1; done
 
 # The project's image alone (`make k8s` builds it too, with the local cluster's images): one OCI image
 # index for linux/amd64 and linux/arm64, ${IMEXDRA_CACHE:-~/.cache/imexdra}/images/imexdra.tar (docs/image.md).
@@ -55,6 +61,12 @@ test-e2e: venv k8s
 # All tiers, after lint. The integration and e2e tiers run against the real local control plane.
 test: lint k8s
 	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+# The version smoke (not CI): the seed workloads and the driver-managed install on every Kubernetes minor
+# the chart admits; results in bench/results/kube_versions.json (docs/kubernetes-versions.md).
+SMOKE_ARGS ?=
+smoke-versions: venv k8s-versions
+	$(BIN)/python bench/kube_versions.py $(SMOKE_ARGS)
 
 # The main job: the seed MPIJob with a ComputeDomain on a simulated NVL72 rack (DEMO_ARGS e.g. --host-managed).
 # `demo` is imexdra-sim's command (sim/), which hack/venv.sh installs beside the driver.

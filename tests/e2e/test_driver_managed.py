@@ -9,7 +9,7 @@ spec, as on a real node: the image has none, the test host has none at ``/usr/bi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from tests.e2e.helpers import (
     without_imex,
 )
 from tests.support.kubectl import apply, get_json
+from tests.support.kubeversion import check_selected_kubernetes
 from tests.support.upstream import upstream_values
 from tests.support.waiting import wait_until
 
@@ -59,6 +60,13 @@ def imex_seen_by_daemon(cluster: LocalCluster, pod: dict[str, Any]) -> bool:
         (root / "usr/bin" / name).samefile(node_file.with_name(name))
         for name in ("nvidia-imex", "nvidia-imex-ctl")
     )
+
+
+def test_the_rack_runs_the_selected_kubernetes(
+    driver_managed_rack: LocalCluster, record_testsuite_property: Callable[[str, object], None]
+) -> None:
+    """The apiserver and every kubelet are the Kubernetes the harness selected (IMEXDRA_KUBE_VERSION)."""
+    check_selected_kubernetes(driver_managed_rack, record_testsuite_property)
 
 
 def test_the_install_took_upstreams_values_file(driver_managed_rack: LocalCluster) -> None:

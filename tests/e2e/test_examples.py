@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from tests.e2e.helpers import (
     run_seed_job,
 )
 from tests.support.kubectl import apply, get_json
+from tests.support.kubeversion import check_selected_kubernetes
 from tests.support.waiting import wait_until
 
 CHANNEL0 = "/dev/nvidia-caps-imex-channels/channel0"
@@ -53,6 +55,13 @@ def delete_and_wait(cluster: LocalCluster, namespace: str, *objects: tuple[str, 
     """Delete each (kind, name) and wait until it is gone, as a user ending the workload does."""
     for kind, name in objects:
         cluster.kubectl("delete", kind, name, "-n", namespace, "--wait=true", timeout=300)
+
+
+def test_the_rack_runs_the_selected_kubernetes(
+    seed_rack: LocalCluster, record_testsuite_property: Callable[[str, object], None]
+) -> None:
+    """The apiserver and every kubelet are the Kubernetes the harness selected (IMEXDRA_KUBE_VERSION)."""
+    check_selected_kubernetes(seed_rack, record_testsuite_property)
 
 
 def test_the_nodes_are_gb200_trays(seed_rack: LocalCluster) -> None:

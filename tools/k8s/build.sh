@@ -19,70 +19,15 @@ cache_root=${IMEXDRA_CACHE:-$HOME/.cache/imexdra}
 out="$cache_root/k8s-$KUBE_VERSION"
 bin="$out/bin"
 mkdir -p "$bin" "$out/stamps"
-export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
-
-log() { printf '[k8s-build %(%H:%M:%S)T] %s\n' -1 "$*"; }
-
-if ! command -v go >/dev/null; then
-  log "ERROR: go is not installed (need go >= 1.26)"; exit 1
-fi
-# The node runtime and image builds use these system tools (Debian's base system has them all).
-for tool in gcc dpkg-deb apt-get ip unshare nsenter mount sysctl; do
-  command -v "$tool" >/dev/null || { log "ERROR: $tool is not installed (needed for the containerd nodes)"; exit 1; }
-done
-go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
-if [ "$go_minor" -lt 26 ]; then
-  log "ERROR: $(go env GOVERSION) is too old; Kubernetes $KUBE_VERSION needs go >= 1.26"; exit 1
-fi
-
-# stamp_of DIR VERSIONS...: hash of the Go toolchain version, the given version values and every file of
-# the module dir, so bumping one component's version rebuilds only that component.
-stamp_of() {
-  local dir=$1; shift
-  (cd "$here" && { go env GOVERSION; printf '%s\n' "$@"; find "$dir" -type f ! -name '*.md' | LC_ALL=C sort | xargs cat; } \
-    | sha256sum | cut -c1-16)
-}
-
-# build_step NAME MODULE_DIR VERSION OUTPUTS... -- GO_BUILD_ARGS...
-build_step() {
-  local name=$1 dir=$2 version=$3; shift 3
-  local outputs=()
-  while [ "$1" != "--" ]; do outputs+=("$1"); shift; done
-  shift
-  local stamp; stamp=$(stamp_of "$dir" "$version")
-  local stampfile="$out/stamps/$name"
-  local all_present=1
-  for o in "${outputs[@]}"; do [ -x "$bin/$o" ] || all_present=0; done
-  if [ "$all_present" = 1 ] && [ "$(cat "$stampfile" 2>/dev/null)" = "$stamp" ]; then
-    log "$name: up to date ($(printf '%s ' "${outputs[@]}"))"
-    return
-  fi
-  log "$name: building $(printf '%s ' "${outputs[@]}")..."
-  local start=$SECONDS
-  (cd "$here/$dir" && go build -trimpath "$@")
-  echo "$stamp" > "$stampfile"
-  log "$name: done in $((SECONDS - start)) s"
-}
+# shellcheck source=buildlib.sh
+source "$here/buildlib.sh"
 
 total_start=$SECONDS
 log "cache: $out"
 "$here/../nvml-mock/build.sh"
 
-kube_ldflags="-s -w"
-build_date=2026-01-01T00:00:00Z  # fixed so rebuilds are reproducible
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  kube_ldflags="$kube_ldflags -X $p.gitVersion=v$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=36"
-  kube_ldflags="$kube_ldflags -X $p.gitTreeState=clean -X $p.buildDate=$build_date"
-  kube_ldflags="$kube_ldflags -X $p.gitCommit=0000000000000000000000000000000000000000"
-done
-
 build_step etcd etcd "$ETCD_VERSION" etcd -- -ldflags="-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
-build_step kube kube "$KUBE_VERSION $STAGING_VERSION" kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl \
-  kube-proxy -- \
-  -tags=selinux,notest,grpcnotrace -ldflags="$kube_ldflags" -o "$bin/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl \
-  k8s.io/kubernetes/cmd/kube-proxy
+build_kube "$KUBE_VERSION" "$STAGING_VERSION" kube
 build_step helm helm "$HELM_VERSION" helm -- -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
   -o "$bin/helm" helm.sh/helm/v3/cmd/helm
 

@@ -37,7 +37,7 @@ from imexdra_sim.devices import driverroot_fake
 from imexdra_sim.devices.fakefabric import service as fabric_service
 from imexdra_sim.devices.fakeimex.hostservice import CONFIG_NAME, SOCKET_NAME, HostImexService, service_argv
 from imexdra_sim.localcluster.addons import start_mpi_operator
-from imexdra_sim.localcluster.binaries import locate, nvml_mock_library
+from imexdra_sim.localcluster.binaries import kube_version, locate, nvml_mock_library
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.machine import GB200_TRAY
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, HostImage, Node, NodeSpec
@@ -443,7 +443,7 @@ def bring_up(
     replaces the last phase (publishing this tree's release and installing it), e.g. to install an
     earlier release.
     """
-    with step(f"start Kubernetes v1.36 control plane and {config.nodes} kubelets"):
+    with step(f"start Kubernetes v{kube_version()} control plane and {config.nodes} kubelets"):
         cluster.start()
         create_host_placeholders()
         for index, node in enumerate(cluster.nodes):

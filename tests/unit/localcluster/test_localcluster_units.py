@@ -15,16 +15,6 @@ from imexdra_sim.localcluster.pki import ClusterPKI
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_kube_version_matches_build_script() -> None:
-    """The harness looks for binaries of the version tools/k8s/build.sh builds."""
-    versions = dict(
-        line.split("=", 1)
-        for line in (REPO / "tools/k8s/versions.env").read_text().splitlines()
-        if line and not line.startswith("#")
-    )
-    assert versions["KUBE_VERSION"] == binaries.KUBE_VERSION
-
-
 def test_missing_binaries_explain_how_to_build(tmp_path: Path) -> None:
     """An empty bin dir gives a ConfigError naming the missing binaries and `make k8s`."""
     with pytest.raises(ConfigError, match=r"kube-apiserver.*make k8s"):

@@ -12,7 +12,13 @@ from pathlib import Path
 from imexdra.common.errors import ConfigError
 
 KUBE_VERSION = "1.36.4"
-"""Must match tools/k8s/versions.env; a unit test keeps the two in step."""
+"""The default Kubernetes version; must match tools/k8s/versions.env, a unit test keeps the two in step."""
+
+KUBE_COMPAT_VERSIONS = ("1.34.12", "1.35.8")
+"""The other minors the chart admits, as tools/k8s/versions.env lists them (the same unit test)."""
+
+KUBE_VERSION_ENV = "IMEXDRA_KUBE_VERSION"
+"""Selects another version's binaries, built by tools/k8s/build-kube.sh (docs/kubernetes-versions.md)."""
 
 REQUIRED = (
     "etcd",
@@ -65,14 +71,21 @@ def cache_root() -> Path:
     return Path(os.environ.get("IMEXDRA_CACHE", Path.home() / ".cache" / "imexdra"))
 
 
+def kube_version() -> str:
+    """The Kubernetes version the local cluster runs: ``IMEXDRA_KUBE_VERSION``, else the default."""
+    return os.environ.get(KUBE_VERSION_ENV) or KUBE_VERSION
+
+
 def locate(bin_dir: Path | None = None) -> Binaries:
-    """Find the built binaries, or explain how to build them."""
-    directory = bin_dir or cache_root() / f"k8s-{KUBE_VERSION}" / "bin"
+    """Find the built binaries of the selected Kubernetes version, or explain how to build them."""
+    version = kube_version()
+    directory = bin_dir or cache_root() / f"k8s-{version}" / "bin"
     missing = [name for name in REQUIRED if not os.access(directory / name, os.X_OK)]
     if missing:
-        raise ConfigError(
-            f"cluster binaries missing in {directory}: {', '.join(missing)}; run `make k8s` first"
+        build = (
+            "`make k8s`" if version == KUBE_VERSION else f"`make k8s` and `tools/k8s/build-kube.sh {version}`"
         )
+        raise ConfigError(f"cluster binaries missing in {directory}: {', '.join(missing)}; run {build} first")
     return Binaries(directory)
 
 

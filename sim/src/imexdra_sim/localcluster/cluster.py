@@ -1,7 +1,8 @@
 """The whole local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and nodes.
 
 ``LocalCluster`` is what tests, the demo and the benchmarks use. It runs real Kubernetes v1.36
-binaries with real TLS, RBAC + Node authorization, service-account token signing and admission on.
+binaries (another minor's with ``IMEXDRA_KUBE_VERSION``, docs/kubernetes-versions.md) with real TLS,
+RBAC + Node authorization, service-account token signing and admission on.
 Nodes run fakecri (containers as host processes) or a real containerd with runc, joined by a pod
 network of their own (docs/node-runtime.md); a cluster with containerd nodes also gets a CPU-only
 control-plane node running cluster DNS, as kubeadm and kind clusters have. Everything of one run,
