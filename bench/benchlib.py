@@ -35,7 +35,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from runtimevenv import runtime_venv
 
-from imexdra.common.logging import configure_logging
+from imexdra.common.observability.logging import configure_logging
 from imexdra.devices.hostimex import CtlHostImex, HostImexNotReadyError
 from imexdra_sim.devices import driverroot_fake
 from imexdra_sim.devices.fakeimex.hostservice import SOCKET_NAME, HostImexService, service_argv

@@ -21,7 +21,7 @@ from benchlib import ControllerProcess, Samples, apiserver_metrics, gathered, pe
 from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.common.transport import Transport, resource_path
+from imexdra.common.kube.transport import Transport, resource_path
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 

@@ -80,8 +80,8 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap
 from plotting import write_controller_plot
 
-from imexdra.common.connection import connect
-from imexdra.common.transport import resource_path
+from imexdra.common.kube.connection import connect
+from imexdra.common.kube.transport import resource_path
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 TARGET_P50_MS = 100.0

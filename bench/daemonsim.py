@@ -50,7 +50,7 @@ from lightkube import AsyncClient
 
 from imexdra.api.computedomainclique import clique_name
 from imexdra.api.constants import API_VERSION, CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
-from imexdra.common.kube import http_client
+from imexdra.common.kube.client import http_client
 from imexdra.controller.render import DAEMON_POD_CLAIM_NAME
 from imexdra.daemon.podlabel import label_own_pod
 from imexdra.dra._pb import dra_v1_pb2 as dra

@@ -19,7 +19,7 @@ from benchlib import (
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
-from imexdra.common.kube import http_client
+from imexdra.common.kube.client import http_client
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 # -- the workload ---------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ from plotting import write_prepare_plot
 from prepare_isolation import allocate_claims, isolation_phase
 
 from imexdra.api.constants import NODE_LABEL_KEY
-from imexdra.common.connection import connect
+from imexdra.common.kube.connection import connect
 from imexdra.dra._pb import dra_v1_pb2 as dra
 from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra_sim.builders import compute_domain

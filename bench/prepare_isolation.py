@@ -52,11 +52,11 @@ from benchlib import (
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
-from imexdra.common.kube import http_client
+from imexdra.common.kube.client import http_client
 from imexdra.dra._pb import dra_v1_pb2 as dra
 from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
-from imexdra.kubeletplugin.applyconfig import assert_channel_free_for, assert_channel_not_allocated
-from imexdra.kubeletplugin.checkpoint import Checkpoint, unmarshal
+from imexdra.kubeletplugin.checkpoint.model import Checkpoint, unmarshal
+from imexdra.kubeletplugin.configs.apply import assert_channel_free_for, assert_channel_not_allocated
 from imexdra.kubeletplugin.domains import ComputeDomainCache
 from imexdra_sim.builders import channel_claim, channel_config, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster

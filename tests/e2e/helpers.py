@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from imexdra.api.constants import DRIVER_NAME
-from imexdra.common.logformat import parse_line
-from imexdra.kubeletplugin.cdifiles import claim_spec_path
-from imexdra.kubeletplugin.checkpoint import unmarshal
+from imexdra.common.observability.logformat import parse_line
+from imexdra.kubeletplugin.cdi.files import claim_spec_path
+from imexdra.kubeletplugin.checkpoint.model import unmarshal
 from imexdra_sim import demo, rack, seedworkloads
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.devices.fakeimex.install import install_fake_imex

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from imexdra.api.constants import DRIVER_NAME
-from imexdra.kubeletplugin.checkpoint import ClaimState, unmarshal
+from imexdra.kubeletplugin.checkpoint.model import ClaimState, unmarshal
 from imexdra_sim import rack
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster

@@ -15,8 +15,8 @@ from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
 from imexdra.api.constants import CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
-from imexdra.common.connection import connect
-from imexdra.common.transport import Transport
+from imexdra.common.kube.connection import connect
+from imexdra.common.kube.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, HostImage, NodeSpec
 from tests.conftest import failure_count, progress, stop_cluster

@@ -37,8 +37,8 @@ from imexdra.api.computedomain import (
     ComputeDomain,
 )
 from imexdra.api.computedomainclique import ComputeDomainClique
-from imexdra.api.config.common import ImexIsolation
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY
+from imexdra.api.flags.common import ImexIsolation
 from imexdra.controller import rbac
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port, tail

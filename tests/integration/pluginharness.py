@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from imexdra.kubeletplugin.checkpoint import Checkpoint, unmarshal
+from imexdra.kubeletplugin.checkpoint.model import Checkpoint, unmarshal
 from imexdra_sim.builders import channel_template, compute_domain, isolated_channel_device_class
 from imexdra_sim.devices import driverroot_fake
 from imexdra_sim.devices.fakeimex.hostservice import CONFIG_NAME, HostImexService, service_argv

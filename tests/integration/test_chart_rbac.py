@@ -24,9 +24,9 @@ from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, NODE_LABEL_KEY
 from imexdra.api.imexpeers import IMEX_PEERS_ANNOTATION, ImexPeers, PeerLink, decode_annotation
-from imexdra.common.connection import connect
 from imexdra.common.errors import DriverError
-from imexdra.common.transport import Transport
+from imexdra.common.kube.connection import connect
+from imexdra.common.kube.transport import Transport
 from imexdra.daemon.health import pod_annotator
 from imexdra.daemon.podlabel import label_own_pod
 from imexdra.kubeletplugin.nodelabels import NodeLabeler

@@ -28,14 +28,14 @@ from lightkube.resources.core_v1 import Event as CoreEvent
 from lightkube.types import PatchType
 from prometheus_client import REGISTRY
 
-from imexdra.common.connection import make_client
-from imexdra.common.events import EventAggregator, EventRecorder
-from imexdra.common.informer import EventHandler, Informer, enqueue
-from imexdra.common.kube import http_client, load_config, microtime
-from imexdra.common.leaderelection import LeaderElectionConfig, LeaderElector, LeadershipLostError
-from imexdra.common.restmetrics import server_host
-from imexdra.common.store import index_by_label
-from imexdra.common.workqueue import WorkQueue, run_workers
+from imexdra.common.kube.client import http_client, load_config, microtime
+from imexdra.common.kube.connection import make_client
+from imexdra.common.kube.restmetrics import server_host
+from imexdra.common.machinery.events import EventAggregator, EventRecorder
+from imexdra.common.machinery.informer import EventHandler, Informer, enqueue
+from imexdra.common.machinery.leaderelection import LeaderElectionConfig, LeaderElector, LeadershipLostError
+from imexdra.common.machinery.store import index_by_label
+from imexdra.common.machinery.workqueue import WorkQueue, run_workers
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.support.waiting import eventually
 

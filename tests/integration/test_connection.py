@@ -21,8 +21,8 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.resources.authentication_v1 import SelfSubjectReview
 
-from imexdra.common.connection import Connection, connect
-from imexdra.common.transport import Transport
+from imexdra.common.kube.connection import Connection, connect
+from imexdra.common.kube.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import service_account_token
 from tests.support.connectproxy import connect_proxy

@@ -29,11 +29,11 @@ import pytest
 from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.api.config.common import ImexIsolation
 from imexdra.api.constants import AllocationMode
 from imexdra.api.featuregates import resolve_feature_gates
-from imexdra.common.connection import connect
-from imexdra.common.events import EventRecorder
+from imexdra.api.flags.common import ImexIsolation
+from imexdra.common.kube.connection import connect
+from imexdra.common.machinery.events import EventRecorder
 from imexdra.controller.config import CONTROLLER_NAME, ControllerConfig
 from imexdra.controller.controller import Controller
 from imexdra_sim.builders import compute_domain_model

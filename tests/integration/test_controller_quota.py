@@ -21,7 +21,7 @@ import pytest
 from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.api.config.common import ImexIsolation
+from imexdra.api.flags.common import ImexIsolation
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import controller_running, events_of, labelled

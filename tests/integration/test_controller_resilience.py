@@ -27,7 +27,7 @@ from lightkube import AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.api.config.common import ImexIsolation
+from imexdra.api.flags.common import ImexIsolation
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import progress

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
+from imexdra.kubeletplugin.checkpoint.model import Checkpoint, ClaimState
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.conftest import progress
 from tests.integration.pluginharness import (

@@ -49,7 +49,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
-from imexdra.common.logformat import parse_line
+from imexdra.common.observability.logformat import parse_line
 from imexdra.daemon.hostsfile import managed_mappings
 from imexdra.devices.imex import parse_config
 from imexdra_sim.builders import compute_domain_model

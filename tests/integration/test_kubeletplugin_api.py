@@ -18,10 +18,10 @@ from lightkube.resources.core_v1 import Node as NodeResource
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, DRIVER_NAME
-from imexdra.common.pulse import Pulse
-from imexdra.common.transport import Transport
+from imexdra.common.kube.transport import Transport
+from imexdra.common.machinery.pulse import Pulse
 from imexdra.dra.slicepublisher import SlicePublisher
-from imexdra.kubeletplugin.applyconfig import DomainInfo
+from imexdra.kubeletplugin.configs.apply import DomainInfo
 from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache
 from imexdra.kubeletplugin.nodelabels import LabelConflictError, NodeLabeler
 from imexdra.kubeletplugin.slices import slice_devices

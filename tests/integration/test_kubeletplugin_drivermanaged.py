@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from imexdra.kubeletplugin.checkpoint import ClaimState
+from imexdra.kubeletplugin.checkpoint.model import ClaimState
 from imexdra_sim.builders import channel_template
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.events import driver_prepare_failure

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from imexdra.kubeletplugin.applyconfig import HOST_IMEX_NOT_READY_MESSAGE, NO_CLIQUE_MESSAGE
-from imexdra.kubeletplugin.checkpoint import ClaimState
+from imexdra.kubeletplugin.checkpoint.model import ClaimState
+from imexdra.kubeletplugin.configs.apply import HOST_IMEX_NOT_READY_MESSAGE, NO_CLIQUE_MESSAGE
 from imexdra_sim.builders import channel_template, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.events import driver_prepare_failure

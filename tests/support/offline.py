@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lightkube import AsyncClient
 
-from imexdra.common.kube import load_config
+from imexdra.common.kube.client import load_config
 
 KUBECONFIG = """
 apiVersion: v1

@@ -36,9 +36,9 @@ from imexdra.api.constants import (
     DRIVER_NAME,
 )
 from imexdra.api.opaque import ComputeDomainChannelConfig, decode_opaque_config
-from imexdra.common.connection import make_client
 from imexdra.common.errors import ConfigError, DriverError
-from imexdra.common.kube import ApiStatusError, is_not_found, kube_errors, load_config
+from imexdra.common.kube.client import ApiStatusError, is_not_found, kube_errors, load_config
+from imexdra.common.kube.connection import make_client
 
 T = TypeVar("T")
 

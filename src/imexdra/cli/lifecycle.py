@@ -20,7 +20,7 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.cli.clusterview import claim_domain_uid, key_of, meta, pod_node, reserved_pods
 from imexdra.cli.findings import Finding, Severity
-from imexdra.common.events import and_more
+from imexdra.common.machinery.events import and_more
 from imexdra.controller import reasons
 
 

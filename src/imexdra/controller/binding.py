@@ -51,10 +51,10 @@ from imexdra.api.constants import (
     NODE_LABEL_KEY,
     ComputeDomainStatusValue,
 )
-from imexdra.common.events import EventRecorder, ObjectRef
-from imexdra.common.informer import EventHandler
-from imexdra.common.store import KubeObject
-from imexdra.common.workqueue import WorkQueue
+from imexdra.common.machinery.events import EventRecorder, ObjectRef
+from imexdra.common.machinery.informer import EventHandler
+from imexdra.common.machinery.store import KubeObject
+from imexdra.common.machinery.workqueue import WorkQueue
 from imexdra.controller.caches import Caches, domain_label, own_uid
 from imexdra.controller.claimholds import ChannelClaim, PendingBinding
 from imexdra.controller.overlay import DOMAIN_INDEX

@@ -37,8 +37,8 @@ from lightkube.resources.resource_v1 import ResourceClaimTemplate
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY, ClaimTemplateTarget
-from imexdra.common.informer import EventHandler, Informer
-from imexdra.common.store import KubeObject, T, index_by_label, index_by_uid
+from imexdra.common.machinery.informer import EventHandler, Informer
+from imexdra.common.machinery.store import KubeObject, T, index_by_label, index_by_uid
 from imexdra.controller.claimholds import ChannelClaim, index_by_used_domain
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod, daemon_pod

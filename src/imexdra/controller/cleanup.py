@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from imexdra.common.store import object_key
+from imexdra.common.machinery.store import object_key
 from imexdra.controller.caches import Caches, domain_label, template_kind
 from imexdra.controller.overlay import Overlay
 from imexdra.controller.placement import Kind

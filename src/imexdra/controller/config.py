@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from imexdra.api.config.common import DEFAULT_IMEX_CHANNEL_COUNT, ImexIsolation, ImexSettings, LogFormat
-from imexdra.api.config.controller import ControllerSettings
 from imexdra.api.featuregates import FeatureGates, Gate
+from imexdra.api.flags.common import DEFAULT_IMEX_CHANNEL_COUNT, ImexIsolation, ImexSettings, LogFormat
+from imexdra.api.flags.controller import ControllerSettings
 
 #: Field manager and Event ``reportingController`` of every write the controller makes.
 CONTROLLER_NAME = "compute-domain.nvidia.com/controller"

@@ -36,12 +36,12 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.api.config.common import ImexIsolation
-from imexdra.common.events import EventRecorder
-from imexdra.common.informer import EventHandler, follow_latest
-from imexdra.common.store import KubeObject, object_key
-from imexdra.common.transport import Transport
-from imexdra.common.workqueue import WorkQueue, run_workers
+from imexdra.api.flags.common import ImexIsolation
+from imexdra.common.kube.transport import Transport
+from imexdra.common.machinery.events import EventRecorder
+from imexdra.common.machinery.informer import EventHandler, follow_latest
+from imexdra.common.machinery.store import KubeObject, object_key
+from imexdra.common.machinery.workqueue import WorkQueue, run_workers
 from imexdra.controller.binding import BindingConditions
 from imexdra.controller.caches import Caches, DaemonSetMeta, domain_label, own_uid
 from imexdra.controller.claimholds import ChannelClaim

@@ -34,8 +34,8 @@ from imexdra.api.computedomain import ComputeDomain, ComputeDomainNode, Conditio
 from imexdra.api.computedomainclique import ComputeDomainDaemonInfo
 from imexdra.api.constants import ConditionStatus
 from imexdra.api.imexpeers import IMEX_PEERS_CONNECTED, ImexPeers, state_meaning
-from imexdra.common.events import EventRecorder
-from imexdra.common.store import KubeObject, object_key
+from imexdra.common.machinery.events import EventRecorder
+from imexdra.common.machinery.store import KubeObject, object_key
 from imexdra.controller import reasons
 from imexdra.controller.daemons import DaemonPod
 

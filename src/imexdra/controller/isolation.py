@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import AllocationMode
-from imexdra.common.events import and_more
+from imexdra.common.machinery.events import and_more
 from imexdra.controller import reasons
 from imexdra.controller.channels import FIRST_CHANNEL, ChannelBook, LiveDomain
 from imexdra.controller.claimholds import ChannelClaim, claim_uid

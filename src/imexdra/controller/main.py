@@ -1,6 +1,6 @@
 """Entry point of ``compute-domain-controller``: flags, logging, metrics server, leader election, run.
 
-Flags and environment variables are upstream's (``imexdra.api.config``). Startup logs the effective
+Flags and environment variables are upstream's (``imexdra.api.flags``). Startup logs the effective
 feature gates (with HostManagedIMEX's forced overrides) and the controller configuration. With leader
 election on, the controller runs only while this process holds the Lease; losing it ends the process
 with exit code 1 so the next term starts clean (upstream does the same). SIGTERM/SIGINT end it with 0.
@@ -14,7 +14,8 @@ import sys
 import click
 import structlog
 
-from imexdra.api.config.common import (
+from imexdra.api.featuregates import FeatureGates, log_feature_gates
+from imexdra.api.flags.common import (
     ImexSettings,
     KubeClientSettings,
     LoggingSettings,
@@ -26,25 +27,24 @@ from imexdra.api.config.common import (
     metrics_pprof_options,
     namespace_options,
 )
-from imexdra.api.config.controller import (
+from imexdra.api.flags.controller import (
     ControllerSettings,
     LeaderElectionSettings,
     controller_options,
     leader_election_options,
 )
-from imexdra.api.featuregates import FeatureGates, log_feature_gates
-from imexdra.common.connection import connect
 from imexdra.common.errors import ConfigError
-from imexdra.common.events import EventRecorder
-from imexdra.common.leaderelection import (
+from imexdra.common.kube.connection import connect
+from imexdra.common.machinery.events import EventRecorder
+from imexdra.common.machinery.leaderelection import (
     LeaderElectionConfig,
     LeaderElector,
     LeadershipLostError,
     new_identity,
 )
-from imexdra.common.metrics import Probes, start_http_server
-from imexdra.common.tasks import stop_on_signals, supervise
-from imexdra.common.termination import write_termination_message
+from imexdra.common.observability.metrics import Probes, start_http_server
+from imexdra.common.process.tasks import stop_on_signals, supervise
+from imexdra.common.process.termination import write_termination_message
 from imexdra.controller.config import CONTROLLER_NAME, ControllerConfig
 from imexdra.controller.controller import Controller
 

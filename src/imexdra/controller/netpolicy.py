@@ -35,9 +35,9 @@ from lightkube.models.networking_v1 import (
 from lightkube.resources.networking_v1 import NetworkPolicy
 
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, IMEX_CMD_PORT, IMEX_SERVER_PORT
-from imexdra.common.informer import Informer
-from imexdra.common.kube import ApiStatusError, is_conflict
-from imexdra.common.store import index_by_label
+from imexdra.common.kube.client import ApiStatusError, is_conflict
+from imexdra.common.machinery.informer import Informer
+from imexdra.common.machinery.store import index_by_label
 from imexdra.controller.caches import DaemonSetMeta, domain_label, follow
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.overlay import DOMAIN_INDEX, Overlay

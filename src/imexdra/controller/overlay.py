@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from imexdra.common.store import KubeObject, Store, object_key, resource_version, strip_managed_fields
+from imexdra.common.machinery.store import (
+    KubeObject,
+    Store,
+    object_key,
+    resource_version,
+    strip_managed_fields,
+)
 
 T = TypeVar("T", bound=KubeObject)
 

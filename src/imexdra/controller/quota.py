@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import ClaimTemplateTarget
-from imexdra.common.events import and_more
+from imexdra.common.machinery.events import and_more
 from imexdra.controller import reasons
 from imexdra.controller.caches import Caches
 from imexdra.controller.isolation import Verdict

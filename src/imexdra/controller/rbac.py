@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from imexdra.api.config.common import ImexIsolation
+from imexdra.api.flags.common import ImexIsolation
 
 _READ = ("list", "watch")
 

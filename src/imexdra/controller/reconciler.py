@@ -40,11 +40,11 @@ from imexdra.api.constants import (
     DEVICE_CLASS_DEFAULT_CHANNEL,
     ClaimTemplateTarget,
 )
-from imexdra.common import tasks
 from imexdra.common.errors import DriverError
-from imexdra.common.events import EventRecorder, and_more
-from imexdra.common.kube import ApiStatusError, is_conflict
-from imexdra.common.store import KubeObject, object_key
+from imexdra.common.kube.client import ApiStatusError, is_conflict
+from imexdra.common.machinery.events import EventRecorder, and_more
+from imexdra.common.machinery.store import KubeObject, object_key
+from imexdra.common.process import tasks
 from imexdra.controller import reasons, render
 from imexdra.controller.caches import Caches, DaemonSetMeta, domain_label, template_target
 from imexdra.controller.config import ControllerConfig

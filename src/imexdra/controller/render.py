@@ -55,7 +55,6 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.api.config.common import LogFormat
 from imexdra.api.constants import (
     CHANNEL_REQUEST_NAME,
     COMPUTE_DOMAIN_FINALIZER,
@@ -71,6 +70,7 @@ from imexdra.api.constants import (
     ClaimTemplateTarget,
     daemon_object_name,
 )
+from imexdra.api.flags.common import LogFormat
 from imexdra.api.opaque import (
     ComputeDomainChannelConfig,
     ComputeDomainDaemonConfig,

@@ -29,7 +29,7 @@ from imexdra.api.constants import (
     ComputeDomainStatusValue,
     ConditionStatus,
 )
-from imexdra.common.events import EventRecorder
+from imexdra.common.machinery.events import EventRecorder
 from imexdra.controller import membership, nodehealth, reasons
 from imexdra.controller.caches import Caches
 from imexdra.controller.config import ControllerConfig

@@ -32,9 +32,9 @@ from prometheus_client import Counter
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, DRIVER_NAME, NODE_LABEL_KEY
 from imexdra.common.errors import RetryableError
-from imexdra.common.kube import ApiStatusError, is_not_found, status_code
-from imexdra.common.store import KubeObject, object_key
-from imexdra.common.transport import Transport, resource_path
+from imexdra.common.kube.client import ApiStatusError, is_not_found, status_code
+from imexdra.common.kube.transport import Transport, resource_path
+from imexdra.common.machinery.store import KubeObject, object_key
 from imexdra.controller.claimholds import PendingBinding
 from imexdra.controller.config import CONTROLLER_NAME
 from imexdra.controller.metrics import API_WRITES

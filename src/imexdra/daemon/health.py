@@ -38,7 +38,7 @@ from imexdra.api.imexpeers import (
     encode_annotation,
 )
 from imexdra.common.errors import DriverError
-from imexdra.common.kube import kube_errors
+from imexdra.common.kube.client import kube_errors
 from imexdra.daemon.membership import Membership, Peer
 from imexdra.daemon.peers import Latest
 from imexdra.devices.imex import ImexError

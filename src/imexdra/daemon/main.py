@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import click
 
-from imexdra.api.config.common import (
+from imexdra.api.featuregates import FeatureGates
+from imexdra.api.flags.common import (
     KubeClientSettings,
     LoggingSettings,
     feature_gate_options,
@@ -23,8 +24,7 @@ from imexdra.api.config.common import (
     logging_options,
     node_name_options,
 )
-from imexdra.api.config.daemon import DaemonSettings, daemon_options
-from imexdra.api.featuregates import FeatureGates
+from imexdra.api.flags.daemon import DaemonSettings, daemon_options
 from imexdra.daemon.options import DaemonFiles, daemon_file_options
 
 
@@ -91,7 +91,7 @@ def run(settings: GlobalSettings) -> None:
 
     from imexdra.api.featuregates import log_feature_gates
     from imexdra.common.errors import DriverError
-    from imexdra.common.termination import write_termination_message
+    from imexdra.common.process.termination import write_termination_message
     from imexdra.daemon.run import RunConfig, run_daemon
 
     settings.logging.configure()

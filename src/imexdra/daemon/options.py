@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from imexdra.api.config.groups import OptionGroup, check_absolute, option
+from imexdra.api.flags.groups import OptionGroup, check_absolute, option
 from imexdra.daemon.imexconfig import ImexdPaths
 
 _PATH = click.Path(path_type=Path)

@@ -19,8 +19,8 @@ from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique, clique_name
-from imexdra.common.informer import EventHandler, Informer
-from imexdra.common.store import KubeObject
+from imexdra.common.machinery.informer import EventHandler, Informer
+from imexdra.common.machinery.store import KubeObject
 from imexdra.daemon.membership import (
     Identity,
     Membership,

@@ -17,8 +17,8 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY
-from imexdra.common.kube import RetryableApiError, kube_errors
-from imexdra.common.ratelimit import Backoff
+from imexdra.common.kube.client import RetryableApiError, kube_errors
+from imexdra.common.machinery.ratelimit import Backoff
 
 _log = structlog.get_logger(__name__)
 

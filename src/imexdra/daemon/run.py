@@ -28,13 +28,13 @@ from typing import Any
 import structlog
 from lightkube import AsyncClient
 
-from imexdra.api.config.common import KubeClientSettings
-from imexdra.api.config.daemon import DaemonSettings
 from imexdra.api.featuregates import FeatureGates, Gate
-from imexdra.common.atomicfile import write_atomic
-from imexdra.common.connection import make_client
+from imexdra.api.flags.common import KubeClientSettings
+from imexdra.api.flags.daemon import DaemonSettings
 from imexdra.common.errors import ConfigError
-from imexdra.common.tasks import stop_on_signals, supervise
+from imexdra.common.files.atomicfile import write_atomic
+from imexdra.common.kube.connection import make_client
+from imexdra.common.process.tasks import stop_on_signals, supervise
 from imexdra.daemon.health import PeerHealthReporter, pod_annotator
 from imexdra.daemon.imexbinaries import ImexBinaries, find_imex_binaries
 from imexdra.daemon.imexconfig import DEFAULT_TEMPLATE, dns_nodes_config, render_imex_config

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import structlog
 
-from imexdra.common.atomicfile import write_atomic
+from imexdra.common.files.atomicfile import write_atomic
 from imexdra.daemon.hostsfile import update_hosts_file
 from imexdra.daemon.imexconfig import UNUSED_SLOT_ADDRESS, ImexdPaths, dns_name
 from imexdra.daemon.membership import Membership

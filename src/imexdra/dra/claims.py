@@ -12,7 +12,7 @@ from __future__ import annotations
 import msgspec
 from lightkube.resources import resource_v1
 
-from imexdra.common.transport import Transport, resource_path
+from imexdra.common.kube.transport import Transport, resource_path
 from imexdra.dra.driver import ClaimGetter
 from imexdra.dra.resourceclaim import ResourceClaim, parse_claim
 

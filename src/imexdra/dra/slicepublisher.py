@@ -33,9 +33,9 @@ from lightkube.models.resource_v1 import ResourceSliceSpec
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.common.errors import DriverError
-from imexdra.common.informer import EventHandler, Informer
-from imexdra.common.kube import is_not_found, kube_errors
-from imexdra.common.ratelimit import Backoff
+from imexdra.common.kube.client import is_not_found, kube_errors
+from imexdra.common.machinery.informer import EventHandler, Informer
+from imexdra.common.machinery.ratelimit import Backoff
 
 _log = structlog.get_logger(__name__)
 

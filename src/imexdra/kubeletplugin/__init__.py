@@ -10,12 +10,14 @@ docs/compatibility.md is the contract with upstream):
   on top of it. ``metrics``: upstream's ``nvidia_dra_*`` metrics.
 - ``driver``: the ``ImexDriver`` (``imexdra.dra.driver.Driver``) — ``pu.lock`` per attempt, error
   classes — with ``retries`` (45 s budget, upstream backoff); ``devicestate``: prepare/unprepare of
-  one claim; ``configs``: opaque config decoding and precedence; ``applyconfig``: channel and daemon
-  claims, both IMEX modes.
+  one claim; ``configs``: a claim's opaque configs — ``configs.claim`` decodes them and their
+  precedence, ``configs.apply`` applies channel and daemon claims in both IMEX modes.
 - ``domains``: ComputeDomain cache, daemon readiness from cliques/status; ``nodelabels``: node labels;
   ``daemonowners``: who may hold a daemon claim; ``slices``: the devices of the node's ResourceSlice;
   ``cleanup``: stale claims, tombstones and domain directories.
-- ``checkpoint`` / ``checkpointstore``: the Go-compatible prepared-claims checkpoint and its file.
-- ``cdi`` / ``cdifiles``: CDI base and per-claim specs, and their files; ``paths``: the on-disk layout;
+- ``checkpoint``: the Go-compatible prepared-claims checkpoint — ``checkpoint.model`` and its file,
+  ``checkpoint.store``.
+- ``cdi``: CDI base and per-claim specs — ``cdi.spec`` as data, ``cdi.files`` on disk; ``paths``: the
+  on-disk layout;
   ``domaindirs``: the daemons' ``/imexd`` directories, written and removed without following links.
 """

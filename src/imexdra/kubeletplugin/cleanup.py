@@ -21,12 +21,12 @@ from pathlib import Path
 
 import structlog
 
-from imexdra.common import flock
-from imexdra.common.kube import is_not_found
+from imexdra.common.files import flock
+from imexdra.common.kube.client import is_not_found
 from imexdra.dra.driver import ClaimGetter
 from imexdra.dra.resourceclaim import ClaimRef
-from imexdra.kubeletplugin.checkpoint import ClaimState
-from imexdra.kubeletplugin.checkpointstore import CheckpointStore
+from imexdra.kubeletplugin.checkpoint.model import ClaimState
+from imexdra.kubeletplugin.checkpoint.store import CheckpointStore
 from imexdra.kubeletplugin.devicestate import DeviceState
 from imexdra.kubeletplugin.domaindirs import remove_orphaned_domain_dirs
 

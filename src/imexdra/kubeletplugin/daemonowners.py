@@ -30,8 +30,8 @@ from lightkube.resources.core_v1 import Pod
 
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, DEVICE_CLASS_DAEMON
 from imexdra.common.errors import DriverError, PermanentError, RetryableError
-from imexdra.common.kube import ApiStatusError, is_not_found
-from imexdra.common.transport import Transport, resource_path
+from imexdra.common.kube.client import ApiStatusError, is_not_found
+from imexdra.common.kube.transport import Transport, resource_path
 from imexdra.dra.resourceclaim import ResourceClaim, ResourceClaimConsumerReference
 
 

@@ -10,7 +10,7 @@ Callers hold ``pu.lock`` (``driver``). Prepare (docs/data-path.md §7):
    the namespace assertion comes last) — all before anything is written, so a claim that can never
    be prepared leaves no checkpoint entry behind. Upstream records PrepareStarted first; an entry of
    a claim refused for its namespace would carry an unchecked ``domainID`` into unprepare;
-4. PrepareStarted is recorded, every config group is applied (``applyconfig``), the claim's CDI spec
+4. PrepareStarted is recorded, every config group is applied (``configs.apply``), the claim's CDI spec
    is written atomically when any group has container edits, and PrepareCompleted is recorded with
    the devices. A failure after PrepareStarted leaves that entry, for unprepare or the stale-claim
    cleanup to find.
@@ -35,19 +35,30 @@ from imexdra.api.opaque import ComputeDomainChannelConfig
 from imexdra.common.errors import DriverError, PermanentError, RetryableError
 from imexdra.dra.driver import ClaimGetter, Device
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, ResourceClaimStatus, recorded_status
-from imexdra.kubeletplugin import checkpointstore as lifecycle
-from imexdra.kubeletplugin.applyconfig import AppliedConfig, ConfigApplier, DomainUser
-from imexdra.kubeletplugin.cdi import ContainerEdits, DriverRoots, base_device_id, claim_device_id, claim_spec
-from imexdra.kubeletplugin.cdifiles import claim_spec_uids, remove_claim_spec, write_claim_spec
-from imexdra.kubeletplugin.checkpoint import (
+from imexdra.kubeletplugin.cdi.files import claim_spec_uids, remove_claim_spec, write_claim_spec
+from imexdra.kubeletplugin.cdi.spec import (
+    ContainerEdits,
+    DriverRoots,
+    base_device_id,
+    claim_device_id,
+    claim_spec,
+)
+from imexdra.kubeletplugin.checkpoint import store as checkpoint_store
+from imexdra.kubeletplugin.checkpoint.model import (
     Checkpoint,
     CheckpointedDevice,
     ClaimState,
     PreparedDevice,
     PreparedDeviceGroup,
 )
-from imexdra.kubeletplugin.checkpointstore import CheckpointStore
-from imexdra.kubeletplugin.configs import ConfigGroup, config_groups, non_admin_devices, opaque_device_configs
+from imexdra.kubeletplugin.checkpoint.store import CheckpointStore
+from imexdra.kubeletplugin.configs.apply import AppliedConfig, ConfigApplier, DomainUser
+from imexdra.kubeletplugin.configs.claim import (
+    ConfigGroup,
+    config_groups,
+    non_admin_devices,
+    opaque_device_configs,
+)
 from imexdra.kubeletplugin.slices import AllocatableDevice
 
 _log = structlog.get_logger(__name__)
@@ -96,7 +107,7 @@ class DeviceState:
         if (
             entry is not None
             and entry.state == ClaimState.PREPARE_ABORTED
-            and lifecycle.same_status(entry, status_json)
+            and checkpoint_store.same_status(entry, status_json)
         ):
             raise PermanentError(f"stale prepare for claim {ref}: claim prepare was already aborted")
         groups = config_groups(status, self._allocatable, strict=True)
@@ -106,7 +117,7 @@ class DeviceState:
         validate_no_overlap(checkpoint, ref.uid, status)
         checked = [await self._applier.check(group, ref, checkpoint) for group in groups]
         await self._update(
-            lambda cp: lifecycle.mark_prepare_started(
+            lambda cp: checkpoint_store.mark_prepare_started(
                 cp, ref.uid, status=status_json, name=ref.name, namespace=ref.namespace
             )
         )
@@ -116,7 +127,7 @@ class DeviceState:
         )
         await self._write_claim_spec(ref.uid, groups, applied)
         await self._update(
-            lambda cp: lifecycle.mark_prepare_completed(
+            lambda cp: checkpoint_store.mark_prepare_completed(
                 cp,
                 ref.uid,
                 status=status_json,
@@ -155,11 +166,11 @@ class DeviceState:
         except OSError as error:
             raise RetryableError(f"error deleting CDI spec of claim {ref.uid}: {error}") from error
         if entry.state == ClaimState.PREPARE_COMPLETED:
-            await self._update(lambda cp: lifecycle.delete_claim(cp, ref.uid))
+            await self._update(lambda cp: checkpoint_store.delete_claim(cp, ref.uid))
         else:
             now = self._clock()
             await self._update(
-                lambda cp: lifecycle.mark_prepare_aborted(
+                lambda cp: checkpoint_store.mark_prepare_aborted(
                     cp, ref.uid, name=ref.name, namespace=ref.namespace, now=now
                 )
             )
@@ -186,7 +197,7 @@ class DeviceState:
         """Forget PrepareAborted tombstones older than their TTL; return how many went."""
         now = self._clock()
         removed: list[int] = []
-        await self._update(lambda cp: removed.append(lifecycle.delete_expired_aborted(cp, now=now)))
+        await self._update(lambda cp: removed.append(checkpoint_store.delete_expired_aborted(cp, now=now)))
         return removed[0]
 
     async def _update(self, mutate: Callable[[Checkpoint], object]) -> None:

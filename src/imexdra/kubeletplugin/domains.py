@@ -26,11 +26,11 @@ from imexdra.api.computedomain import ComputeDomain, ComputeDomainNode
 from imexdra.api.computedomainclique import ComputeDomainClique, clique_name
 from imexdra.api.constants import CLIQUE_LABEL_KEY, ComputeDomainStatusValue
 from imexdra.common.errors import DriverError, RetryableError
-from imexdra.common.informer import EventHandler, Informer
-from imexdra.common.kube import kube_errors
-from imexdra.common.pulse import Pulse
-from imexdra.common.store import index_by_uid
-from imexdra.kubeletplugin.applyconfig import DomainInfo
+from imexdra.common.kube.client import kube_errors
+from imexdra.common.machinery.informer import EventHandler, Informer
+from imexdra.common.machinery.pulse import Pulse
+from imexdra.common.machinery.store import index_by_uid
+from imexdra.kubeletplugin.configs.apply import DomainInfo
 
 _log = structlog.get_logger(__name__)
 

@@ -20,10 +20,10 @@ from typing import TypeVar
 import structlog
 
 from imexdra.api.constants import DRIVER_NAME
-from imexdra.common import flock
 from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError
-from imexdra.common.logging import log_context
-from imexdra.common.pulse import Pulse
+from imexdra.common.files import flock
+from imexdra.common.machinery.pulse import Pulse
+from imexdra.common.observability.logging import log_context
 from imexdra.dra.driver import PrepareResult, UnprepareResult
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin import metrics

@@ -45,7 +45,7 @@ from imexdra.devices.procfs import (
     HostImexDevices,
     read_imex_channel_count,
 )
-from imexdra.kubeletplugin.cdi import ContainerEdits, DriverRoots, Spec, base_spec, driver_binary_mounts
+from imexdra.kubeletplugin.cdi.spec import ContainerEdits, DriverRoots, Spec, base_spec, driver_binary_mounts
 
 _log = structlog.get_logger(__name__)
 

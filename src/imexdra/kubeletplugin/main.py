@@ -1,7 +1,7 @@
 """Entry point of ``compute-domain-kubelet-plugin``: upstream's flags and variables, then ``plugin.run``.
 
 Flags and environment variables are upstream's (docs/compatibility.md §2.8, through the option groups
-of ``imexdra.api.config``), including upstream's mock mode, ``--alt-proc-devices-path`` /
+of ``imexdra.api.flags``), including upstream's mock mode, ``--alt-proc-devices-path`` /
 ``ALT_PROC_DEVICES_PATH``: this file replaces ``/proc/devices`` and the fabric-imex-mgmt capability is
 read under the container driver root (device nodes are character devices in every mode).
 NVML is always the ``libnvidia-ml.so.1`` under the container driver root (on a simulated node, the
@@ -20,7 +20,8 @@ from pathlib import Path
 import click
 import structlog
 
-from imexdra.api.config.common import (
+from imexdra.api.featuregates import FeatureGates, log_feature_gates
+from imexdra.api.flags.common import (
     ImexIsolation,
     ImexSettings,
     KubeClientSettings,
@@ -34,10 +35,9 @@ from imexdra.api.config.common import (
     namespace_options,
     node_name_options,
 )
-from imexdra.api.config.kubelet_plugin import KubeletPluginSettings, kubelet_plugin_options
-from imexdra.api.featuregates import FeatureGates, log_feature_gates
+from imexdra.api.flags.kubelet_plugin import KubeletPluginSettings, kubelet_plugin_options
 from imexdra.common.errors import ConfigError, DriverError
-from imexdra.common.termination import write_termination_message
+from imexdra.common.process.termination import write_termination_message
 from imexdra.kubeletplugin.hardware import HardwareSettings
 from imexdra.kubeletplugin.plugin import PluginConfig, run
 

@@ -1,6 +1,7 @@
 """The kubelet plugin's Prometheus metrics, upstream's names and labels (docs/compatibility.md §2.10).
 
-Served with the shared machinery's metrics (``imexdra.common.metrics``) from the default registry:
+Served with the shared machinery's metrics (``imexdra.common.observability.metrics``) from the
+default registry:
 
 - ``nvidia_dra_requests_total{driver,operation}`` — successful prepare/unprepare calls;
 - ``nvidia_dra_request_duration_seconds{driver,operation}`` — call latency (buckets 0.05 s x 2^0..8);
@@ -16,7 +17,7 @@ from collections import Counter as Tally
 from prometheus_client import Counter, Gauge, Histogram
 
 from imexdra.api.constants import DRIVER_NAME
-from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
+from imexdra.kubeletplugin.checkpoint.model import Checkpoint, ClaimState
 
 OPERATION_PREPARE = "prepare"
 OPERATION_UNPREPARE = "unprepare"

@@ -36,10 +36,10 @@ from lightkube.resources.core_v1 import Node
 
 from imexdra.api.constants import GPU_CLIQUE_NODE_LABEL_KEY, NODE_LABEL_KEY
 from imexdra.common.errors import RetryableError
-from imexdra.common.informer import Informer
-from imexdra.common.kube import retry_on_conflict
-from imexdra.common.store import resource_version
-from imexdra.common.transport import Transport, resource_path
+from imexdra.common.kube.client import retry_on_conflict
+from imexdra.common.kube.transport import Transport, resource_path
+from imexdra.common.machinery.informer import Informer
+from imexdra.common.machinery.store import resource_version
 
 _log = structlog.get_logger(__name__)
 

@@ -30,14 +30,14 @@ from typing import Any
 import structlog
 from lightkube import AsyncClient
 
-from imexdra.api.config.common import KubeClientSettings, MetricsSettings
-from imexdra.api.config.kubelet_plugin import KubeletPluginSettings
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.api.featuregates import FeatureGates, Gate
-from imexdra.common.connection import connect
-from imexdra.common.metrics import Probes, start_http_server
-from imexdra.common.tasks import supervise
-from imexdra.common.transport import Transport
+from imexdra.api.flags.common import KubeClientSettings, MetricsSettings
+from imexdra.api.flags.kubelet_plugin import KubeletPluginSettings
+from imexdra.common.kube.connection import connect
+from imexdra.common.kube.transport import Transport
+from imexdra.common.observability.metrics import Probes, start_http_server
+from imexdra.common.process.tasks import supervise
 from imexdra.devices.hostimex import CtlHostImex
 from imexdra.devices.nvml import Nvml
 from imexdra.devices.procfs import HostImexDevices
@@ -46,10 +46,11 @@ from imexdra.dra.driver import ClaimGetter
 from imexdra.dra.health import HealthServer
 from imexdra.dra.server import PLUGIN_DATA_DIR_MODE, KubeletPluginServer
 from imexdra.dra.slicepublisher import SlicePublisher
-from imexdra.kubeletplugin import cdifiles, hardware, metrics, slices
-from imexdra.kubeletplugin.applyconfig import ConfigApplier
-from imexdra.kubeletplugin.checkpointstore import CheckpointStore, read_boot_id
+from imexdra.kubeletplugin import hardware, metrics, slices
+from imexdra.kubeletplugin.cdi import files as cdi_files
+from imexdra.kubeletplugin.checkpoint.store import CheckpointStore, read_boot_id
 from imexdra.kubeletplugin.cleanup import StaleClaimCleanup, clean_domain_dirs_periodically
+from imexdra.kubeletplugin.configs.apply import ConfigApplier
 from imexdra.kubeletplugin.daemonowners import DaemonPodOwners
 from imexdra.kubeletplugin.devicestate import DeviceState
 from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache
@@ -97,7 +98,7 @@ async def run(config: PluginConfig, stop: asyncio.Event | None = None) -> None:
     stop = stop or _stop_on_signals()
     paths = config.paths
     paths.plugin_data_dir.mkdir(mode=PLUGIN_DATA_DIR_MODE, parents=True, exist_ok=True)
-    cdifiles.ensure_cdi_root(config.kubelet.cdi_root)
+    cdi_files.ensure_cdi_root(config.kubelet.cdi_root)
     nvml = hardware.open_nvml(config.hardware)
     devices = hardware.open_imex_devices(config.hardware)
     if config.channel_isolation:
@@ -154,7 +155,7 @@ async def _assemble(config: PluginConfig, api: _Api, nvml: Nvml, devices: HostIm
     )
     await cliques.discover()
     base = hardware.build_base_spec(config.hardware, runs_imex_daemons=not config.host_managed)
-    await cdifiles.write_base_spec(config.kubelet.cdi_root, base)
+    await cdi_files.write_base_spec(config.kubelet.cdi_root, base)
     store = CheckpointStore(config.paths.plugin_data_dir)
     boot_id = read_boot_id(config.boot_id_path) if config.boot_id_path else read_boot_id()
     metrics.sync_prepared_devices(config.node_name, await store.initialize(boot_id))

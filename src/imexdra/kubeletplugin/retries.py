@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from imexdra.common.pulse import Pulse
-from imexdra.common.ratelimit import ItemBackoff, TokenBucket
+from imexdra.common.machinery.pulse import Pulse
+from imexdra.common.machinery.ratelimit import ItemBackoff, TokenBucket
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ from typing import Any
 import click
 from click.testing import CliRunner, Result
 
-from imexdra.api.config.common import (
+from imexdra.api.flags.common import (
     feature_gate_options,
     imex_options,
     kube_client_options,
@@ -16,10 +16,10 @@ from imexdra.api.config.common import (
     namespace_options,
     node_name_options,
 )
-from imexdra.api.config.controller import controller_options, leader_election_options
-from imexdra.api.config.daemon import daemon_options
-from imexdra.api.config.groups import OptionGroup
-from imexdra.api.config.kubelet_plugin import kubelet_plugin_options
+from imexdra.api.flags.controller import controller_options, leader_election_options
+from imexdra.api.flags.daemon import daemon_options
+from imexdra.api.flags.groups import OptionGroup
+from imexdra.api.flags.kubelet_plugin import kubelet_plugin_options
 
 ALL_GROUPS: list[OptionGroup[Any]] = [
     logging_options,

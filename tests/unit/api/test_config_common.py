@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from imexdra.api.config.common import (
+from imexdra.api.featuregates import Gate, resolve_feature_gates
+from imexdra.api.flags.common import (
     ImexIsolation,
     ImexMode,
     ImexSettings,
@@ -27,8 +28,7 @@ from imexdra.api.config.common import (
     namespace_options,
     node_name_options,
 )
-from imexdra.api.config.groups import OptionGroup
-from imexdra.api.featuregates import Gate, resolve_feature_gates
+from imexdra.api.flags.groups import OptionGroup
 from imexdra.common.errors import ConfigError
 from tests.unit.api.cli import invoke, settings_of
 

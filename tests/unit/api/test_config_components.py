@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from imexdra.api.config.controller import LeaderElectionSettings, controller_options, leader_election_options
-from imexdra.api.config.daemon import DaemonSettings, daemon_options
-from imexdra.api.config.groups import OptionGroup
-from imexdra.api.config.kubelet_plugin import KubeletPluginSettings, kubelet_plugin_options
+from imexdra.api.flags.controller import LeaderElectionSettings, controller_options, leader_election_options
+from imexdra.api.flags.daemon import DaemonSettings, daemon_options
+from imexdra.api.flags.groups import OptionGroup
+from imexdra.api.flags.kubelet_plugin import KubeletPluginSettings, kubelet_plugin_options
 from tests.unit.api.cli import CONTROLLER_ENV, invoke, settings_of
 
 DEFAULT_CASES: list[tuple[OptionGroup[Any], Any]] = [

@@ -10,12 +10,12 @@ from pathlib import Path
 import click
 import pytest
 
-from imexdra.api.config.common import (
+from imexdra.api.flags.common import (
     kube_client_options,
     logging_options,
     node_name_options,
 )
-from imexdra.api.config.groups import CommaSeparated, GoDuration, OptionGroup, option
+from imexdra.api.flags.groups import CommaSeparated, GoDuration, OptionGroup, option
 from imexdra.common.errors import ConfigError
 from tests.unit.api.cli import invoke
 

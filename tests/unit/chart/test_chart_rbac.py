@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from imexdra.api.config.common import ImexIsolation
+from imexdra.api.flags.common import ImexIsolation
 from imexdra.controller import rbac as controller_rules
 from tests.unit.chart import rbac
 from tests.unit.chart.helm import NAMESPACE, merge, nested, render

@@ -15,7 +15,7 @@ import pytest
 from lightkube.resources.core_v1 import Pod
 
 from imexdra.cli import clusterview
-from imexdra.common.kube import ApiStatusError
+from imexdra.common.kube.client import ApiStatusError
 
 
 def status_error(code: int, retry_after: str | None = None) -> httpx2.HTTPStatusError:

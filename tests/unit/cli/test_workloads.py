@@ -27,7 +27,7 @@ from imexdra.cli.workloads import (
     decode_mpijob,
     fetch_consumers,
 )
-from imexdra.common.kube import PermanentApiError
+from imexdra.common.kube.client import PermanentApiError
 from tests.unit.cli import objects as o
 
 POD_TEMPLATE = {

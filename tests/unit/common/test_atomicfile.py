@@ -1,4 +1,4 @@
-"""imexdra.common.atomicfile: content, mode, no leftovers, failure leaves the target intact."""
+"""imexdra.common.files.atomicfile: content, mode, no leftovers, failure leaves the target intact."""
 
 import os
 import stat
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from imexdra.common.atomicfile import remove_file, write_atomic
+from imexdra.common.files.atomicfile import remove_file, write_atomic
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o644, 0o755], ids=["0600", "0644", "0755"])

@@ -9,10 +9,10 @@ import pytest
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import Cluster, Context, User
 
-from imexdra.common.connection import connect, make_client
 from imexdra.common.errors import ConfigError
-from imexdra.common.kube import http_client
-from imexdra.common.proxy import proxy_url
+from imexdra.common.kube.client import http_client
+from imexdra.common.kube.connection import connect, make_client
+from imexdra.common.kube.proxy import proxy_url
 
 KUBECONFIG = """
 apiVersion: v1

@@ -14,8 +14,8 @@ import httpx2
 import pytest
 from lightkube.config.models import NameValue, User, UserExec
 
-from imexdra.common.credentials import CredentialError, Credentials, CredentialsAuth
 from imexdra.common.errors import ConfigError
+from imexdra.common.kube.credentials import CredentialError, Credentials, CredentialsAuth
 from imexdra_sim.localcluster.pki import ClusterPKI
 
 V1 = "client.authentication.k8s.io/v1"

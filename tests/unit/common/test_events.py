@@ -6,8 +6,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Node
 from prometheus_client import REGISTRY
 
-from imexdra.common.connection import make_client
-from imexdra.common.events import EventAggregator, EventKey, EventRecorder, ObjectRef, and_more
+from imexdra.common.kube.connection import make_client
+from imexdra.common.machinery.events import EventAggregator, EventKey, EventRecorder, ObjectRef, and_more
 
 REF = ObjectRef("v1", "ConfigMap", "a", "ns", "uid-a")
 

@@ -1,4 +1,4 @@
-"""imexdra.common.flock: mutual exclusion, timeout, release, cancellation."""
+"""imexdra.common.files.flock: mutual exclusion, timeout, release, cancellation."""
 
 import asyncio
 import fcntl
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from imexdra.common.errors import RetryableError
-from imexdra.common.flock import LockError, LockTimeoutError, hold
+from imexdra.common.files.flock import LockError, LockTimeoutError, hold
 
 
 async def test_second_holder_waits_for_first(tmp_path: Path) -> None:

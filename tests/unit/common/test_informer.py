@@ -3,8 +3,8 @@
 from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.resources.core_v1 import ConfigMap
 
-from imexdra.common.informer import enqueue
-from imexdra.common.workqueue import WorkQueue
+from imexdra.common.machinery.informer import enqueue
+from imexdra.common.machinery.workqueue import WorkQueue
 
 
 def cm(name: str, owner: str | None = None) -> ConfigMap:

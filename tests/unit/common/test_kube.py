@@ -10,7 +10,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import ConfigMap, Node
 
 from imexdra.common.errors import ConfigError, PermanentError, RetryableError, is_permanent
-from imexdra.common.kube import (
+from imexdra.common.kube.client import (
     PermanentApiError,
     RetryableApiError,
     collection_path,

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from imexdra.common.errors import ConfigError
-from imexdra.common.leaderelection import LeaderElectionConfig, new_identity
+from imexdra.common.machinery.leaderelection import LeaderElectionConfig, new_identity
 
 
 def test_defaults_are_client_go_defaults() -> None:

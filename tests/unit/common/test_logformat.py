@@ -5,8 +5,8 @@ import time
 import pytest
 
 from imexdra.common.errors import ConfigError
-from imexdra.common.logformat import Record, parse_line, render_json, render_text, short_caller
-from imexdra.common.verbosity import module_level, parse_vmodule
+from imexdra.common.observability.logformat import Record, parse_line, render_json, render_text, short_caller
+from imexdra.common.observability.verbosity import module_level, parse_vmodule
 
 WHEN = time.mktime((2025, 11, 25, 14, 27, 53, 0, 0, -1)) + 0.921739
 

@@ -12,8 +12,8 @@ import pytest
 import structlog
 
 from imexdra.common.errors import ConfigError
-from imexdra.common.logformat import parse_line
-from imexdra.common.logging import REQUEST_LOGGER, configure_logging, log_context
+from imexdra.common.observability.logformat import parse_line
+from imexdra.common.observability.logging import REQUEST_LOGGER, configure_logging, log_context
 
 THIS_FILE = Path(__file__).name
 KLOG_HEADER = re.compile(r"^([IWE])(\d{4}) (\d\d:\d\d:\d\d\.\d{6}) +(\d+) ([^ ]+):(\d+)\] ")

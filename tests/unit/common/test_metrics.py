@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from imexdra.common.metrics import Probes, render_checks, start_http_server
+from imexdra.common.observability.metrics import Probes, render_checks, start_http_server
 from tests.support.http import http_get
 
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from lightkube.config.models import User
 
-from imexdra.common.credentials import Credentials
 from imexdra.common.errors import ConfigError
-from imexdra.common.oidc import KubeconfigUser, OidcRefreshError
+from imexdra.common.kube.credentials import Credentials
+from imexdra.common.kube.oidc import KubeconfigUser, OidcRefreshError
 
 
 def jwt(expires: dt.datetime, subject: str = "me") -> str:

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from imexdra.common.metrics import Probes, start_http_server
-from imexdra.common.pprof import MAX_PROFILE_SECONDS
+from imexdra.common.observability.metrics import Probes, start_http_server
+from imexdra.common.observability.pprof import MAX_PROFILE_SECONDS
 from tests.support.http import http_get
 
 PPROF = "/debug/pprof"

@@ -11,16 +11,16 @@ import pytest
 from lightkube.resources.core_v1 import ConfigMap
 from prometheus_client import REGISTRY
 
-from imexdra.common.connection import connect, make_client
-from imexdra.common.kube import PermanentApiError, RetryableApiError, http_client, kube_errors
-from imexdra.common.ratelimit import TokenBucket
-from imexdra.common.restmetrics import (
+from imexdra.common.kube.client import PermanentApiError, RetryableApiError, http_client, kube_errors
+from imexdra.common.kube.connection import connect, make_client
+from imexdra.common.kube.restmetrics import (
     LATENCY_BUCKETS,
     SIZE_BUCKETS,
     TRANSPORT_ERROR,
     RestClientMetrics,
     server_host,
 )
+from imexdra.common.machinery.ratelimit import TokenBucket
 
 CONFIGMAP = b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns"}}'
 NOT_FOUND = b'{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}'

@@ -5,7 +5,7 @@ from lightkube.models.core_v1 import PodSpec
 from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 
-from imexdra.common.store import (
+from imexdra.common.machinery.store import (
     Store,
     diff,
     index_by_label,

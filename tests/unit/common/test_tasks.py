@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from imexdra.common.tasks import settle, stop_on_signals, supervise
+from imexdra.common.process.tasks import settle, stop_on_signals, supervise
 
 
 async def forever(cancelled: list[str], name: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imexdra.common.termination import LIMIT, write_termination_message
+from imexdra.common.process.termination import LIMIT, write_termination_message
 
 
 def test_message_goes_only_into_the_file_the_kubelet_mounted(tmp_path: Path) -> None:

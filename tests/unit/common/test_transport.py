@@ -16,8 +16,8 @@ from lightkube.resources.core_v1 import Node
 from prometheus_client import REGISTRY
 
 from imexdra.api.computedomain import ComputeDomain
-from imexdra.common.kube import PermanentApiError, RetryableApiError
-from imexdra.common.transport import _MAX_CONNECTIONS, Transport, resource_path
+from imexdra.common.kube.client import PermanentApiError, RetryableApiError
+from imexdra.common.kube.transport import _MAX_CONNECTIONS, Transport, resource_path
 from tests.support.connectproxy import connect_proxy
 
 Reply = Callable[[bytes], bytes]

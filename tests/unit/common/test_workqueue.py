@@ -10,9 +10,9 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from imexdra.common.errors import PermanentError, RetryableError
-from imexdra.common.kube import RetryableApiError
-from imexdra.common.ratelimit import ItemBackoff
-from imexdra.common.workqueue import ControllerRateLimiter, ShutDownError, WorkQueue, run_workers
+from imexdra.common.kube.client import RetryableApiError
+from imexdra.common.machinery.ratelimit import ItemBackoff
+from imexdra.common.machinery.workqueue import ControllerRateLimiter, ShutDownError, WorkQueue, run_workers
 
 _names = itertools.count()
 

@@ -11,10 +11,10 @@ from lightkube.resources.core_v1 import Pod
 from imexdra.api.computedomain import (
     ComputeDomain,
 )
-from imexdra.api.config.common import ImexIsolation, ImexMode, ImexSettings
-from imexdra.api.config.controller import ControllerSettings
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, AllocationMode
 from imexdra.api.featuregates import resolve_feature_gates
+from imexdra.api.flags.common import ImexIsolation, ImexMode, ImexSettings
+from imexdra.api.flags.controller import ControllerSettings
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod
 from imexdra_sim.builders import compute_domain_model

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from imexdra.api.config.common import ImexIsolation, ImexMode, ImexSettings
 from imexdra.api.featuregates import resolve_feature_gates
+from imexdra.api.flags.common import ImexIsolation, ImexMode, ImexSettings
 from imexdra.common.errors import ConfigError
 from imexdra.controller.config import ControllerConfig
 from tests.unit.controller.support import controller_settings, make_config

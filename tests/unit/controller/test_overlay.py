@@ -7,7 +7,7 @@ import datetime as dt
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
-from imexdra.common.store import Store, index_by_label
+from imexdra.common.machinery.store import Store, index_by_label
 from imexdra.controller.caches import domain_label
 from imexdra.controller.overlay import DOMAIN_INDEX, Overlay
 

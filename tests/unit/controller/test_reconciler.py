@@ -21,7 +21,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, daemon_object_name
-from imexdra.common.store import object_key
+from imexdra.common.machinery.store import object_key
 from imexdra.controller import reasons, render
 from imexdra.controller.caches import Caches, DaemonSetMeta
 from imexdra.controller.config import ControllerConfig

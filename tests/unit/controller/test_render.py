@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from imexdra.api.config.common import LogFormat
 from imexdra.api.constants import AllocationMode
+from imexdra.api.flags.common import LogFormat
 from imexdra.controller import render
 from tests.unit.controller.support import UID, make_config, make_domain
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from imexdra.api.imexpeers import ImexPeers, PeerLink
-from imexdra.common.kube import RetryableApiError
+from imexdra.common.kube.client import RetryableApiError
 from imexdra.daemon.health import PeerHealthReporter, summarize
 from imexdra.daemon.membership import Membership, Peer
 from imexdra.daemon.peers import Latest

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from imexdra.api.config.common import KubeClientSettings
-from imexdra.api.config.daemon import DaemonSettings
 from imexdra.api.featuregates import resolve_feature_gates
+from imexdra.api.flags.common import KubeClientSettings
+from imexdra.api.flags.daemon import DaemonSettings
 from imexdra.daemon.options import DaemonFiles
 from imexdra.daemon.run import RunConfig, prepare_imexd
 from imexdra.devices.imex import parse_config

@@ -10,8 +10,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY
-from imexdra.common.informer import EventHandler
-from imexdra.common.store import Store
+from imexdra.common.machinery.informer import EventHandler
+from imexdra.common.machinery.store import Store
 from imexdra.daemon.membership import Identity, Membership, belongs_to, membership_from_clique
 from imexdra.daemon.peers import Latest, MembershipWatcher
 

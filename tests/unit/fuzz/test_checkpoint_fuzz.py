@@ -20,8 +20,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from imexdra.dra import gojson
-from imexdra.kubeletplugin.checkpoint import Checkpoint, CorruptCheckpointError, marshal, unmarshal
-from imexdra.kubeletplugin.checkpointstore import CheckpointStore
+from imexdra.kubeletplugin.checkpoint.model import Checkpoint, CorruptCheckpointError, marshal, unmarshal
+from imexdra.kubeletplugin.checkpoint.store import CheckpointStore
 from tests.unit.api.opaque_inputs import json_values
 from tests.unit.fuzz.profiles import fuzz
 from tests.unit.kubeletplugin.checkpoint_samples import BOOT_ID, EMPTY_FILE, UID, V1_86, claim_86

@@ -28,7 +28,7 @@ from imexdra.api.constants import DeviceType
 from imexdra.api.opaque import ComputeDomainChannelConfig
 from imexdra.common.errors import DriverError
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaimStatus, resource_claim
-from imexdra.kubeletplugin.configs import config_groups, non_admin_devices, opaque_device_configs
+from imexdra.kubeletplugin.configs.claim import config_groups, non_admin_devices, opaque_device_configs
 from imexdra.kubeletplugin.slices import allocatable_devices
 from tests.unit.api.opaque_inputs import json_values
 from tests.unit.fuzz.profiles import fuzz

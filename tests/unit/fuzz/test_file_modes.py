@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from imexdra.common import flock
+from imexdra.common.files import flock
 from imexdra.devices.procfs import CharDevice
 from imexdra.dra.server import KubeletPluginServer
-from imexdra.kubeletplugin import cdifiles
-from imexdra.kubeletplugin.cdi import DriverRoots, channel_edits, claim_spec
-from imexdra.kubeletplugin.checkpointstore import CheckpointStore
+from imexdra.kubeletplugin.cdi import files as cdi_files
+from imexdra.kubeletplugin.cdi.spec import DriverRoots, channel_edits, claim_spec
+from imexdra.kubeletplugin.checkpoint.store import CheckpointStore
 from imexdra.kubeletplugin.paths import PluginPaths
 from tests.unit.dra.server_fakes import ApiClaims, ScriptedDriver
 from tests.unit.kubeletplugin.checkpoint_samples import BOOT_ID
@@ -43,10 +43,10 @@ def container_umask() -> Iterator[None]:
 async def test_cdi_root_and_claim_specs(tmp_path: Path) -> None:
     """CDI root 0750, claim spec files 0600."""
     cdi_root = tmp_path / "etc" / "cdi"
-    cdifiles.ensure_cdi_root(cdi_root)
+    cdi_files.ensure_cdi_root(cdi_root)
     edits = channel_edits([CharDevice("/dev/nvidia-caps-imex-channels/channel0", 235, 0, 0o666)])
     spec = claim_spec("claim-1", [("channel-0", edits)], roots=DriverRoots())
-    written = await cdifiles.write_claim_spec(cdi_root, "claim-1", spec)
+    written = await cdi_files.write_claim_spec(cdi_root, "claim-1", spec)
     assert (mode(cdi_root), mode(written)) == (0o750, 0o600)
 
 

@@ -18,9 +18,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from imexdra.common.errors import DriverError
-from imexdra.kubeletplugin.applyconfig import DomainInfo
-from imexdra.kubeletplugin.cdi import CdiSpecError
-from imexdra.kubeletplugin.cdifiles import claim_spec_path, remove_claim_spec
+from imexdra.kubeletplugin.cdi.files import claim_spec_path, remove_claim_spec
+from imexdra.kubeletplugin.cdi.spec import CdiSpecError
+from imexdra.kubeletplugin.configs.apply import DomainInfo
 from imexdra.kubeletplugin.paths import PluginPaths
 from tests.unit.fuzz.profiles import fuzz
 from tests.unit.kubeletplugin.support import NAMESPACE, Node, channel_claim, daemon_claim

@@ -8,7 +8,7 @@ import json
 
 from imexdra.api.constants import DeviceType
 from imexdra.dra.claimstatus import canonical_claim_status
-from imexdra.kubeletplugin.checkpoint import (
+from imexdra.kubeletplugin.checkpoint.model import (
     CheckpointedDevice,
     ClaimState,
     ConfigState,

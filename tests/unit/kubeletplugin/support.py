@@ -1,7 +1,7 @@
 """Builders and stand-ins for the prepare/unprepare unit tests.
 
 The hardware boundary is the real ``HostImexDevices`` reading fake procfs files; the checkpoint and CDI
-files are real files under ``tmp_path``. Only the API-facing seams of ``applyconfig`` (domain lookup,
+files are real files under ``tmp_path``. Only the API-facing seams of ``configs.apply`` (domain lookup,
 node labels, daemon readiness, daemon claim owners) and the host IMEX readiness check (tested on its own
 in tests/unit/devices/test_hostimex.py) are replaced, by recorders whose answers a test sets.
 """
@@ -25,9 +25,9 @@ from imexdra.dra.resourceclaim import (
     parse_claim,
     resource_claim,
 )
-from imexdra.kubeletplugin.applyconfig import ConfigApplier, DomainInfo
-from imexdra.kubeletplugin.cdi import DriverRoots
-from imexdra.kubeletplugin.checkpointstore import CheckpointStore
+from imexdra.kubeletplugin.cdi.spec import DriverRoots
+from imexdra.kubeletplugin.checkpoint.store import CheckpointStore
+from imexdra.kubeletplugin.configs.apply import ConfigApplier, DomainInfo
 from imexdra.kubeletplugin.devicestate import DeviceState
 from imexdra.kubeletplugin.paths import PluginPaths
 from imexdra.kubeletplugin.slices import allocatable_devices

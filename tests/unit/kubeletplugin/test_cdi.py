@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from imexdra.devices.procfs import CharDevice
-from imexdra.kubeletplugin.cdi import (
+from imexdra.kubeletplugin.cdi.spec import (
     CdiDevice,
     CdiSpecError,
     ContainerEdits,

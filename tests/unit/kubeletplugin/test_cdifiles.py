@@ -8,7 +8,18 @@ import pytest
 import yaml
 
 from imexdra.devices.procfs import CharDevice
-from imexdra.kubeletplugin.cdi import (
+from imexdra.kubeletplugin.cdi.files import (
+    base_spec_path,
+    claim_spec_path,
+    claim_spec_uids,
+    ensure_cdi_root,
+    remove_claim_spec,
+    render,
+    spec_tree,
+    write_base_spec,
+    write_claim_spec,
+)
+from imexdra.kubeletplugin.cdi.spec import (
     CdiDevice,
     CdiSpecError,
     ContainerEdits,
@@ -19,17 +30,6 @@ from imexdra.kubeletplugin.cdi import (
     channel_edits,
     claim_spec,
     daemon_edits,
-)
-from imexdra.kubeletplugin.cdifiles import (
-    base_spec_path,
-    claim_spec_path,
-    claim_spec_uids,
-    ensure_cdi_root,
-    remove_claim_spec,
-    render,
-    spec_tree,
-    write_base_spec,
-    write_claim_spec,
 )
 
 from .cdi_schema import CDI_VALIDATOR

@@ -12,8 +12,8 @@ import yaml
 
 from imexdra.api.constants import DeviceType
 from imexdra.common.errors import PermanentError, RetryableError
-from imexdra.kubeletplugin.applyconfig import DomainInfo
-from imexdra.kubeletplugin.checkpoint import ClaimState
+from imexdra.kubeletplugin.checkpoint.model import ClaimState
+from imexdra.kubeletplugin.configs.apply import DomainInfo
 from imexdra.kubeletplugin.driver import first_driver_error_is_permanent
 from tests.unit.kubeletplugin.support import DOMAIN_UID, NAMESPACE, OTHER_DOMAIN_UID, Node, claim_on
 

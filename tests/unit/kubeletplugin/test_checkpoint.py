@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from imexdra.api.constants import DeviceType
 from imexdra.dra import gojson
 from imexdra.dra.claimstatus import canonical_claim_status
-from imexdra.kubeletplugin.checkpoint import (
+from imexdra.kubeletplugin.checkpoint.model import (
     Checkpoint,
     CheckpointedDevice,
     ClaimState,

@@ -9,7 +9,7 @@ import pytest
 
 from imexdra.api.constants import DeviceType
 from imexdra.dra.claimstatus import canonical_claim_status
-from imexdra.kubeletplugin.checkpoint import (
+from imexdra.kubeletplugin.checkpoint.model import (
     Checkpoint,
     CheckpointedDevice,
     ClaimState,
@@ -20,7 +20,7 @@ from imexdra.kubeletplugin.checkpoint import (
     PreparedDeviceGroup,
     marshal,
 )
-from imexdra.kubeletplugin.checkpointstore import (
+from imexdra.kubeletplugin.checkpoint.store import (
     PREPARE_ABORTED_TTL,
     CheckpointNotFoundError,
     CheckpointStore,

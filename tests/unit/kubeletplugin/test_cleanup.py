@@ -9,9 +9,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from imexdra.common.errors import RetryableError
-from imexdra.common.kube import PermanentApiError, RetryableApiError
+from imexdra.common.kube.client import PermanentApiError, RetryableApiError
 from imexdra.dra.resourceclaim import ResourceClaim, parse_claim
-from imexdra.kubeletplugin.checkpoint import ClaimState
+from imexdra.kubeletplugin.checkpoint.model import ClaimState
 from imexdra.kubeletplugin.cleanup import StaleClaimCleanup
 from tests.unit.kubeletplugin.support import NAMESPACE, Node, channel_claim, daemon_claim
 

@@ -6,7 +6,7 @@ import pytest
 
 from imexdra.api.opaque import ComputeDomainChannelConfig, ComputeDomainDaemonConfig
 from imexdra.common.errors import ConfigError, RetryableError, is_permanent
-from imexdra.kubeletplugin.configs import (
+from imexdra.kubeletplugin.configs.claim import (
     DEFAULT_CHANNEL_CONFIG,
     DEFAULT_DAEMON_CONFIG,
     allocation_results,

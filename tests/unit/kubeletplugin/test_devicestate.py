@@ -11,9 +11,9 @@ import yaml
 
 from imexdra.common.errors import ConfigError, PermanentError, RetryableError, is_permanent
 from imexdra.dra.resourceclaim import ClaimRef, MalformedClaimError, resource_claim
-from imexdra.kubeletplugin.applyconfig import DomainInfo
-from imexdra.kubeletplugin.checkpoint import ClaimState
-from imexdra.kubeletplugin.checkpointstore import mark_prepare_aborted
+from imexdra.kubeletplugin.checkpoint.model import ClaimState
+from imexdra.kubeletplugin.checkpoint.store import mark_prepare_aborted
+from imexdra.kubeletplugin.configs.apply import DomainInfo
 from tests.unit.kubeletplugin.support import (
     CLIQUE,
     DOMAIN_UID,

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from imexdra.common import flock
 from imexdra.common.errors import ConfigError, PermanentError, RetryableError, RetryLaterError
+from imexdra.common.files import flock
 from imexdra.dra.driver import Device
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, resource_claim
 from imexdra.kubeletplugin.driver import ImexDriver, first_driver_error_is_permanent

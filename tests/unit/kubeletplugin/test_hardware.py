@@ -13,7 +13,7 @@ from imexdra.common.errors import PermanentError
 from imexdra.devices.nvml import FabricError, FabricNotReadyError
 from imexdra.devices.nvml_real import PynvmlNvml
 from imexdra.devices.procfs import DeviceDiscoveryError
-from imexdra.kubeletplugin.cdi import Mount
+from imexdra.kubeletplugin.cdi.spec import Mount
 from imexdra.kubeletplugin.hardware import (
     CliqueTracker,
     HardwareSettings,

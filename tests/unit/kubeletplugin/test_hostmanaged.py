@@ -16,9 +16,9 @@ import yaml
 
 from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, resource_claim
-from imexdra.kubeletplugin.applyconfig import HOST_IMEX_NOT_READY_MESSAGE, NO_CLIQUE_MESSAGE, DomainInfo
-from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
-from imexdra.kubeletplugin.checkpointstore import CheckpointStore
+from imexdra.kubeletplugin.checkpoint.model import Checkpoint, ClaimState
+from imexdra.kubeletplugin.checkpoint.store import CheckpointStore
+from imexdra.kubeletplugin.configs.apply import HOST_IMEX_NOT_READY_MESSAGE, NO_CLIQUE_MESSAGE, DomainInfo
 from imexdra.kubeletplugin.driver import first_driver_error_is_permanent
 from imexdra.kubeletplugin.slices import slice_devices
 from tests.unit.kubeletplugin.support import (

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from imexdra.common import termination
+from imexdra.common.process import termination
 from imexdra.kubeletplugin.main import main
 from imexdra_sim.devices.procfs_fake import write_proc_devices
 from tests.unit.api.cli import ALL_GROUPS, env_vars

@@ -9,8 +9,8 @@ import pytest
 
 from imexdra.common.errors import PermanentError
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim
-from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState
-from imexdra.kubeletplugin.checkpointstore import mark_prepare_started
+from imexdra.kubeletplugin.checkpoint.model import Checkpoint, ClaimState
+from imexdra.kubeletplugin.checkpoint.store import mark_prepare_started
 from tests.unit.kubeletplugin.support import DOMAIN_UID, NAMESPACE, Node, channel_claim
 
 INTRUDER_NAMESPACE = "intruder"

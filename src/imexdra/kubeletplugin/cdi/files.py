@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from imexdra.common.atomicfile import remove_file, write_atomic
-from imexdra.kubeletplugin.cdi import (
+from imexdra.common.files.atomicfile import remove_file, write_atomic
+from imexdra.kubeletplugin.cdi.spec import (
     BASE_CLASS,
     BASE_SPEC_ID,
     CDI_VENDOR,

@@ -28,16 +28,16 @@ import httpx2
 import structlog
 
 from imexdra.common.errors import DriverError, is_permanent
-from imexdra.common.kube import retry_after
-from imexdra.common.logging import log_context
-from imexdra.common.metrics import (
+from imexdra.common.kube.client import retry_after
+from imexdra.common.machinery.ratelimit import ItemBackoff, TokenBucket
+from imexdra.common.observability.logging import log_context
+from imexdra.common.observability.metrics import (
     WORKQUEUE_ADDS,
     WORKQUEUE_DEPTH,
     WORKQUEUE_QUEUE_DURATION,
     WORKQUEUE_RETRIES,
     WORKQUEUE_WORK_DURATION,
 )
-from imexdra.common.ratelimit import ItemBackoff, TokenBucket
 
 K = TypeVar("K", bound=Hashable)
 

@@ -30,8 +30,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from imexdra.common.errors import ConfigError, RetryableError
-from imexdra.common.kube import ApiStatusError, is_conflict, is_not_found, kube_errors, microtime
-from imexdra.common.metrics import LEADER_STATUS
+from imexdra.common.kube.client import ApiStatusError, is_conflict, is_not_found, kube_errors, microtime
+from imexdra.common.observability.metrics import LEADER_STATUS
 
 T = TypeVar("T")
 

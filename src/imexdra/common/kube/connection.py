@@ -27,13 +27,13 @@ import httpx2
 from lightkube import AsyncClient, SingleConfig
 from lightkube.config.models import User
 
-from imexdra.common.credentials import Credentials, CredentialsAuth
-from imexdra.common.kube import DEFAULT_TIMEOUT, http_client, load_config, tls_context
-from imexdra.common.oidc import KubeconfigUser
-from imexdra.common.proxy import httpx_proxy, proxy_url
-from imexdra.common.ratelimit import TokenBucket
-from imexdra.common.restmetrics import RestClientMetrics, server_host
-from imexdra.common.transport import Transport
+from imexdra.common.kube.client import DEFAULT_TIMEOUT, http_client, load_config, tls_context
+from imexdra.common.kube.credentials import Credentials, CredentialsAuth
+from imexdra.common.kube.oidc import KubeconfigUser
+from imexdra.common.kube.proxy import httpx_proxy, proxy_url
+from imexdra.common.kube.restmetrics import RestClientMetrics, server_host
+from imexdra.common.kube.transport import Transport
+from imexdra.common.machinery.ratelimit import TokenBucket
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 Owns the CDI data model, the container edits of channel and daemon devices, the base and per-claim
 specs, upstream's normalisation (dedupe, sort by path depth then path), the driver-root transform,
 the minimum ``cdiVersion``, the CDI library's validation rules, and the CDI device IDs handed to
-the kubelet. No I/O here: ``cdifiles`` renders and writes the files.
+the kubelet. No I/O here: ``cdi.files`` renders and writes the files.
 
 Names: vendor ``k8s.compute-domain.nvidia.com``; the base spec has class ``device`` with one device
 ``all`` (every NVIDIA device node) and, at spec level, the driver's ``nvidia-imex``/``nvidia-imex-ctl``

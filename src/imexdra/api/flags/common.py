@@ -3,7 +3,7 @@
 The logging group has component-base's flags and variables: ``-v``/``--v``, ``--vmodule``,
 ``--logging-format`` (``text``, the default, or ``json``) and ``--log-flush-frequency`` (accepted;
 every line is flushed as it is written). The alpha split-stream and buffer flags are not offered
-(docs/logging.md). :meth:`LoggingSettings.configure` feeds ``imexdra.common.logging``.
+(docs/logging.md). :meth:`LoggingSettings.configure` feeds ``imexdra.common.observability.logging``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import click
 
-from imexdra.api.config.groups import GoDuration, OptionGroup, check_dns_label, check_dns_subdomain, option
 from imexdra.api.featuregates import FeatureGates, Gate, resolve_feature_gates
+from imexdra.api.flags.groups import GoDuration, OptionGroup, check_dns_label, check_dns_subdomain, option
 from imexdra.common.errors import ConfigError
-from imexdra.common.verbosity import VModule, parse_vmodule
+from imexdra.common.observability.verbosity import VModule, parse_vmodule
 
 
 class LogFormat(StrEnum):
@@ -39,8 +39,8 @@ class LoggingSettings:
     log_flush_frequency: timedelta = timedelta(seconds=5)
 
     def configure(self) -> None:
-        """Set up this process's logging (``imexdra.common.logging``, loaded only now)."""
-        from imexdra.common.logging import configure_logging
+        """Set up this process's logging (``imexdra.common.observability.logging``, loaded only now)."""
+        from imexdra.common.observability.logging import configure_logging
 
         configure_logging(self.verbosity, log_format=self.logging_format.value, vmodule=self.vmodule)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from imexdra.api.config.groups import GoDuration, OptionGroup, check_absolute, option
+from imexdra.api.flags.groups import GoDuration, OptionGroup, check_absolute, option
 from imexdra.common.errors import ConfigError
 
 _PATH = click.Path(path_type=Path)

@@ -1,7 +1,8 @@
 """Logging for every component: structlog, configured once by each ``main()``, never at import time.
 
 Lines look like upstream's (klog's text by default, component-base's JSON on request; the layouts are
-in :mod:`imexdra.common.logformat` and docs/logging.md), and verbosity means what klog's ``-v`` means:
+in :mod:`imexdra.common.observability.logformat` and docs/logging.md), and verbosity means what
+klog's ``-v`` means:
 
 - every line is logged at a verbosity: ``log.info(msg, v=2, ...)`` is klog's ``V(2).Info``; without
   ``v=`` info, warning and error lines are at 0 and ``log.debug`` lines at :data:`DEBUG_VERBOSITY`;
@@ -35,8 +36,8 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from imexdra.common.errors import ConfigError
-from imexdra.common.logformat import Record, render_json, render_text
-from imexdra.common.verbosity import VModule, module_level, parse_vmodule
+from imexdra.common.observability.logformat import Record, render_json, render_text
+from imexdra.common.observability.verbosity import VModule, module_level, parse_vmodule
 
 #: Verbosity of ``log.debug`` lines that give no ``v=``; also where library debug records land.
 DEBUG_VERBOSITY = 4

@@ -33,11 +33,11 @@ import msgspec
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core import resource as lkr
 
-from imexdra.common.credentials import Credentials
-from imexdra.common.kube import PermanentApiError, RetryableApiError, is_retryable_status
-from imexdra.common.logging import REQUEST_LOGGER
-from imexdra.common.proxy import dial
-from imexdra.common.restmetrics import RestClientMetrics, server_host
+from imexdra.common.kube.client import PermanentApiError, RetryableApiError, is_retryable_status
+from imexdra.common.kube.credentials import Credentials
+from imexdra.common.kube.proxy import dial
+from imexdra.common.kube.restmetrics import RestClientMetrics, server_host
+from imexdra.common.observability.logging import REQUEST_LOGGER
 
 _requests_log = logging.getLogger(REQUEST_LOGGER)
 

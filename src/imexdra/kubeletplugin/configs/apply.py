@@ -56,9 +56,9 @@ from imexdra.common.errors import DriverError, PermanentError, RetryableError, R
 from imexdra.devices.hostimex import HostImexNotReadyError, HostImexReadiness
 from imexdra.devices.procfs import ImexDevices
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, recorded_status
-from imexdra.kubeletplugin.cdi import ContainerEdits, channel_edits, daemon_edits
-from imexdra.kubeletplugin.checkpoint import Checkpoint, ClaimState, ConfigState
-from imexdra.kubeletplugin.configs import ConfigGroup, allocation_results, opaque_device_configs
+from imexdra.kubeletplugin.cdi.spec import ContainerEdits, channel_edits, daemon_edits
+from imexdra.kubeletplugin.checkpoint.model import Checkpoint, ClaimState, ConfigState
+from imexdra.kubeletplugin.configs.claim import ConfigGroup, allocation_results, opaque_device_configs
 from imexdra.kubeletplugin.domaindirs import prepare_domain_dir
 from imexdra.kubeletplugin.paths import PluginPaths
 

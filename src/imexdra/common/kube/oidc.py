@@ -27,8 +27,8 @@ import msgspec
 import structlog
 import yaml
 
-from imexdra.common.atomicfile import write_atomic
 from imexdra.common.errors import ConfigError, RetryableError
+from imexdra.common.files.atomicfile import write_atomic
 
 _log = structlog.get_logger(__name__)
 _T = TypeVar("_T")

@@ -33,10 +33,10 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.events_v1 import Event
 from lightkube.types import PatchType
 
-from imexdra.common.kube import ApiStatusError, is_not_found, kube_errors, microtime
-from imexdra.common.metrics import EVENTS_DROPPED
-from imexdra.common.ratelimit import TokenBucket
-from imexdra.common.store import KubeObject
+from imexdra.common.kube.client import ApiStatusError, is_not_found, kube_errors, microtime
+from imexdra.common.machinery.ratelimit import TokenBucket
+from imexdra.common.machinery.store import KubeObject
+from imexdra.common.observability.metrics import EVENTS_DROPPED
 
 EventType = Literal["Normal", "Warning"]
 

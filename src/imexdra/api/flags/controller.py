@@ -11,7 +11,8 @@ from datetime import timedelta
 
 import click
 
-from imexdra.api.config.groups import (
+from imexdra.api.constants import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+from imexdra.api.flags.groups import (
     CommaSeparated,
     GoDuration,
     OptionGroup,
@@ -19,7 +20,6 @@ from imexdra.api.config.groups import (
     check_dns_subdomain,
     option,
 )
-from imexdra.api.constants import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
 from imexdra.common.errors import ConfigError
 
 # client-go's leader elector requires renewDeadline > JitterFactor * retryPeriod.

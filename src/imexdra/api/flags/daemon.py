@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import click
 
-from imexdra.api.config.groups import OptionGroup, check_dns_label, check_ip, option
 from imexdra.api.constants import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+from imexdra.api.flags.groups import OptionGroup, check_dns_label, check_ip, option
 
 #: How often a daemon reads ``nvidia-imex-ctl -N`` by default (docs/imex-health.md).
 DEFAULT_IMEX_PEERS_POLL_INTERVAL = 10.0

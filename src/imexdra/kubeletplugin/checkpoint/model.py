@@ -9,7 +9,7 @@ layout, the two checksums, and reading every format upstream reads (docs/compati
   legacy layout; both checksums are verified, first against our canonical re-encoding (what Go does)
   and then against the file's own bytes (tolerates numbers we would spell differently).
 
-File handling (atomic writes, locking, corrupt files, boot IDs) lives in ``checkpointstore``.
+File handling (atomic writes, locking, corrupt files, boot IDs) lives in ``checkpoint.store``.
 """
 
 from __future__ import annotations

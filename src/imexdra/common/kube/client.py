@@ -32,7 +32,7 @@ from lightkube.config.models import User
 from lightkube.core import resource as lkr
 
 from imexdra.common.errors import ConfigError, DriverError, PermanentError, RetryableError
-from imexdra.common.ratelimit import exponential_delay
+from imexdra.common.machinery.ratelimit import exponential_delay
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""Informers: keep a :class:`~imexdra.common.store.Store` in step with the API server and fan out events.
+"""Informers: keep a :class:`~.store.Store` in step with the API server and fan out events.
 
 The reflector loop is client-go's, written for lightkube, which has none (docs/architecture.md §6):
 
@@ -12,7 +12,7 @@ The reflector loop is client-go's, written for lightkube, which has none (docs/a
    watch when possible. Failures never end the loop; only cancellation does.
 
 Handlers run inline on the event loop and must be quick and non-blocking: the usual handler just puts
-a key on a :class:`~imexdra.common.workqueue.WorkQueue` (see :func:`enqueue`).
+a key on a :class:`~imexdra.common.machinery.workqueue.WorkQueue` (see :func:`enqueue`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import structlog
 from lightkube import AsyncClient
 from lightkube.core import decoders
 
-from imexdra.common.kube import (
+from imexdra.common.kube.client import (
     ApiStatusError,
     RetryableApiError,
     collection_path,
@@ -37,9 +37,8 @@ from imexdra.common.kube import (
     kube_errors,
     raise_for_status,
 )
-from imexdra.common.metrics import REFLECTOR_LISTS, REFLECTOR_WATCH_EVENTS
-from imexdra.common.ratelimit import Backoff
-from imexdra.common.store import (
+from imexdra.common.machinery.ratelimit import Backoff
+from imexdra.common.machinery.store import (
     Changes,
     IndexFunc,
     KubeObject,
@@ -48,6 +47,7 @@ from imexdra.common.store import (
     resource_version,
     strip_managed_fields,
 )
+from imexdra.common.observability.metrics import REFLECTOR_LISTS, REFLECTOR_WATCH_EVENTS
 
 T = TypeVar("T", bound=KubeObject)
 T_contra = TypeVar("T_contra", contravariant=True)
@@ -125,12 +125,12 @@ class Informer(Generic[T]):
     """Lists and watches one kind (optionally one namespace and selectors) into an indexed store.
 
     Args:
-        client: the component's client (:func:`imexdra.common.kube.make_client`).
+        client: the component's client (:func:`imexdra.common.kube.client.make_client`).
         resource: a lightkube resource class, built-in (``lightkube.resources.*``) or custom.
         namespace: watch one namespace; None = all namespaces (or a cluster-scoped kind).
         label_selector: Kubernetes label selector string, e.g. ``"resource.nvidia.com/computeDomain"``.
         field_selector: Kubernetes field selector string, e.g. ``"spec.nodeName=node-1"``.
-        indexers: named index functions for the store (see :mod:`imexdra.common.store`).
+        indexers: named index functions for the store (see :mod:`imexdra.common.machinery.store`).
         resync_period: if set, re-deliver every cached object as an update this often (level-triggered
             safety net, upstream uses 10 min).
         page_size: objects per LIST page.

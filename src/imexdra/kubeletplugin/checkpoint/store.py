@@ -2,7 +2,7 @@
 
 ``CheckpointStore`` owns ``<plugin data dir>/checkpoint.json``. Every change is a read-modify-write
 under an in-process ``asyncio.Lock`` (upstream's checkpoint-manager mutex); cross-process exclusion
-is the caller's ``pu.lock`` (``imexdra.common.flock``). Writes are atomic with mode 0600 and a
+is the caller's ``pu.lock`` (``imexdra.common.files.flock``). Writes are atomic with mode 0600 and a
 dot-prefixed temporary file, as the kubelet's checkpoint manager does.
 
 Durability: writes are not fsynced by default (``durable=False``), unlike the kubelet's manager. The
@@ -35,11 +35,11 @@ from typing import TypeVar
 
 import structlog
 
-from imexdra.common.atomicfile import write_atomic
 from imexdra.common.errors import RetryableError
+from imexdra.common.files.atomicfile import write_atomic
 from imexdra.dra import gojson
 from imexdra.dra.gojson import JsonValue
-from imexdra.kubeletplugin.checkpoint import (
+from imexdra.kubeletplugin.checkpoint.model import (
     Checkpoint,
     ClaimState,
     CorruptCheckpointError,

@@ -37,7 +37,7 @@ import msgspec
 from lightkube.config.models import User, UserExec
 
 from imexdra.common.errors import ConfigError, RetryableError
-from imexdra.common.oidc import EXPIRY_MARGIN, KubeconfigUser, OidcProvider
+from imexdra.common.kube.oidc import EXPIRY_MARGIN, KubeconfigUser, OidcProvider
 
 TOKEN_FILE_REFRESH_SECONDS = 60.0
 #: Exec credential versions client-go still speaks (v1alpha1 was removed in Kubernetes 1.24).

@@ -1,0 +1,1 @@
+"""Files shared between processes on a node: a cross-process lock and crash-safe replacement."""

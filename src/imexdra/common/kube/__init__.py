@@ -1,0 +1,1 @@
+"""The Kubernetes API client: connection, credentials, proxy, transport, rest-client metrics."""

@@ -1,0 +1,1 @@
+"""Logging, klog verbosity, Prometheus metrics and the /metrics server, profiling."""

@@ -1,0 +1,1 @@
+"""A component process's lifecycle: signals, supervised tasks, the termination message."""

@@ -1,0 +1,1 @@
+"""CDI for IMEX claims: the specs as data and their files under the CDI root."""
