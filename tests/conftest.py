@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imexdra_sim.localcluster.cluster import LocalCluster
-
-_FAILED = pytest.StashKey[int]()
+from tests.support.session import progress, record_failure
 
 
 @pytest.fixture
@@ -26,22 +24,6 @@ def short_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="imxt", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def failure_count(config: pytest.Config) -> int:
-    """How many test phases failed so far; cluster fixtures keep their logs when it grew."""
-    return config.stash.get(_FAILED, 0)
-
-
-def stop_cluster(
-    cluster: LocalCluster, config: pytest.Config, failed_before: int, what: str = "cluster"
-) -> None:
-    """Stop a test cluster; keep its logs only when a test failed since ``failed_before``."""
-    cluster.stop()
-    if failure_count(config) == failed_before and cluster.run_dir is not None:
-        shutil.rmtree(cluster.run_dir, ignore_errors=True)
-    else:
-        progress(config, f"{what} logs kept in {cluster.run_dir}/logs")
 
 
 OPTIONAL_MODULES = {
@@ -75,21 +57,11 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """Count failures for ``failure_count``."""
+    """Count failures for ``tests.support.session.failure_count``."""
     report = yield
     if getattr(report, "failed", False):
-        item.config.stash[_FAILED] = failure_count(item.config) + 1
+        record_failure(item.config)
     return report
-
-
-def progress(config: pytest.Config, message: str) -> None:
-    """Print a progress line that pytest does not capture (CI must show what the slow tiers do)."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or capture is None:
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.write_line(f"[imexdra] {message}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -9,17 +9,29 @@ on containerd nodes (``real_nodes_rack``, docs/node-runtime.md).
 from __future__ import annotations
 
 import functools
-import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
 
-from imexdra_sim import rack, seedworkloads
+from imexdra_sim import rack
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.conftest import failure_count, progress
+from tests.e2e.racks import (
+    BINDING_CONDITIONS,
+    CHANNEL_ISOLATION,
+    DRIVER_MANAGED,
+    HOST_MANAGED,
+    HOST_MANAGED_NODE_LOSS,
+    LEADER_ELECTION,
+    NETWORK_POLICY,
+    NODE_LOSS,
+    QUIET,
+    REAL_NODES,
+    SEED_RACK,
+    UPGRADE,
+)
 from tests.support.checkouts import Checkout, earlier_release
-from tests.support.upstream import UPSTREAM_VALUES_FILE
+from tests.support.session import failure_count, progress, stop_cluster
 from tests.support.waiting import wait_until
 
 
@@ -46,11 +58,7 @@ def _rack(
         raise
     failed = failure_count(pytestconfig)
     yield cluster
-    cluster.stop()
-    if failure_count(pytestconfig) == failed and cluster.run_dir is not None:
-        shutil.rmtree(cluster.run_dir, ignore_errors=True)
-    else:
-        progress(pytestconfig, f"rack logs kept in {cluster.run_dir}/logs")
+    stop_cluster(cluster, pytestconfig, failed, "rack")
 
 
 @contextmanager
@@ -58,21 +66,6 @@ def _step(config: pytest.Config, title: str) -> Iterator[None]:
     """Print one bring-up phase as progress."""
     progress(config, f"  {title}")
     yield
-
-
-HOST_MANAGED = rack.RackConfig(nodes=3, host_managed=True, no_fabric_nodes=(2,))
-#: Every key of upstream's chart values at its default (docs/compatibility.md): the driver-managed rack
-#: installs with it underneath the rack's own values, as an operator moving from upstream would.
-DRIVER_MANAGED = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES_FILE,))
-#: Installed as an operator installs: the OCI chart from the cluster's registry, nodes pulling the image.
-REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd", from_registry=True)
-#: The same rack with a NetworkPolicy enforcer (kube-router's firewall) on every node (docs/tenancy.md).
-NETWORK_POLICY = rack.RackConfig(nodes=2, runtime="containerd", network_policy=True)
-#: The upgrade test's rack (tests/e2e/test_upgrade.py): installed from an earlier release's OCI chart.
-UPGRADE = rack.RackConfig(nodes=2, runtime="containerd", from_registry=True)
-#: The seeds' workloads on a full NVL72 rack: 18 trays, each a containerd node with its own cgroups
-#: (docs/node-runtime.md §9 says why that made 18 fit on the 2-core CI machine).
-SEED_RACK = rack.RackConfig(nodes=seedworkloads.RACK_WORKERS, runtime="containerd")
 
 
 @pytest.fixture(scope="module")
@@ -105,12 +98,6 @@ def driver_managed_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     yield from _rack(DRIVER_MANAGED, pytestconfig)
 
 
-#: Workload pods bound only to a Ready IMEX daemon (our gate, docs/binding-conditions.md).
-BINDING_CONDITIONS = rack.RackConfig(
-    nodes=2, extra_values={"featureGates": {"ComputeDomainBindingConditions": True}}
-)
-
-
 @pytest.fixture(scope="module")
 def binding_conditions_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """Two nodes of one clique, driver-managed, gate ComputeDomainBindingConditions on.
@@ -126,22 +113,10 @@ def binding_conditions_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluste
         yield cluster
 
 
-CHANNEL_ISOLATION = rack.RackConfig(
-    nodes=4,
-    host_managed=True,
-    extra_values={"resources": {"computeDomains": {"imex": {"isolation": "channel"}}}},
-)
-
-
 @pytest.fixture(scope="module")
 def channel_isolation_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """Four nodes of one clique under HostManagedIMEX with ``imex.isolation=channel``."""
     yield from _rack(CHANNEL_ISOLATION, pytestconfig)
-
-
-#: Kubelets silent this long get their node marked Unknown (kube-controller-manager's default is 50 s).
-NODE_LOSS_GRACE_SECONDS = 20
-NODE_LOSS = rack.RackConfig(nodes=4, node_monitor_grace_seconds=NODE_LOSS_GRACE_SECONDS)
 
 
 @pytest.fixture(scope="module")
@@ -150,19 +125,10 @@ def node_loss_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     yield from _rack(NODE_LOSS, pytestconfig)
 
 
-HOST_MANAGED_NODE_LOSS = rack.RackConfig(
-    nodes=3, host_managed=True, node_monitor_grace_seconds=NODE_LOSS_GRACE_SECONDS
-)
-
-
 @pytest.fixture(scope="module")
 def host_managed_node_loss_rack(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """Three nodes of one clique under HostManagedIMEX; a silent node is marked Unknown after 20 s."""
     yield from _rack(HOST_MANAGED_NODE_LOSS, pytestconfig)
-
-
-LEADER_ELECTION = rack.RackConfig(nodes=2, extra_values={"controller": {"replicas": 2}})
-QUIET = rack.RackConfig(nodes=1, extra_values={"logVerbosity": "0"})
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import yaml
 
 from imexdra_sim import rack
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.conftest import failure_count, progress, stop_cluster
 from tests.e2e.helpers import is_ready
 from tests.support.kubectl import get_json
+from tests.support.session import failure_count, progress, stop_cluster
 from tests.support.upstream import UPSTREAM_VALUES_FILE
 
 CONFIG = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES_FILE,))

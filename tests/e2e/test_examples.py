@@ -33,6 +33,7 @@ from tests.e2e.helpers import (
     remove_workloads,
     run_seed_job,
 )
+from tests.support.examples import CHANNEL_EXAMPLES
 from tests.support.kubectl import apply, get_json
 from tests.support.kubeversion import check_selected_kubernetes
 from tests.support.waiting import wait_until
@@ -124,14 +125,6 @@ def test_the_computedomain_deployment_runs_as_written(seed_rack: LocalCluster) -
     )
 
 
-#: The files of examples/ holding a ComputeDomain and one pod that lists its channels with ``ls -la``,
-#: and the channels it must list (the seeds' multi-pod files are applied through ``seedworkloads``
-#: above; tests/unit/test_examples.py checks that every file is one or the other).
-CHANNEL_EXAMPLES = {
-    "channel-injection.yaml": [0],
-    "channel-injection-all.yaml": list(range(2048)),
-    "imex-workload.yaml": [0],
-}
 #: One line of ``ls -la``: a character device's mode, links, owner, group, "major, minor", date, name.
 LS_DEVICE = re.compile(r"^c\S*\s+\d+\s+\S+\s+\S+\s+(\d+),\s+(\d+)\s.*\s(channel\d+)$", re.MULTILINE)
 

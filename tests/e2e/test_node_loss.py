@@ -22,7 +22,6 @@ import pytest
 
 from imexdra_sim import rack
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.e2e.conftest import NODE_LOSS, NODE_LOSS_GRACE_SECONDS
 from tests.e2e.helpers import (
     COMPUTE_DOMAIN_LABEL,
     channel_pod,
@@ -38,6 +37,7 @@ from tests.e2e.helpers import (
     status_report,
     workload_containers,
 )
+from tests.e2e.racks import NODE_LOSS, NODE_LOSS_GRACE_SECONDS
 from tests.support.kubectl import apply, get_json
 from tests.support.waiting import wait_until
 from tests.support.watching import WriteCounter

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.e2e.conftest import NODE_LOSS_GRACE_SECONDS
 from tests.e2e.helpers import (
     channel_pod,
     domain_status,
@@ -28,6 +27,7 @@ from tests.e2e.helpers import (
     status_report,
     workload_containers,
 )
+from tests.e2e.racks import NODE_LOSS_GRACE_SECONDS
 from tests.support.kubectl import apply
 from tests.support.waiting import wait_until
 from tests.support.watching import WriteCounter

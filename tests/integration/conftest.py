@@ -19,14 +19,9 @@ from imexdra.common.kube.connection import connect
 from imexdra.common.kube.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, HostImage, NodeSpec
-from tests.conftest import failure_count, progress, stop_cluster
-
-HOST_IMAGE = "imexdra.test/host:latest"
-"""An image fakecri runs as a real host process (the container's command is run on the host)."""
-
-HOST_SRV = "/srv/imexdra-test"
-
-CRD_DIR = Path(__file__).parents[2] / "deployments/helm/imexdra/crds"
+from tests.support.hostprocess import HOST_IMAGE, HOST_SRV
+from tests.support.paths import CRD_DIR
+from tests.support.session import failure_count, progress, stop_cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -33,13 +33,13 @@ from imexdra_sim.localcluster.kubeconfig import write_kubeconfig
 from imexdra_sim.localcluster.nodes import Node
 from imexdra_sim.localcluster.processes import free_port
 from tests.support.kubectl import apply, patch_status, uid_of
+from tests.support.paths import CRD_DIR
 from tests.support.waiting import eventually
 
 DRIVER = "compute-domain.nvidia.com"
 DRIVER_NAMESPACE = "imexdra-kp"
 CLIQUE = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60.32766"
 PLUGIN_BIN = Path(sys.executable).parent / "compute-domain-kubelet-plugin"
-CRD_DIR = Path(__file__).parents[2] / "deployments/helm/imexdra/crds"
 CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
 CHANNEL_SELECTOR = (
     "device.driver == 'compute-domain.nvidia.com' && "

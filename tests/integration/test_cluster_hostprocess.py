@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.integration.conftest import HOST_IMAGE, HOST_SRV
+from tests.support.hostprocess import HOST_IMAGE, HOST_SRV
 from tests.support.kubectl import apply
 from tests.support.waiting import eventually
 

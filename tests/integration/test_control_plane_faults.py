@@ -45,8 +45,6 @@ from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.conftest import failure_count, progress, stop_cluster
-from tests.integration.conftest import CRD_DIR
 from tests.integration.controller_harness import (
     ControllerProcess,
     apiserver_requests,
@@ -56,6 +54,8 @@ from tests.integration.controller_harness import (
     request_delta,
 )
 from tests.support.kubectl import get_json
+from tests.support.paths import CRD_DIR
+from tests.support.session import failure_count, progress, stop_cluster
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration

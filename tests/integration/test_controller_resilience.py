@@ -30,7 +30,6 @@ from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.flags.common import ImexIsolation
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.conftest import progress
 from tests.integration.controller_harness import (
     ControllerProcess,
     install_controller_identity,
@@ -38,6 +37,7 @@ from tests.integration.controller_harness import (
     leftovers,
 )
 from tests.support.kubectl import get_json
+from tests.support.session import progress
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration

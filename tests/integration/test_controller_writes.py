@@ -33,7 +33,6 @@ from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER
 from imexdra_sim.apinodes import FakeKubelet
 from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.conftest import progress
 from tests.integration.controller_harness import (
     ControllerProcess,
     apiserver_requests,
@@ -46,6 +45,7 @@ from tests.integration.controller_harness import (
 )
 from tests.integration.controller_standins import publish_daemon_devices
 from tests.support.kubectl import get_json
+from tests.support.session import progress
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration

@@ -39,7 +39,6 @@ import pytest
 
 from imexdra.kubeletplugin.checkpoint.model import Checkpoint, ClaimState
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.conftest import progress
 from tests.integration.pluginharness import (
     CLIQUE,
     LABEL,
@@ -57,6 +56,7 @@ from tests.integration.pluginharness import (
 )
 from tests.support.builders import channel_pod
 from tests.support.kubectl import apply
+from tests.support.session import progress
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration

@@ -57,13 +57,13 @@ from imexdra_sim.devices.fakeimex.ctl import CtlError, fetch_status
 from imexdra_sim.devices.fakeimex.install import install_fake_imex
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
-from tests.conftest import progress
-from tests.integration.conftest import HOST_IMAGE, HOST_SRV
 from tests.integration.controller_harness import (
     DAEMON_SERVICE_ACCOUNT,
     controller_running,
 )
+from tests.support.hostprocess import HOST_IMAGE, HOST_SRV
 from tests.support.kubectl import apply, get_json
+from tests.support.session import progress
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration

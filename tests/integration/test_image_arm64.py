@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 
 from imexdra_sim.localcluster.binaries import cache_root
+from tests.support.paths import REPO
 
-REPO = Path(__file__).parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 SCRIPTS = sorted(PYPROJECT["project"]["scripts"])
 FLAGS = ("--help", "--version")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).parents[2]
+from tests.support.paths import REPO
+
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 SCRIPTS = sorted(PYPROJECT["project"]["scripts"])
 

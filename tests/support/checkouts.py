@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imexdra_sim.localcluster.binaries import cache_root
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 BASE = "imexdra-base-bookworm"
 """The amd64 debootstrap base tools/image/build.sh keeps in ``<cache>/images`` (with a ``.stamp``)."""
 

@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
-
 
 def load_script(path: Path) -> ModuleType:
     """Import the script at ``path`` as a module named after its file."""

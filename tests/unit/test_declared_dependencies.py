@@ -13,9 +13,9 @@ import importlib.metadata
 import re
 import sys
 import tomllib
-from pathlib import Path
 
-REPO = Path(__file__).parents[2]
+from tests.support.paths import REPO
+
 SOURCE = REPO / "src" / "imexdra"
 
 

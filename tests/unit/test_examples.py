@@ -16,7 +16,7 @@ import yaml
 
 from imexdra.api.computedomain import ComputeDomainSpec
 from imexdra_sim import demo, examples, seedworkloads
-from tests.e2e.test_examples import CHANNEL_EXAMPLES
+from tests.support.examples import CHANNEL_EXAMPLES
 
 KINDS = {
     "channel-injection-all.yaml": ["ComputeDomain", "Pod"],

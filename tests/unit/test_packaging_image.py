@@ -11,13 +11,12 @@ from __future__ import annotations
 import re
 import shlex
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from tests.dockerfile import instructions
+from tests.support.paths import REPO
 
-REPO = Path(__file__).parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 

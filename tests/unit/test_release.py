@@ -8,7 +8,8 @@ from types import ModuleType
 import pytest
 import yaml
 
-from tests.support.scripts import TOOLS, load_script
+from tests.support.paths import TOOLS
+from tests.support.scripts import load_script
 
 DIGEST = "sha256:" + "ab" * 32
 

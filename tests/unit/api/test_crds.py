@@ -6,7 +6,6 @@ defaults) equal to what the models declare; and sample objects, valid and invali
 (with the CRD's openAPIV3Schema) and the models accept or reject alike.
 """
 
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -18,8 +17,8 @@ import yaml
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainSpec, ComputeDomainStatus, Condition
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo
 from imexdra.api.constants import ComputeDomainStatusValue
+from tests.support.paths import CRD_DIR
 
-CRD_DIR = Path(__file__).parents[3] / "deployments/helm/imexdra/crds"
 FILES = {
     "computedomains": CRD_DIR / "resource.nvidia.com_computedomains.yaml",
     "computedomaincliques": CRD_DIR / "resource.nvidia.com_computedomaincliques.yaml",

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from imexdra_sim.localcluster.binaries import KUBE_VERSION, locate
+from tests.support.paths import CHART_DIR
 
-CHART_DIR = Path(__file__).parents[3] / "deployments/helm/imexdra"
 RELEASE = "imexdra"
 NAMESPACE = "imexdra"
 

@@ -8,7 +8,6 @@ the gate, its deprecated alias, AllAlpha and upstream's ``imex.mode=hostManaged`
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import click
@@ -20,12 +19,12 @@ from imexdra.controller import render as render_daemon
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.main import main as controller_main
 from imexdra.kubeletplugin.main import main as plugin_main
+from tests.support.paths import PYPROJECT
 from tests.unit.chart.helm import NAMESPACE, merge, nested, render, render_error
 
 CONTROLLER = ("Deployment", "compute-domain")
 PLUGIN = ("DaemonSet", "compute-domains")
 DAEMON_SA = "compute-domain-daemon-service-account"
-PYPROJECT = Path(__file__).parents[3] / "pyproject.toml"
 
 # Upstream's exact selectors (docs/compatibility.md §2.2).
 CHANNEL_CEL = (

@@ -17,10 +17,10 @@ import yaml
 
 from imexdra.api.featuregates import ALIASES, GATES
 from imexdra_sim.localcluster.binaries import KUBE_VERSION
+from tests.support.paths import PYPROJECT
 from tests.unit.chart.helm import CHART_DIR, helm, merge, nested, render, render_error
 
 SCHEMA = json.loads((CHART_DIR / "values.schema.json").read_text())
-PYPROJECT = Path(__file__).parents[3] / "pyproject.toml"
 #: Keys the schema accepts only so that upstream values files fail with a clear guard message.
 SCHEMA_ONLY = {"nvidiaCtkPath", "consumableShares", "gpus", "init"}
 

@@ -11,6 +11,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.cli.clusterview import ImexMode
+from imexdra.cli.diagnose import DomainView
 from imexdra.cli.status import Snapshot
 
 DRIVER_NS = "imexdra"
@@ -330,3 +331,25 @@ def chart_device_classes() -> list[DeviceClass]:
         device_class("compute-domain-daemon.nvidia.com"),
         device_class("gpu.nvidia.com", "device.driver == 'gpu.nvidia.com'"),
     ]
+
+
+READY_STATUS = {"status": "Ready", "nodes": [status_node("node-a", 0), status_node("node-b", 1)]}
+
+
+def view(**overrides: Any) -> DomainView:
+    """A healthy driver-managed domain with two Running workload pods, changed by ``overrides``."""
+    fields: dict[str, Any] = {
+        "domain": domain(status=READY_STATUS),
+        "imex_mode": ImexMode.DRIVER_MANAGED,
+        "driver_namespace": DRIVER_NS,
+        "daemonsets": [daemonset()],
+        "daemon_pods": [
+            pod("cd-daemon-a", DRIVER_NS, template=None, node_name="node-a", phase="Running", ready=True)
+        ],
+        "pods": [
+            pod(f"worker-{i}", node_name=f"node-{n}", phase="Running", ready=True) for i, n in enumerate("ab")
+        ],
+        "nodes": {n: gpu_node(n, domain_uid=UID) for n in ("node-a", "node-b", "node-c")},
+    }
+    fields.update(overrides)
+    return DomainView(**fields)

@@ -8,13 +8,10 @@ domain, and stuck pods quoting the newest scheduler/kubelet event of each reason
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from imexdra.cli.clusterview import ImexMode
 from imexdra.cli.diagnose import (
-    DomainView,
     diagnose,
     has_problems,
     missing_domain_finding,
@@ -23,28 +20,7 @@ from imexdra.cli.diagnose import (
 )
 from imexdra.cli.findings import Finding, Severity
 from tests.unit.cli import objects as o
-
-READY_STATUS = {"status": "Ready", "nodes": [o.status_node("node-a", 0), o.status_node("node-b", 1)]}
-
-
-def view(**overrides: Any) -> DomainView:
-    """A healthy driver-managed domain with two Running workload pods, changed by ``overrides``."""
-    fields: dict[str, Any] = {
-        "domain": o.domain(status=READY_STATUS),
-        "imex_mode": ImexMode.DRIVER_MANAGED,
-        "driver_namespace": o.DRIVER_NS,
-        "daemonsets": [o.daemonset()],
-        "daemon_pods": [
-            o.pod("cd-daemon-a", o.DRIVER_NS, template=None, node_name="node-a", phase="Running", ready=True)
-        ],
-        "pods": [
-            o.pod(f"worker-{i}", node_name=f"node-{n}", phase="Running", ready=True)
-            for i, n in enumerate("ab")
-        ],
-        "nodes": {n: o.gpu_node(n, domain_uid=o.UID) for n in ("node-a", "node-b", "node-c")},
-    }
-    fields.update(overrides)
-    return DomainView(**fields)
+from tests.unit.cli.objects import READY_STATUS, view
 
 
 def problems(findings: list[Finding]) -> list[str]:

@@ -9,7 +9,7 @@ from imexdra.cli.diagnose import diagnose
 from imexdra.cli.findings import Severity
 from imexdra.cli.status import Snapshot, build_report, render_text
 from tests.unit.cli import objects as o
-from tests.unit.cli.test_diagnose import view
+from tests.unit.cli.objects import view
 
 
 def reported(

@@ -20,7 +20,7 @@ from imexdra.controller.imexhealth import ImexHealth, peers_condition
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.sync import MembershipSync
 from tests.unit.controller.support import UID, make_config, make_domain, make_pod, member
-from tests.unit.controller.test_sync import Caches, Clock, Writer
+from tests.unit.controller.syncfakes import Caches, Clock, Writer
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 OK2 = ImexPeers(connected=2, expected=2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import progress
+from tests.support.session import progress
 from tests.unit.fuzz.profiles import PLANNED, SOAK, SOAK_TARGET, TRIED
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
-REPO = Path(__file__).parents[3]
+from tests.support.paths import REPO
+
 CONSTRAINTS = REPO / "deployments/container/constraints.txt"
 SCRIPT = REPO / "tools/image/constraints.py"
 

@@ -20,14 +20,13 @@ import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.dockerfile import instructions
+from tests.support.paths import REPO
 
-REPO = Path(__file__).parents[3]
 BUILD_SH = REPO / "tools/image/build.sh"
 CONTRACT_ENV = REPO / "tools/image/contract.env"
 CHART = REPO / "deployments/helm/imexdra"

@@ -10,8 +10,7 @@ import pytest
 from imexdra_sim.localcluster import cluster, dns
 from imexdra_sim.localcluster.nodes import NodeSpec, new_node
 from imexdra_sim.localcluster.processes import ClusterStartError
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
 
 
 def _versions() -> dict[str, str]:

@@ -17,9 +17,8 @@ from imexdra_sim.localcluster.fabric import Fabric
 from imexdra_sim.localcluster.nodes import NodeSpec, new_node, start_node
 from imexdra_sim.localcluster.processes import ClusterStartError, Supervisor
 from imexdra_sim.localcluster.registry import Registry, hosts_toml
+from tests.support.paths import REPO
 from tests.support.waiting import wait_until
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def test_pause_image_is_the_one_the_image_build_makes() -> None:

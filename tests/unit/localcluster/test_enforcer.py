@@ -10,8 +10,8 @@ import pytest
 from imexdra.common.errors import ConfigError
 from imexdra_sim.localcluster.binaries import Binaries
 from imexdra_sim.localcluster.cluster import LocalCluster
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[3]
 VERSIONS = dict(
     line.split("=", 1)
     for line in (REPO / "tools/k8s/versions.env").read_text().splitlines()

@@ -15,8 +15,7 @@ import yaml
 
 from imexdra.common.errors import ConfigError
 from imexdra_sim.localcluster import binaries
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
 
 
 def versions_env() -> dict[str, str]:

@@ -12,8 +12,6 @@ from imexdra_sim.localcluster import binaries
 from imexdra_sim.localcluster.nodes import NodeSpec, new_node
 from imexdra_sim.localcluster.pki import ClusterPKI
 
-REPO = Path(__file__).resolve().parents[3]
-
 
 def test_missing_binaries_explain_how_to_build(tmp_path: Path) -> None:
     """An empty bin dir gives a ConfigError naming the missing binaries and `make k8s`."""
