@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .PHONY: venv k8s k8s-versions image release upgrade-test lint test test-unit test-integration test-e2e \
-	smoke-versions demo cluster-up bench soak protos clean
+	smoke-versions demo cluster-up bench soak upstream-bats protos clean
 
 venv:
 	@hack/venv.sh
@@ -95,6 +95,18 @@ soak: venv k8s
 	IMEXDRA_CONTROLLER_KILL_ROUNDS=$(SOAK_CONTROLLER_ROUNDS) $(BIN)/pytest -q \
 		$(PYTEST_ARGS) tests/integration/test_crash_plugin.py tests/integration/test_daemon.py \
 		tests/integration/test_controller_resilience.py tests/integration/test_control_plane_faults.py
+
+# Upstream's own bats suite for ComputeDomains (not CI; about 15 min) against this tree's release, installed
+# from the local cluster's registry, on a 2-tray containerd rack: UPSTREAM is a git checkout of
+# kubernetes-sigs/dra-driver-nvidia-gpu, run unchanged. Results: bench/results/upstream_bats.json
+# (docs/upstream-tests.md). bats from PyPI (the upstream-bats extra), its libraries from Debian's packages.
+UPSTREAM ?=
+UPSTREAM_BATS_ARGS ?=
+upstream-bats: venv k8s
+	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-bats UPSTREAM=<checkout of kubernetes-sigs/dra-driver-nvidia-gpu>" >&2; exit 2; }
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[upstream-bats]'
+	tools/upstream/bats-libs.sh $(VENV)/upstream-bats
+	$(BIN)/python tools/upstream/bats.py $(UPSTREAM) $(UPSTREAM_BATS_ARGS)
 
 # A bare local cluster (no driver), kept running until Ctrl-C; for poking around.
 cluster-up: venv k8s

@@ -55,11 +55,11 @@ from imexdra.common.machinery.events import EventRecorder, ObjectRef
 from imexdra.common.machinery.informer import EventHandler
 from imexdra.common.machinery.store import KubeObject
 from imexdra.common.machinery.workqueue import WorkQueue
+from imexdra.controller.apiwrites import ApiWrites
 from imexdra.controller.caches import Caches, domain_label, own_uid
 from imexdra.controller.claimholds import ChannelClaim, PendingBinding
 from imexdra.controller.overlay import DOMAIN_INDEX
 from imexdra.controller.placement import home_of
-from imexdra.controller.writes import Writer
 
 #: How long a node's daemon must keep failing before its pending claims fail binding (the kubelet's
 #: first restarts of a crashing daemon take 10 + 20 + 40 s; one transient failure must not move pods).
@@ -169,7 +169,7 @@ class BindingConditions:
     def __init__(
         self,
         caches: Caches,
-        writer: Writer,
+        writer: ApiWrites,
         events: EventRecorder,
         *,
         runs_daemons: bool,

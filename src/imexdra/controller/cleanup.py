@@ -29,10 +29,11 @@ from typing import Any
 import structlog
 
 from imexdra.common.machinery.store import object_key
+from imexdra.controller.apiwrites import ApiWrites
 from imexdra.controller.caches import Caches, domain_label, template_kind
 from imexdra.controller.overlay import Overlay
 from imexdra.controller.placement import Kind
-from imexdra.controller.writes import Writer, has_finalizer
+from imexdra.controller.writes import has_finalizer
 
 #: Work-queue key of a sweep (cannot collide with ``namespace/name``).
 SWEEP_KEY = "~sweep"
@@ -47,7 +48,7 @@ class StaleObjectSweeper:
     """One sweep over the caches per call of :meth:`sweep`."""
 
     def __init__(
-        self, caches: Caches, writer: Writer, *, clock: Callable[[], float] = time.monotonic
+        self, caches: Caches, writer: ApiWrites, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._caches = caches
         self._writer = writer

@@ -38,10 +38,10 @@ from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, IMEX_CMD_PORT, IMEX_
 from imexdra.common.kube.client import ApiStatusError, is_conflict
 from imexdra.common.machinery.informer import Informer
 from imexdra.common.machinery.store import index_by_label
+from imexdra.controller.apiwrites import ApiWrites
 from imexdra.controller.caches import DaemonSetMeta, domain_label, follow
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.overlay import DOMAIN_INDEX, Overlay
-from imexdra.controller.writes import Writer
 
 _log = structlog.get_logger(__name__)
 
@@ -97,7 +97,7 @@ class DaemonPolicies:
         #: Domains whose policy name is taken by an object that is not ours: not tried again.
         self._taken: set[str] = set()
 
-    async def ensure(self, uid: str, daemon_sets: list[DaemonSetMeta], writer: Writer) -> None:
+    async def ensure(self, uid: str, daemon_sets: list[DaemonSetMeta], writer: ApiWrites) -> None:
         """Create the policy of domain ``uid`` next to its live DaemonSet unless one is there already.
 
         No live DaemonSet (not created yet, or going): nothing to do; its creation requeues the domain.

@@ -46,6 +46,7 @@ from imexdra.common.machinery.events import EventRecorder, and_more
 from imexdra.common.machinery.store import KubeObject, object_key
 from imexdra.common.process import tasks
 from imexdra.controller import reasons, render
+from imexdra.controller.apiwrites import ApiWrites
 from imexdra.controller.caches import Caches, DaemonSetMeta, domain_label, template_target
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.deletion import (
@@ -67,7 +68,7 @@ from imexdra.controller.placement import Home, Kind, home_of
 from imexdra.controller.quota import NamespaceQuota
 from imexdra.controller.switching import ChannelKindDomains, records_channel, template_device_classes
 from imexdra.controller.sync import MembershipSync
-from imexdra.controller.writes import Writer, has_finalizer
+from imexdra.controller.writes import has_finalizer
 
 R = TypeVar("R", bound=KubeObject)
 
@@ -93,7 +94,7 @@ class Reconciler:
         self,
         config: ControllerConfig,
         caches: Caches,
-        writer: Writer,
+        writer: ApiWrites,
         events: EventRecorder,
         metrics: DomainStatusMetrics,
         *,

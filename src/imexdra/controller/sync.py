@@ -31,6 +31,7 @@ from imexdra.api.constants import (
 )
 from imexdra.common.machinery.events import EventRecorder
 from imexdra.controller import membership, nodehealth, reasons
+from imexdra.controller.apiwrites import ApiWrites
 from imexdra.controller.caches import Caches
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod, one_per_node
@@ -40,7 +41,6 @@ from imexdra.controller.membership import CliqueMembers
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.placement import Home, home_of
 from imexdra.controller.render import domain_uid
-from imexdra.controller.writes import Writer
 
 _log = structlog.get_logger(__name__)
 
@@ -93,7 +93,7 @@ class MembershipSync:
         self,
         config: ControllerConfig,
         caches: Caches,
-        writer: Writer,
+        writer: ApiWrites,
         events: EventRecorder,
         metrics: DomainStatusMetrics,
         *,

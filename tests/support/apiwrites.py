@@ -1,0 +1,121 @@
+"""An in-memory ``ApiWrites`` (the controller's writer seam): records writes, applies them, fails on cue.
+
+Not a fake API server: it stands in for our own Protocol (``imexdra.controller.apiwrites``). Each write
+is logged as (verb, ``namespace/name``), recorded in the overlay as ``writes.Writer`` does, and applied
+to the informer store holding that kind, as the API server and the watch would, so a second reconcile
+sees the first's writes. ``fail(verb, code)`` makes the next call of ``verb`` raise the error the
+transport raises for that HTTP status (retryable for 409/5xx, permanent for 403/404).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from imexdra.common.kube.client import PermanentApiError, RetryableApiError, is_retryable_status
+from imexdra.common.machinery.store import Store, object_key
+
+
+def api_error(code: int, action: str = "write") -> Exception:
+    """The error the transport raises when the API server answers ``code``."""
+    kind = RetryableApiError if is_retryable_status(code) else PermanentApiError
+    return kind(f"{action}: {code}", code=code)
+
+
+@dataclass
+class FakeWrites:
+    """Writes applied to ``stores`` (one per kind, by the written object's type name)."""
+
+    stores: dict[type[Any], Store[Any]]
+    log: list[tuple[str, str]] = field(default_factory=list)
+    failures: dict[str, list[int]] = field(default_factory=dict)
+    _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
+
+    def fail(self, verb: str, code: int, times: int = 1) -> None:
+        """Make the next ``times`` calls of ``verb`` fail with HTTP status ``code``."""
+        self.failures.setdefault(verb, []).extend([code] * times)
+
+    def verbs(self) -> list[str]:
+        """The verbs written, in order."""
+        return [verb for verb, _ in self.log]
+
+    def _call(self, verb: str, obj: Any) -> None:
+        pending = self.failures.get(verb)
+        if pending:
+            raise api_error(pending.pop(0), verb)
+        self.log.append((verb, object_key(obj)))
+
+    def _stored(self, obj: Any, store_as: type[Any] | None = None) -> Any:
+        new = msgspec.structs.replace(obj) if isinstance(obj, msgspec.Struct) else obj
+        assert new.metadata is not None
+        new.metadata.resourceVersion = str(next(self._versions))
+        new.metadata.uid = new.metadata.uid or f"uid-{new.metadata.name}"
+        store = self.stores.get(store_as or type(obj))
+        if store is not None:
+            store.upsert(new)
+        return new
+
+    async def create(self, obj: Any, overlay: Any, *, cached_as: type[Any] | None = None) -> Any:
+        """Create ``obj``: logged, stored, recorded."""
+        self._call("create", obj)
+        created = self._stored(obj, cached_as)
+        overlay.record(created)
+        return created
+
+    async def lookup(self, res: type[Any], name: str, namespace: str | None) -> Any:
+        """What the store of ``res`` holds."""
+        store = self.stores.get(res)
+        return store.get_by_name(name, namespace) if store is not None else None
+
+    async def delete(self, obj: Any, overlay: Any, *, has_finalizers: bool = True) -> None:
+        """Delete ``obj``; it lingers (marked) while it has finalizers."""
+        self._call("delete", obj)
+        if has_finalizers:
+            overlay.mark_deleting(obj)
+        else:
+            overlay.mark_gone(obj)
+
+    async def add_finalizer(self, cd: Any, overlay: Any) -> Any:
+        """Add the domain finalizer."""
+        from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER
+
+        self._call("add_finalizer", cd)
+        cd.metadata.finalizers = [*(cd.metadata.finalizers or []), COMPUTE_DOMAIN_FINALIZER]
+        written = self._stored(cd)
+        overlay.record(written)
+        return written
+
+    async def remove_finalizer(self, obj: Any, overlay: Any) -> None:
+        """Remove our finalizer."""
+        self._call("remove_finalizer", obj)
+        overlay.mark_gone(obj)
+
+    async def write_status(self, cd: Any, status: Any, overlay: Any, **_: Any) -> Any:
+        """Replace the domain's status."""
+        self._call("write_status", cd)
+        written = self._stored(msgspec.structs.replace(cd, status=status))
+        overlay.record(written)
+        return written
+
+    async def merge_patch(self, obj: Any, patch: dict[str, Any], overlay: Any) -> Any:
+        """Logged only; the object is returned as it was."""
+        self._call("merge_patch", obj)
+        return obj
+
+    async def remove_node_label(self, node: Any, uid: str, overlay: Any) -> None:
+        """Logged; the node reads as gone from the labelled set."""
+        self._call("remove_node_label", node)
+        overlay.mark_gone(node)
+
+    async def add_node_label(self, name: str, uid: str, overlay: Any) -> str | None:
+        """Logged only."""
+        self.log.append(("add_node_label", name))
+        return uid
+
+    async def set_device_conditions(self, claim: Any, binding: Any, **_: Any) -> bool:
+        """Logged only."""
+        self._call("set_device_conditions", claim)
+        return True

@@ -1,0 +1,118 @@
+"""The reconciler's decisions on the real caches and the in-memory writer seam (``ApiWrites``).
+
+Aspects covered: a new domain gets its finalizer first, then its workload template, and (driver-managed)
+its daemon template and DaemonSet; a second reconcile sees the first's writes and writes nothing new;
+existing objects are adopted, not created again; host-managed makes the workload template only; an
+API error surfaces as a ``ReconcileFailed`` event and is raised for the work queue to judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
+
+from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.constants import daemon_object_name
+from imexdra.common.kube.client import ApiStatusError
+from imexdra.common.machinery.store import object_key
+from imexdra.controller import reasons, render
+from imexdra.controller.caches import Caches, DaemonSetMeta
+from imexdra.controller.metrics import DomainStatusMetrics
+from imexdra.controller.reconciler import Reconciler
+from tests.support.apiwrites import FakeWrites
+from tests.support.offline import offline_client
+from tests.unit.controller.support import make_config, make_domain
+
+
+@dataclass
+class Events:
+    """The event recorder stand-in: reasons in order."""
+
+    reasons: list[str] = field(default_factory=list)
+
+    def record(self, regarding: Any, *, type: str, reason: str, note: str, action: str) -> None:
+        self.reasons.append(reason)
+
+
+@dataclass
+class World:
+    caches: Caches
+    writes: FakeWrites
+    events: Events
+    reconciler: Reconciler
+    key: str
+
+
+async def _world(tmp_path: Path, **config: Any) -> AsyncIterator[World]:
+    client = offline_client(tmp_path)
+    cfg = make_config(**config)
+    caches = Caches(client, cfg)
+    stores: dict[type[Any], Any] = {
+        ComputeDomain: caches.domains.store,
+        ResourceClaimTemplate: caches.templates.store,
+    }
+    if caches.daemon_sets:
+        stores[DaemonSetMeta] = caches.daemon_sets[0].store
+    cd: ComputeDomain = make_domain()
+    assert cd.metadata is not None
+    cd.metadata.resourceVersion = "1"
+    caches.domains.store.upsert(cd)
+    writes, events = FakeWrites(stores), Events()
+    reconciler = Reconciler(cfg, caches, writes, events, DomainStatusMetrics())  # type: ignore[arg-type]
+    yield World(caches, writes, events, reconciler, object_key(cd))
+    await client.close()
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    """A driver-managed controller's caches holding one new domain."""
+    async for w in _world(tmp_path):
+        yield w
+
+
+async def test_a_new_domain_gets_its_finalizer_before_anything_else(world: World) -> None:
+    """The finalizer is the first write: nothing exists that it does not guard."""
+    await world.reconciler.reconcile(world.key)
+    assert world.writes.verbs()[0] == "add_finalizer"
+
+
+async def test_driver_managed_creates_templates_and_daemonset(world: World) -> None:
+    """Driver-managed: the workload template, the daemon template and the DaemonSet are created."""
+    await world.reconciler.reconcile(world.key)
+    created = [key for verb, key in world.writes.log if verb == "create"]
+    uid = render.domain_uid(make_domain())
+    daemon = f"nvidia-dra/{daemon_object_name(uid)}"
+    assert sorted(created) == sorted(
+        [f"team-a/{render.workload_template_name(make_domain())}", daemon, daemon]
+    )
+
+
+async def test_a_second_reconcile_sees_the_first_writes(world: World) -> None:
+    """The writes landed in the stores: a second reconcile creates nothing again."""
+    await world.reconciler.reconcile(world.key)
+    world.writes.log.clear()
+    await world.reconciler.reconcile(world.key)
+    assert "create" not in world.writes.verbs()
+    assert "add_finalizer" not in world.writes.verbs()
+
+
+async def test_an_api_error_is_an_event_and_raised(world: World) -> None:
+    """A failed write surfaces as a ReconcileFailed event and is raised for the work queue."""
+    world.writes.fail("add_finalizer", 403)
+    with pytest.raises(ApiStatusError):
+        await world.reconciler.reconcile(world.key)
+    assert world.events.reasons == [reasons.RECONCILE_FAILED]
+    assert world.writes.log == []
+
+
+async def test_host_managed_makes_the_workload_template_only(tmp_path: Path) -> None:
+    """HostManagedIMEX: one create, the workload template; no daemon objects."""
+    async for world in _world(tmp_path, gates="HostManagedIMEX=true"):
+        await world.reconciler.reconcile(world.key)
+        created = [key for verb, key in world.writes.log if verb == "create"]
+        assert len(created) == 1 and created[0].startswith("team-a/")
