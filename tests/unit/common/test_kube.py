@@ -6,14 +6,12 @@ import pathlib
 import httpx2
 import msgspec
 import pytest
-from lightkube import ApiError, AsyncClient
-from lightkube.resources.core_v1 import ConfigMap, Node
+from lightkube import ApiError
 
 from imexdra.common.errors import ConfigError, PermanentError, RetryableError, is_permanent
 from imexdra.common.kube.client import (
     PermanentApiError,
     RetryableApiError,
-    collection_path,
     is_conflict,
     is_not_found,
     kube_errors,
@@ -200,30 +198,6 @@ def test_load_config_missing_file(tmp_path: pathlib.Path) -> None:
     """A kubeconfig path that does not exist names the kubeconfig field."""
     with pytest.raises(ConfigError, match="kubeconfig"):
         load_config(tmp_path / "missing")
-
-
-@pytest.mark.parametrize(
-    ("resource", "namespace", "path"),
-    [
-        (ConfigMap, "ns1", "api/v1/namespaces/ns1/configmaps"),
-        (ConfigMap, None, "api/v1/configmaps"),
-        (Node, None, "api/v1/nodes"),
-    ],
-    ids=["one-namespace", "all-namespaces", "cluster-scoped"],
-)
-async def test_collection_path(
-    tmp_path: pathlib.Path, resource: type, namespace: str | None, path: str
-) -> None:
-    """Collection URLs cover one namespace, all namespaces and cluster-scoped kinds."""
-    kc = tmp_path / "kc"
-    kc.write_text(KUBECONFIG)
-    client = AsyncClient(config=load_config(kc))
-    assert collection_path(client, resource, namespace) == path
-    with pytest.raises(ValueError, match="cluster-scoped"):
-        collection_path(client, Node, "ns1")
-    with pytest.raises(TypeError):
-        collection_path(client, dict, None)
-    await client.close()
 
 
 @pytest.mark.parametrize(

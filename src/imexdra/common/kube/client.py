@@ -6,10 +6,6 @@
 - :func:`kube_errors` / :func:`wrap_api_error` map API and transport failures onto
   ``RetryableError``/``PermanentError`` subclasses that keep the HTTP status, reason and Retry-After.
 - :func:`retry_on_conflict` re-runs a read-modify-write on 409 Conflict with short jittered backoff.
-- :func:`http_client` and :func:`collection_path` are the only accessors of lightkube internals (the
-  informer needs raw streaming requests that lightkube does not offer, docs/architecture.md §6), and
-  ``common.connection`` the only writer of httpx's transports; lightkube is pinned exactly and a unit
-  test guards these attributes.
 """
 
 from __future__ import annotations
@@ -25,11 +21,10 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 import httpx2
-from lightkube import ALL_NS, ApiError, AsyncClient, KubeConfig, SingleConfig
+from lightkube import ApiError, KubeConfig, SingleConfig
 from lightkube import ConfigError as LightkubeConfigError
 from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.models import User
-from lightkube.core import resource as lkr
 
 from imexdra.common.errors import ConfigError, DriverError, PermanentError, RetryableError
 from imexdra.common.machinery.ratelimit import exponential_delay
@@ -49,12 +44,33 @@ class ApiStatusError(DriverError):
     """A failed API call; ``code`` is the HTTP status (None for transport failures)."""
 
     def __init__(
-        self, message: str, *, code: int | None, reason: str = "", retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        code: int | None,
+        reason: str = "",
+        retry_after: float | None = None,
+        action: str | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.retry_after = retry_after
+        #: The request's name at the head of ``message`` (``"<action>: ..."``), when the error knows it.
+        self.action = action
+
+    def relabelled(self, action: str) -> ApiStatusError:
+        """The same failure named ``action`` (``kube_errors``: the caller's words for the request)."""
+        if self.action is None or self.action == action or not str(self).startswith(f"{self.action}: "):
+            return self
+        rest = str(self)[len(self.action) + 2 :]
+        return type(self)(
+            f"{action}: {rest}",
+            code=self.code,
+            reason=self.reason,
+            retry_after=self.retry_after,
+            action=action,
+        )
 
 
 class RetryableApiError(ApiStatusError, RetryableError):
@@ -97,9 +113,14 @@ def wrap_api_error(error: httpx2.HTTPError, action: str) -> ApiStatusError:
 
 @contextmanager
 def kube_errors(action: str) -> Iterator[None]:
-    """Re-raise API and transport failures inside the block as :class:`ApiStatusError` (from the cause)."""
+    """Name API and transport failures inside the block ``action`` (re-raised as :class:`ApiStatusError`)."""
     try:
         yield
+    except ApiStatusError as error:
+        renamed = error.relabelled(action)
+        if renamed is error:
+            raise
+        raise renamed from error
     except (httpx2.HTTPStatusError, httpx2.RequestError) as error:
         raise wrap_api_error(error, action) from error
 
@@ -209,26 +230,6 @@ def tls_context(config: SingleConfig) -> ssl.SSLContext | None:
     if urlsplit(config.cluster.server).scheme != "https":
         return None
     return verify_cluster(config.cluster, config.user or User(), config.abs_file)
-
-
-def http_client(client: AsyncClient) -> httpx2.AsyncClient:
-    """The httpx client inside ``client``: base URL, TLS and auth already configured."""
-    inner: httpx2.AsyncClient = client._client._client
-    return inner
-
-
-def collection_path(client: AsyncClient, resource: type[object], namespace: str | None) -> str:
-    """URL path of ``resource``'s collection; ``namespace=None`` means all namespaces (or cluster scope)."""
-    if not issubclass(resource, lkr.Resource):
-        raise TypeError(f"{resource.__name__} is not a lightkube resource class")
-    if issubclass(resource, lkr.NamespacedResource):
-        scope = namespace if namespace is not None else ALL_NS
-    elif namespace is not None:
-        raise ValueError(f"{resource.__name__} is cluster-scoped; it has no namespace {namespace!r}")
-    else:
-        scope = None
-    url: str = client._client.prepare_request("list", res=resource, namespace=scope).url
-    return url
 
 
 def microtime(moment: dt.datetime | None = None) -> dt.datetime:

@@ -316,7 +316,7 @@ class Transport:
 
 def _transport_error(action: str, error: BaseException) -> RetryableApiError:
     """No (complete) response: refused, reset, timed out, malformed."""
-    return RetryableApiError(f"{action}: {type(error).__name__}: {error}", code=None)
+    return RetryableApiError(f"{action}: {type(error).__name__}: {error}", code=None, action=action)
 
 
 class _Status(msgspec.Struct):
@@ -335,8 +335,8 @@ def _status_error(
     if is_retryable_status(status) or status in _RETRYABLE_AUTH:
         retry_after = headers.get("retry-after", "")
         wait = float(retry_after) if retry_after.isdigit() else None
-        return RetryableApiError(message, code=status, reason=decoded.reason, retry_after=wait)
-    return PermanentApiError(message, code=status, reason=decoded.reason)
+        return RetryableApiError(message, code=status, reason=decoded.reason, retry_after=wait, action=action)
+    return PermanentApiError(message, code=status, reason=decoded.reason, action=action)
 
 
 def resource_path(res: type[Any], name: str | None = None, *, namespace: str | None = None) -> str:
