@@ -3,8 +3,9 @@
 - :func:`load_config` resolves a kubeconfig path, ``$KUBECONFIG`` or the in-cluster service account (in
   that order, like client-go's ``BuildConfigFromFlags``), :func:`tls_context` its TLS;
   ``common.connection`` builds the clients on them.
-- :func:`kube_errors` / :func:`wrap_api_error` map API and transport failures onto
-  ``RetryableError``/``PermanentError`` subclasses that keep the HTTP status, reason and Retry-After.
+- :class:`ApiStatusError` and its ``RetryableError``/``PermanentError`` subclasses are the one error
+  model of every API call (``common.kube.transport`` raises them, keeping the HTTP status, reason and
+  Retry-After); :func:`kube_errors` names a failure with the caller's words.
 - :func:`retry_on_conflict` re-runs a read-modify-write on 409 Conflict with short jittered backoff.
 """
 
@@ -20,9 +21,8 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-import httpx2
-from lightkube import ApiError, KubeConfig, SingleConfig
 from lightkube import ConfigError as LightkubeConfigError
+from lightkube import KubeConfig, SingleConfig
 from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.models import User
 
@@ -30,9 +30,6 @@ from imexdra.common.errors import ConfigError, DriverError, PermanentError, Retr
 from imexdra.common.machinery.ratelimit import exponential_delay
 
 T = TypeVar("T")
-
-#: Connect fast-fails an unreachable server; the rest bounds one non-watch request end to end.
-DEFAULT_TIMEOUT = httpx2.Timeout(30.0, connect=5.0)
 
 # 408/425/429 and 5xx are the server asking us to come back later; 409 is a lost optimistic-concurrency
 # race that a fresh read fixes; 410 means "relist". Every other 4xx is a request that will fail the same
@@ -86,31 +83,6 @@ def is_retryable_status(code: int) -> bool:
     return code >= 500 or code in _RETRYABLE_4XX
 
 
-def _retry_after(response: httpx2.Response | None) -> float | None:
-    value = response.headers.get("Retry-After") if response is not None else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None  # the HTTP-date form; the API server only sends seconds
-
-
-def wrap_api_error(error: httpx2.HTTPError, action: str) -> ApiStatusError:
-    """Turn a lightkube/httpx failure of ``action`` (e.g. "update lease x") into our error type."""
-    if isinstance(error, ApiError):
-        # lightkube builds ApiErrors for watch ERROR events without a response.
-        response: httpx2.Response | None = getattr(error, "response", None)
-        code = error.status.code or (response.status_code if response is not None else 500)
-        reason, detail = error.status.reason or "", error.status.message or ""
-    elif isinstance(error, httpx2.HTTPStatusError):  # a non-JSON error body (proxy, LB)
-        code, reason, detail, response = error.response.status_code, "", "", error.response
-    else:
-        return RetryableApiError(f"{action}: {type(error).__name__}: {error}", code=None)
-    message = f"{action}: {code} {reason}: {detail}".rstrip(": ")
-    if is_retryable_status(code):
-        return RetryableApiError(message, code=code, reason=reason, retry_after=_retry_after(response))
-    return PermanentApiError(message, code=code, reason=reason)
-
-
 @contextmanager
 def kube_errors(action: str) -> Iterator[None]:
     """Name API and transport failures inside the block ``action`` (re-raised as :class:`ApiStatusError`)."""
@@ -121,21 +93,6 @@ def kube_errors(action: str) -> Iterator[None]:
         if renamed is error:
             raise
         raise renamed from error
-    except (httpx2.HTTPStatusError, httpx2.RequestError) as error:
-        raise wrap_api_error(error, action) from error
-
-
-async def raise_for_status(response: httpx2.Response, action: str) -> None:
-    """Raise the :class:`ApiStatusError` for an unsuccessful (possibly streaming) raw response."""
-    if response.is_success:
-        return
-    await response.aread()
-    error: httpx2.HTTPStatusError
-    try:
-        error = ApiError(request=response.request, response=response)
-    except ValueError:  # not a Status body
-        error = httpx2.HTTPStatusError(response.reason_phrase, request=response.request, response=response)
-    raise wrap_api_error(error, action) from error
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:
@@ -152,8 +109,6 @@ def status_code(error: BaseException) -> int | None:
     for cause in _causes(error):
         if isinstance(cause, ApiStatusError):
             return cause.code
-        if isinstance(cause, httpx2.HTTPStatusError):
-            return cause.response.status_code
     return None
 
 

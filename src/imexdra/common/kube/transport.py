@@ -1,21 +1,21 @@
-"""A lean HTTP/1.1 keep-alive transport for the API requests on hot paths.
+"""The one HTTP/1.1 keep-alive transport to the API server: every request and watch of a component.
 
-Why: through lightkube and httpx2 one API request costs about 4 ms of CPU on the target machine (URL
-parsing three times, anyio and httpcore layers); the same request over a plain TLS stream costs about
-0.3 ms and a third of the latency. The controller sends its writes here (bursts of hundreds of domains,
-several writes each) and the kubelet plugin its per-prepare claim reads and node label writes
-(docs/architecture.md §6). Built by ``common.connection``, which gives it the same credentials, proxy,
-QPS bucket and metrics as the component's lightkube client.
+Why our own: through lightkube's client on httpx2 one API request cost about 4 ms of CPU on the target
+machine (URL parsing three times, anyio and httpcore layers); over a plain TLS stream about 0.3 ms and a
+third of the latency; the transport benchmark (docs/kube-client.md) compares it with aiohttp. The typed
+client (``common.kube.kubeclient``) sits on it; ``common.kube.connection`` builds it with the
+component's credentials, proxy, QPS bucket and metrics.
 
-Scope, deliberately small: JSON bodies, ``Content-Length`` or chunked responses, a pool of persistent
-connections, at most ``_MAX_CONNECTIONS`` open at once (a request finding a pooled connection closed by
-the server is sent on the next or a fresh one), the connection's TLS context, its proxy
-(``common.proxy``), and the ``common.credentials`` header (a 401 with a refreshable credential behind it
-is sent once more with a fresh one, as client-go does; an exec plugin's new client certificate closes
-the pooled connections made with the old one). Failures are the common ``ApiStatusError`` types (401 and
-403 retryable, see ``_RETRYABLE_AUTH``); requests are paced by the connection's
-``--kube-api-qps``/``--kube-api-burst`` token bucket and recorded in client-go's ``rest_client_*`` families
-(``common.restmetrics``), exactly as the lightkube client's are.
+Scope, deliberately small: JSON bodies, ``Content-Length``, chunked or connection-framed responses, a
+pool of persistent connections, at most ``_MAX_CONNECTIONS`` open at once (a request finding a pooled
+connection closed by the server is sent on the next or a fresh one), streamed GETs for watches on
+connections of their own (:meth:`Transport.stream`), the connection's TLS context, its proxy
+(``common.kube.proxy``), and the ``common.kube.credentials`` header (a 401 with a refreshable credential
+behind it is sent once more with a fresh one, as client-go does; an exec plugin's new client certificate
+closes the connections made with the old one, watches included). Failures are the common
+``ApiStatusError`` types (401 and 403 retryable, see ``_RETRYABLE_AUTH``); requests are paced by the
+connection's ``--kube-api-qps``/``--kube-api-burst`` token bucket and recorded in client-go's
+``rest_client_*`` families (``common.kube.restmetrics``); watches are counted, neither paced nor timed.
 """
 
 from __future__ import annotations
