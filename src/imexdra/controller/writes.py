@@ -12,8 +12,8 @@
 - Binding conditions are appended to a claim's ``status.devices`` by a JSON patch guarded by the
   claim's resourceVersion: those entries are ours, the rest of the status is the scheduler's.
 
-Writes go through the component's client (``KubeApi.request``); each is counted in
-``imexdra_controller_api_writes_total`` and its result recorded in the overlay.
+Writes go through the lean ``transport``; each is counted in ``imexdra_controller_api_writes_total``
+and its result recorded in the overlay.
 """
 
 from __future__ import annotations
@@ -32,9 +32,8 @@ from prometheus_client import Counter
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, DRIVER_NAME, NODE_LABEL_KEY
 from imexdra.common.errors import RetryableError
-from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import ApiStatusError, is_not_found, status_code
-from imexdra.common.kube.transport import resource_path
+from imexdra.common.kube.transport import Transport, resource_path
 from imexdra.common.machinery.store import KubeObject, object_key
 from imexdra.controller.claimholds import PendingBinding
 from imexdra.controller.config import CONTROLLER_NAME
@@ -80,16 +79,16 @@ def _names(obj: KubeObject) -> tuple[str, str | None]:
 
 
 class Writer:
-    """Writes through the component's client, counting each call by resource, verb and status code."""
+    """Writes through one transport, counting each call by resource, verb and status code."""
 
-    def __init__(self, client: KubeApi) -> None:
-        self._client = client
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
 
     async def _send(
         self, resource: str, verb: str, method: str, path: str, body: Any = None, content_type: str = ""
     ) -> bytes:
         try:
-            response = await self._client.request(
+            response = await self._transport.request(
                 method,
                 path,
                 query=_FIELD_MANAGER if method != "DELETE" else None,
@@ -118,7 +117,7 @@ class Writer:
         ``list``/``watch`` for reads. For the rare question the informers cannot answer yet: whose
         object did a create's 409 meet?
         """
-        response = await self._client.request(
+        response = await self._transport.request(
             "GET", resource_path(res, namespace=namespace), query={"fieldSelector": f"metadata.name={name}"}
         )
         items = msgspec.json.decode(response.body, type=dict[str, Any]).get("items") or []

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+import httpx2
 import structlog
 
 from imexdra.common.errors import DriverError, is_permanent
@@ -221,7 +222,7 @@ async def _work(queue: WorkQueue[K], reconcile: Reconcile[K]) -> None:
 
 
 # Failures the outside world causes (API errors, network, timeouts); anything else is a bug.
-_EXPECTED_FAILURES = (DriverError, OSError, TimeoutError)
+_EXPECTED_FAILURES = (DriverError, OSError, TimeoutError, httpx2.HTTPError)
 
 
 def _handle_failure(queue: WorkQueue[K], item: K, error: Exception) -> None:
