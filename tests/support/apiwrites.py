@@ -9,12 +9,14 @@ transport raises for that HTTP status (retryable for 409/5xx, permanent for 403/
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER
 from imexdra.common.kube.client import PermanentApiError, RetryableApiError, is_retryable_status
 from imexdra.common.machinery.store import Store, object_key
 
@@ -27,7 +29,7 @@ def api_error(code: int, action: str = "write") -> Exception:
 
 @dataclass
 class FakeWrites:
-    """Writes applied to ``stores`` (one per kind, by the written object's type name)."""
+    """Writes applied to ``stores`` (one per kind, keyed by the resource class or ``cached_as``)."""
 
     stores: dict[type[Any], Store[Any]]
     log: list[tuple[str, str]] = field(default_factory=list)
@@ -43,13 +45,17 @@ class FakeWrites:
         return [verb for verb, _ in self.log]
 
     def _call(self, verb: str, obj: Any) -> None:
+        self._log(verb, object_key(obj))
+
+    def _log(self, verb: str, key: str) -> None:
         pending = self.failures.get(verb)
         if pending:
             raise api_error(pending.pop(0), verb)
-        self.log.append((verb, object_key(obj)))
+        self.log.append((verb, key))
 
     def _stored(self, obj: Any, store_as: type[Any] | None = None) -> Any:
-        new = msgspec.structs.replace(obj) if isinstance(obj, msgspec.Struct) else obj
+        # A copy, as the API server returns one: the caller's object (often the store's) stays as read.
+        new = copy.deepcopy(obj)
         assert new.metadata is not None
         new.metadata.resourceVersion = str(next(self._versions))
         new.metadata.uid = new.metadata.uid or f"uid-{new.metadata.name}"
@@ -80,11 +86,9 @@ class FakeWrites:
 
     async def add_finalizer(self, cd: Any, overlay: Any) -> Any:
         """Add the domain finalizer."""
-        from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER
-
         self._call("add_finalizer", cd)
-        cd.metadata.finalizers = [*(cd.metadata.finalizers or []), COMPUTE_DOMAIN_FINALIZER]
         written = self._stored(cd)
+        written.metadata.finalizers = [*(written.metadata.finalizers or []), COMPUTE_DOMAIN_FINALIZER]
         overlay.record(written)
         return written
 
@@ -112,7 +116,7 @@ class FakeWrites:
 
     async def add_node_label(self, name: str, uid: str, overlay: Any) -> str | None:
         """Logged only."""
-        self.log.append(("add_node_label", name))
+        self._log("add_node_label", name)
         return uid
 
     async def set_device_conditions(self, claim: Any, binding: Any, **_: Any) -> bool:

@@ -4,7 +4,7 @@ The reconciler, the membership sync, the stale-object sweep, binding conditions 
 policies depend on this Protocol, not on ``writes.Writer``, its one production implementation (over
 the transport). Unit tests pass an in-memory implementation that records the writes and applies them
 to the informer stores as the API server would, so the controller's decisions are tested without a
-cluster (docs/architecture.md, "Testing").
+cluster (docs/architecture.md §3.1, "Testing seam").
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
 
 from lightkube.models.core_v1 import PodCondition, PodSpec, PodStatus
 from lightkube.models.meta_v1 import ObjectMeta
@@ -98,3 +100,13 @@ def make_pod(
             conditions=[PodCondition(type="Ready", status="True" if ready else "False")],
         ),
     )
+
+
+@dataclass
+class Events:
+    """The event recorder stand-in: (namespace of the object, reason, note) per event."""
+
+    recorded: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def record(self, regarding: Any, *, type: str, reason: str, note: str, action: str) -> None:
+        self.recorded.append((regarding.metadata.namespace or "", reason, note))

@@ -28,7 +28,7 @@ from imexdra.controller.config import ControllerConfig
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.reconciler import Reconciler
 from tests.support.offline import offline_client
-from tests.unit.controller.support import UID, make_config, make_domain
+from tests.unit.controller.support import UID, Events, make_config, make_domain
 
 DRIVER_NAMESPACE = "nvidia-dra"
 TENANT = "tenant"
@@ -65,16 +65,6 @@ class Writes:
 
     def touched(self) -> set[str]:
         return {key for _, key in self.log}
-
-
-@dataclass
-class Events:
-    """The event recorder stand-in: (namespace of the object, reason, note) per event."""
-
-    recorded: list[tuple[str, str, str]] = field(default_factory=list)
-
-    def record(self, regarding: Any, *, type: str, reason: str, note: str, action: str) -> None:
-        self.recorded.append((regarding.metadata.namespace or "", reason, note))
 
 
 @dataclass

@@ -1,15 +1,15 @@
 """The reconciler's decisions on the real caches and the in-memory writer seam (``ApiWrites``).
 
 Aspects covered: a new domain gets its finalizer first, then its workload template, and (driver-managed)
-its daemon template and DaemonSet; a second reconcile sees the first's writes and writes nothing new;
-existing objects are adopted, not created again; host-managed makes the workload template only; an
+its daemon template and DaemonSet; a second reconcile sees the first's writes and creates nothing
+again; host-managed makes the workload template only; an
 API error surfaces as a ``ReconcileFailed`` event and is raised for the work queue to judge.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +26,7 @@ from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.reconciler import Reconciler
 from tests.support.apiwrites import FakeWrites
 from tests.support.offline import offline_client
-from tests.unit.controller.support import make_config, make_domain
-
-
-@dataclass
-class Events:
-    """The event recorder stand-in: reasons in order."""
-
-    reasons: list[str] = field(default_factory=list)
-
-    def record(self, regarding: Any, *, type: str, reason: str, note: str, action: str) -> None:
-        self.reasons.append(reason)
+from tests.unit.controller.support import Events, make_config, make_domain
 
 
 @dataclass
@@ -106,7 +96,7 @@ async def test_an_api_error_is_an_event_and_raised(world: World) -> None:
     world.writes.fail("add_finalizer", 403)
     with pytest.raises(ApiStatusError):
         await world.reconciler.reconcile(world.key)
-    assert world.events.reasons == [reasons.RECONCILE_FAILED]
+    assert [reason for _, reason, _ in world.events.recorded] == [reasons.RECONCILE_FAILED]
     assert world.writes.log == []
 
 
