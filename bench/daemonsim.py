@@ -37,6 +37,7 @@ per stage and per node.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import time
@@ -46,11 +47,11 @@ from typing import Any
 
 import grpc
 from benchlib import DRIVER_NAMESPACE
-from lightkube import AsyncClient
 
 from imexdra.api.computedomainclique import clique_name
 from imexdra.api.constants import API_VERSION, CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
-from imexdra.common.kube.client import http_client
+from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.client import ApiStatusError
 from imexdra.controller.render import DAEMON_POD_CLAIM_NAME
 from imexdra.daemon.podlabel import label_own_pod
 from imexdra.dra._pb import dra_v1_pb2 as dra
@@ -136,7 +137,7 @@ DAEMON_STAGES = (
 class DaemonKubelet:
     """Plays kubelet, container runtime and daemon for the daemon pods on simulated nodes."""
 
-    kube: AsyncClient
+    kube: KubeApi
     #: Each node's plugin; None: no plugins run, daemon claims need no node-side preparation.
     stubs: Callable[[str], dra_grpc.DRAPluginStub] | None
     clique_of: Callable[[str], str]
@@ -260,6 +261,17 @@ class DaemonKubelet:
         if self.writes_cliques:
             await self._write_own_entry(pod, node, ip, "Ready")
 
+    async def _write(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """``body`` written; None on a 409 (AlreadyExists or a stale resourceVersion)."""
+        try:
+            response = await self.kube.request(method, path, body=body)
+        except ApiStatusError as error:
+            if error.code == 409:
+                return None
+            raise
+        written: dict[str, Any] = json.loads(response.body)
+        return written
+
     async def _write_own_entry(self, pod: dict[str, Any], node: str, ip: str, status: str) -> None:
         """Upstream's daemon: its own entry in its clique, created if need be (module docstring)."""
         meta = pod["metadata"]
@@ -267,7 +279,6 @@ class DaemonKubelet:
         name = clique_name(meta["labels"][COMPUTE_DOMAIN_LABEL_KEY], clique_id)
         collection = f"/apis/resource.nvidia.com/v1beta1/namespaces/{DRIVER_NAMESPACE}/computedomaincliques"
         owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
-        http = http_client(self.kube)
         backoff = 0.005
         while True:
             clique = self._cliques.get(name)
@@ -286,10 +297,9 @@ class DaemonKubelet:
                     },
                     "daemons": [],
                 }
-                response = await http.post(collection, json=body)
-                if response.status_code != 409:  # AlreadyExists: the watch will show it
-                    response.raise_for_status()
-                    self._cliques.setdefault(name, response.json())
+                created = await self._write("POST", collection, body)
+                if created is not None:  # None: AlreadyExists, the watch will show it
+                    self._cliques.setdefault(name, created)
                     continue
             else:
                 daemons = [dict(d) for d in clique.get("daemons") or []]
@@ -314,10 +324,8 @@ class DaemonKubelet:
                     "daemons": daemons,
                     "metadata": {**clique["metadata"], "ownerReferences": owners},
                 }
-                response = await http.put(f"{collection}/{name}", json=update)
-                if response.status_code != 409:
-                    response.raise_for_status()
-                    written = response.json()
+                written = await self._write("PUT", f"{collection}/{name}", update)
+                if written is not None:
                     latest = self._cliques.get(name, clique)
                     if int(written["metadata"]["resourceVersion"]) > int(
                         latest["metadata"]["resourceVersion"]

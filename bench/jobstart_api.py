@@ -12,14 +12,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import httpx2
 from benchlib import (
     DRIVER,
 )
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 
-from imexdra.common.kube.client import http_client
+from imexdra.common.kube.client import ApiStatusError
+from imexdra.common.kube.connection import connect
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 # -- the workload ---------------------------------------------------------------------------------
@@ -69,38 +67,48 @@ class Api:
     """Raw JSON requests and watches on the admin connection (no typed models: less bench CPU)."""
 
     def __init__(self, cluster: LocalCluster) -> None:
-        self.client = AsyncClient(
-            config=KubeConfig.from_file(cluster.kubeconfig), field_manager="jobstart-bench"
-        )
-        self.http = http_client(self.client)
+        connection = connect(cluster.kubeconfig)
+        self.http = connection.transport(user_agent="jobstart-bench")
+        # A collection DELETE of 256 pods answers only once every pod is gone: far beyond the
+        # default timeout on a loaded machine (it lost a finished 256-node run once).
+        self.slow = connection.transport(user_agent="jobstart-bench", timeout=DELETE_TIMEOUT_S)
+        self.client = connection.kube(field_manager="jobstart-bench")
         self.watch_restarts = 0
 
     async def close(self) -> None:
-        await self.client.close()
+        self.http.close()
+        self.slow.close()
+        self.client.close()
 
     async def get(self, path: str, **params: str) -> dict[str, Any]:
-        response = await self.http.get(path, params=params)
-        response.raise_for_status()
-        result: dict[str, Any] = response.json()
+        response = await self.http.request("GET", path, query=params)
+        result: dict[str, Any] = json.loads(response.body)
         return result
 
+    async def exists(self, path: str) -> bool:
+        """Whether a GET of ``path`` finds something (False on 404)."""
+        try:
+            await self.http.request("GET", path)
+        except ApiStatusError as error:
+            if error.code == 404:
+                return False
+            raise
+        return True
+
     async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = await self.http.post(path, json=body)
-        response.raise_for_status()
-        result: dict[str, Any] = response.json()
+        response = await self.http.request("POST", path, body=body)
+        result: dict[str, Any] = json.loads(response.body)
         return result
 
     async def patch(self, path: str, body: dict[str, Any]) -> None:
-        headers = {"Content-Type": "application/merge-patch+json"}
-        response = await self.http.patch(path, content=json.dumps(body), headers=headers)
-        response.raise_for_status()
+        await self.http.request("PATCH", path, body=body, content_type="application/merge-patch+json")
 
     async def delete(self, path: str, **params: str) -> None:
-        # A collection DELETE of 256 pods answers only once every pod is gone: far beyond the
-        # client's default timeout on a loaded machine (it lost a finished 256-node run once).
-        response = await self.http.delete(path, params=params, timeout=DELETE_TIMEOUT_S)
-        if response.status_code != 404:
-            response.raise_for_status()
+        try:
+            await self.slow.request("DELETE", path, query=params)
+        except ApiStatusError as error:
+            if error.code != 404:
+                raise
 
     async def watch(
         self, path: str, on_event: Callable[[str, dict[str, Any]], None], synced: asyncio.Event
@@ -118,15 +126,13 @@ class Api:
                     on_event("ADDED", item)
                 synced.set()
                 params = {"watch": "1", "resourceVersion": listing["metadata"]["resourceVersion"]}
-                async with self.http.stream("GET", path, params=params, timeout=None) as response:
-                    async for line in response.aiter_lines():
-                        if not line:
-                            continue
+                async with self.http.stream(path, query=params) as lines:
+                    async for line in lines:
                         event = json.loads(line)
                         if event["type"] == "ERROR":  # e.g. 410 Gone: list again
                             break
                         on_event(event["type"], event["object"])
-            except (httpx2.HTTPError, ValueError):
+            except (ApiStatusError, ValueError):
                 pass
             self.watch_restarts += 1
             await asyncio.sleep(0.2)

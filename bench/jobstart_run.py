@@ -228,7 +228,7 @@ async def teardown(api: Api, simulator: Simulator | None, namespace: str, name: 
             await asyncio.sleep(0.5)
     await api.delete(f"/api/v1/namespaces/{namespace}")
     # The namespace controller's work would otherwise spill into the next run's figures.
-    while (await api.http.get(f"/api/v1/namespaces/{namespace}")).status_code != 404:
+    while await api.exists(f"/api/v1/namespaces/{namespace}"):
         if time.monotonic() > deadline:
             raise TimeoutError(f"namespace {namespace} not gone")
         await asyncio.sleep(0.5)

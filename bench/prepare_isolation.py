@@ -49,10 +49,8 @@ from benchlib import (
     simulated_node,
     wait_for_socket,
 )
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 
-from imexdra.common.kube.client import http_client
+from imexdra.common.kube.connection import connect
 from imexdra.dra._pb import dra_v1_pb2 as dra
 from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra.kubeletplugin.checkpoint.model import Checkpoint, unmarshal
@@ -61,6 +59,8 @@ from imexdra.kubeletplugin.domains import ComputeDomainCache
 from imexdra_sim.builders import channel_claim, channel_config, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port
+
+MERGE = "application/merge-patch+json"
 
 #: The channel the channel-isolated domain records (any number from 1 up).
 CHANNEL = 7
@@ -83,8 +83,7 @@ async def allocate_claims(
     cluster: LocalCluster, namespace: str, node: str, specs: list[tuple[str, int]], *, prefix: str
 ) -> list[tuple[str, str]]:
     """One ResourceClaim per (domain UID, n) allocated ``channel-<n>`` on ``node``; (name, uid) pairs."""
-    client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="prepare-bench")
-    http = http_client(client)  # raw requests: the typed models add nothing here
+    http = connect(cluster.kubeconfig).transport(user_agent="prepare-bench")  # raw: models add nothing
     base = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
     limit = asyncio.Semaphore(16)
     selector = {
@@ -103,17 +102,15 @@ async def allocate_claims(
             "nodeSelector": selector,
         }
         async with limit:
-            created = (await http.post(base, json=body)).raise_for_status().json()
+            created = json.loads((await http.request("POST", base, body=body)).body)
             patch = {"status": {"allocation": allocation}}
-            headers = {"Content-Type": "application/merge-patch+json"}
-            response = await http.patch(f"{base}/{name}/status", content=json.dumps(patch), headers=headers)
-            response.raise_for_status()
+            await http.request("PATCH", f"{base}/{name}/status", body=patch, content_type=MERGE)
         return name, str(created["metadata"]["uid"])
 
     try:
         return list(await asyncio.gather(*(one(i, uid, n) for i, (uid, n) in enumerate(specs))))
     finally:
-        await client.close()
+        http.close()
 
 
 async def create_domains(
@@ -123,8 +120,7 @@ async def create_domains(
 
     The status is what the controller records; the plugin checks the channel against it.
     """
-    client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="prepare-bench")
-    http = http_client(client)
+    http = connect(cluster.kubeconfig).transport(user_agent="prepare-bench")
     base = f"/apis/resource.nvidia.com/v1beta1/namespaces/{namespace}/computedomains"
     limit = asyncio.Semaphore(16)
 
@@ -132,18 +128,16 @@ async def create_domains(
         status: dict[str, Any] = {"status": "Ready", "nodes": []}
         if channel is not None:
             status["channel"] = channel
-        headers = {"Content-Type": "application/merge-patch+json"}
         async with limit:
             body = compute_domain(name, None, num_nodes=1)
-            created = (await http.post(base, json=body)).raise_for_status().json()
-            patch = json.dumps({"status": status})
-            (await http.patch(f"{base}/{name}/status", content=patch, headers=headers)).raise_for_status()
+            created = json.loads((await http.request("POST", base, body=body)).body)
+            await http.request("PATCH", f"{base}/{name}/status", body={"status": status}, content_type=MERGE)
         return str(created["metadata"]["uid"])
 
     try:
         return list(await asyncio.gather(*(one(name, channel) for name, channel in names_and_channels)))
     finally:
-        await client.close()
+        http.close()
 
 
 async def prepare(
@@ -217,7 +211,7 @@ def scan_costs(checkpoint: Checkpoint, domain_uid: str) -> dict[str, Any]:
 
 async def lookup_cost(cluster: LocalCluster, domain_uid: str) -> dict[str, float]:
     """The plugin's domain lookup (``ComputeDomainCache.get``) on a cache synced from the API, in µs."""
-    client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig))
+    client = connect(cluster.kubeconfig).kube(field_manager="prepare-bench")
     cache = ComputeDomainCache(client, "bench-lookup")  # a node of its own: no status entry is its
     runner = asyncio.create_task(cache.run())
     try:
@@ -233,7 +227,7 @@ async def lookup_cost(cluster: LocalCluster, domain_uid: str) -> dict[str, float
     finally:
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
-        await client.close()
+        client.close()
 
 
 def start_plugin(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:

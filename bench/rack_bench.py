@@ -222,7 +222,7 @@ async def teardown(api: Api, namespace: str, within: float = 600) -> None:
         names = [n["metadata"]["name"] for n in labelled["items"]]
         raise RuntimeError(f"the controller left its node label on {len(names)} nodes, e.g. {names[:3]}")
     await api.delete(f"/api/v1/namespaces/{namespace}")
-    while (await api.http.get(f"/api/v1/namespaces/{namespace}")).status_code != 404:
+    while await api.exists(f"/api/v1/namespaces/{namespace}"):
         if time.monotonic() > deadline:
             raise TimeoutError(f"namespace {namespace} not gone")
         await asyncio.sleep(0.5)

@@ -16,6 +16,7 @@ from lightkube.config.kubeconfig import KubeConfig
 
 from imexdra.api.constants import CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
 from imexdra.common.kube.connection import connect
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.kube.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, HostImage, NodeSpec
@@ -84,6 +85,14 @@ async def lean(cluster: LocalCluster) -> AsyncIterator[Transport]:
     transport = connect(cluster.kubeconfig).transport(user_agent="imexdra-tests")
     yield transport
     transport.close()
+
+
+@pytest.fixture(scope="session")
+async def api(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
+    """The project's typed client (``common.kube.kubeclient``), authenticated as cluster admin."""
+    client = connect(cluster.kubeconfig).kube(field_manager="imexdra-tests")
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="session")

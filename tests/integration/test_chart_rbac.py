@@ -25,7 +25,8 @@ from lightkube.types import PatchType
 from imexdra.api.constants import CLIQUE_LABEL_KEY, NODE_LABEL_KEY
 from imexdra.api.imexpeers import IMEX_PEERS_ANNOTATION, ImexPeers, PeerLink, decode_annotation
 from imexdra.common.errors import DriverError
-from imexdra.common.kube.connection import connect
+from imexdra.common.kube.client import ApiStatusError
+from imexdra.common.kube.connection import connect, make_client
 from imexdra.common.kube.transport import Transport
 from imexdra.daemon.health import pod_annotator
 from imexdra.daemon.podlabel import label_own_pod
@@ -315,7 +316,7 @@ async def test_daemon_patches_only_its_own_pods_clique_label_and_peers_annotatio
     kubeconfig = chart_rbac.kubeconfig("daemon", pod="daemon-a")
     identity = whoami(cluster, kubeconfig)
     assert identity.extra["authentication.kubernetes.io/pod-name"] == ("daemon-a",)
-    client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager="chart-rbac-test")
+    client = make_client(field_manager="chart-rbac-test", kubeconfig=kubeconfig)
     try:
         await label_own_pod(client, name="daemon-a", namespace=NAMESPACE, clique_id="uuid.7")
 
@@ -328,7 +329,7 @@ async def test_daemon_patches_only_its_own_pods_clique_label_and_peers_annotatio
         assert await eventually("clique label on daemon-a", lambda: label("daemon-a") == "uuid.7")
         with pytest.raises(DriverError, match="only its own pod"):
             await label_own_pod(client, name="daemon-b", namespace=NAMESPACE, clique_id="uuid.7")
-        with pytest.raises(ApiError, match="may change only the label"):
+        with pytest.raises(ApiStatusError, match="may change only the label"):
             stolen = {"metadata": {"labels": {"app": "stolen"}}}
             await client.patch(Pod, "daemon-a", stolen, namespace=NAMESPACE, patch_type=PatchType.MERGE)
         report = ImexPeers(connected=1, expected=2, not_connected=[PeerLink(node_name="node-1", state="R")])
@@ -337,11 +338,11 @@ async def test_daemon_patches_only_its_own_pods_clique_label_and_peers_annotatio
         assert decode_annotation(pod["metadata"]["annotations"][IMEX_PEERS_ANNOTATION]) == report
         with pytest.raises(DriverError, match="only its own pod"):
             await pod_annotator(client, name="daemon-b", namespace=NAMESPACE)(report)
-        with pytest.raises(ApiError, match=r"and the annotation resource\.nvidia\.com/imexPeers"):
+        with pytest.raises(ApiStatusError, match=r"and the annotation resource\.nvidia\.com/imexPeers"):
             other = {"metadata": {"annotations": {"example.com/note": "x"}}}
             await client.patch(Pod, "daemon-a", other, namespace=NAMESPACE, patch_type=PatchType.MERGE)
     finally:
-        await client.close()
+        client.close()
         cluster.kubectl(
             "delete",
             "pod",

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Iterator
 
 import msgspec
 import pytest
-from lightkube import AsyncClient
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
@@ -28,8 +27,9 @@ from lightkube.resources.core_v1 import Event as CoreEvent
 from lightkube.types import PatchType
 from prometheus_client import REGISTRY
 
-from imexdra.common.kube.client import http_client, load_config, microtime
+from imexdra.common.kube.client import ApiStatusError, load_config, microtime
 from imexdra.common.kube.connection import make_client
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.kube.restmetrics import server_host
 from imexdra.common.machinery.events import EventAggregator, EventRecorder
 from imexdra.common.machinery.informer import EventHandler, Informer, enqueue
@@ -54,11 +54,11 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-async def client(cluster: LocalCluster) -> AsyncIterator[AsyncClient]:
+async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
     """A client built by the project's own factory from the admin kubeconfig."""
     built = make_client(field_manager="imexdra-common-tests", kubeconfig=cluster.kubeconfig)
     yield built
-    await built.close()
+    built.close()
 
 
 class Recorder:
@@ -95,7 +95,7 @@ def cm(name: str, namespace: str, **labels: str) -> ConfigMap:
     )
 
 
-async def test_informer_sees_adds_updates_deletes(client: AsyncClient, namespace: str) -> None:
+async def test_informer_sees_adds_updates_deletes(client: KubeClient, namespace: str) -> None:
     """Objects listed at start and every later change reach the handlers and the indexed store."""
     await client.create(cm("pre", namespace, team="x"))
     informer = Informer(client, ConfigMap, namespace=namespace, indexers={"team": index_by_label("team")})
@@ -115,7 +115,7 @@ async def test_informer_sees_adds_updates_deletes(client: AsyncClient, namespace
     assert informer.store.get(f"{namespace}/pre") is None
 
 
-async def test_bookmarks_advance_resume_point(client: AsyncClient, namespace: str) -> None:
+async def test_bookmarks_advance_resume_point(client: KubeClient, namespace: str) -> None:
     """With nothing it selects changing, the informer's resume point still moves via bookmarks."""
     # The selector matches nothing, so no event (not even kube-root-ca.crt appearing) can move it.
     informer = Informer(
@@ -138,7 +138,7 @@ async def test_bookmarks_advance_resume_point(client: AsyncClient, namespace: st
     assert recorder.seen == []  # bookmarks are not events
 
 
-async def test_informer_feeds_workers(client: AsyncClient, namespace: str) -> None:
+async def test_informer_feeds_workers(client: KubeClient, namespace: str) -> None:
     """The standard wiring: informer events enqueue keys, workers reconcile them from the cache."""
     informer = Informer(client, ConfigMap, namespace=namespace, label_selector="wired=yes")
     queue: WorkQueue[str] = WorkQueue("test-wiring")
@@ -178,13 +178,13 @@ def election(namespace: str, name: str, identity: str) -> LeaderElectionConfig:
     )
 
 
-async def lease_holder(client: AsyncClient, namespace: str, name: str) -> str | None:
+async def lease_holder(client: KubeClient, namespace: str, name: str) -> str | None:
     """The Lease's current holder as stored in the API server."""
     lease = await client.get(Lease, name, namespace=namespace)
     return lease.spec.holderIdentity if lease.spec else None
 
 
-async def test_one_leader_and_failover_on_release(client: AsyncClient, namespace: str) -> None:
+async def test_one_leader_and_failover_on_release(client: KubeClient, namespace: str) -> None:
     """Two candidates: exactly one leads; when its work ends it releases and the other takes over fast."""
     observed: dict[str, list[str]] = {"cand-0": [], "cand-1": []}
     electors = [
@@ -225,7 +225,7 @@ async def test_one_leader_and_failover_on_release(client: AsyncClient, namespace
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def test_failover_after_dead_leader_lease_expires(client: AsyncClient, namespace: str) -> None:
+async def test_failover_after_dead_leader_lease_expires(client: KubeClient, namespace: str) -> None:
     """A Lease held by a crashed process is taken over only after its duration passes unrenewed."""
     now = microtime()
     spec = LeaseSpec(holderIdentity="crashed", leaseDurationSeconds=3, acquireTime=now, renewTime=now)
@@ -243,7 +243,7 @@ async def test_failover_after_dead_leader_lease_expires(client: AsyncClient, nam
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_leader_stops_when_lease_is_taken_over(client: AsyncClient, namespace: str) -> None:
+async def test_leader_stops_when_lease_is_taken_over(client: KubeClient, namespace: str) -> None:
     """If someone else writes the Lease, the leader's renewal conflicts and its work is cancelled."""
     elector = LeaderElector(client, election(namespace, "takeover", "victim"))
     work_cancelled = asyncio.Event()
@@ -269,7 +269,7 @@ async def test_leader_stops_when_lease_is_taken_over(client: AsyncClient, namesp
 
 
 async def test_event_recorder_creates_and_aggregates(
-    client: AsyncClient, namespace: str, cluster: LocalCluster
+    client: KubeClient, namespace: str, cluster: LocalCluster
 ) -> None:
     """Repeats become one Event with a series count; kubectl describe shows it with its source."""
     target = await client.create(cm("evented", namespace))
@@ -322,7 +322,7 @@ async def test_client_counts_requests_and_enforces_qps(cluster: LocalCluster, na
         for _ in range(5):
             await throttled.get(Namespace, namespace)
     finally:
-        await throttled.close()
+        throttled.close()
     assert loop.time() - started >= 0.9  # 1 free, then 4 more at 4 per second
     assert REGISTRY.get_sample_value("rest_client_requests_total", labels) == before + 5
     waited = (
@@ -331,23 +331,24 @@ async def test_client_counts_requests_and_enforces_qps(cluster: LocalCluster, na
     assert waited >= 0.7  # the four throttled requests waited about 0.25 s each in the bucket
 
 
-async def watch_window_excludes(client: AsyncClient, namespace: str, resource_version: str) -> bool:
+async def watch_window_excludes(client: KubeClient, namespace: str, resource_version: str) -> bool:
     """Ask the server whether a ConfigMap watch from ``resource_version`` is expired (410)."""
-    http = http_client(client)
-    params = {"watch": "true", "resourceVersion": resource_version, "timeoutSeconds": "1"}
-    request = http.build_request("GET", f"api/v1/namespaces/{namespace}/configmaps", params=params)
-    response = await http.send(request, stream=True)
     try:
-        if response.status_code == 410:
-            return True
-        async for line in response.aiter_lines():
-            return '"code":410' in line
-        return False
-    finally:
-        await response.aclose()
+        async with client.watch(
+            ConfigMap,
+            namespace=namespace,
+            resource_version=resource_version,
+            timeout_seconds=1,
+            bookmarks=False,
+        ) as events:
+            async for event in events:
+                return event.type == "ERROR" and b'"code":410' in bytes(event.object)
+    except ApiStatusError as error:
+        return error.code == 410
+    return False
 
 
-async def age_out(client: AsyncClient, resource_version: str, *, churn: str, within: float = 180.0) -> None:
+async def age_out(client: KubeClient, resource_version: str, *, churn: str, within: float = 180.0) -> None:
     """Write ConfigMaps until the server's watch window no longer reaches back to ``resource_version``.
 
     This pushes old events out of the watch cache for real instead of faking the server's answer. The
@@ -368,7 +369,7 @@ async def age_out(client: AsyncClient, resource_version: str, *, churn: str, wit
         batch += 1
 
 
-async def test_expired_watch_relists_with_synthetic_deletes(client: AsyncClient, namespace: str) -> None:
+async def test_expired_watch_relists_with_synthetic_deletes(client: KubeClient, namespace: str) -> None:
     """A watch resumed from outside the server's window gets 410; the relist reports what vanished."""
     ns = f"{namespace}-gone"
     for name in ("keep", "doomed"):

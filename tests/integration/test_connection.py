@@ -3,8 +3,8 @@
 The user is an exec credential plugin (``client.authentication.k8s.io/v1``, a real executable that
 prints a ServiceAccount token, or a client certificate issued by the cluster's CA) and the cluster is
 reached through the proxy the kubeconfig's ``proxy-url`` names (HTTP CONNECT, CONNECT over TLS, or
-SOCKS5): both clients of one connection (the lean transport and lightkube's) must authenticate as that
-user, through the proxy.
+SOCKS5): both clients of one connection (a lean transport and the typed client on one of its own)
+must authenticate as that user, through the proxy.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lightkube import AsyncClient
 from lightkube.resources.authentication_v1 import SelfSubjectReview
 
 from imexdra.common.kube.connection import Connection, connect
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.kube.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import service_account_token
@@ -80,23 +80,23 @@ async def username_via_transport(transport: Transport) -> str:
     return str(answer["status"]["userInfo"]["username"])
 
 
-async def username_via_client(client: AsyncClient) -> str:
-    """Who the API server says the lightkube client's user is (a SelfSubjectReview)."""
+async def username_via_client(client: KubeClient) -> str:
+    """Who the API server says the typed client's user is (a SelfSubjectReview)."""
     typed = await client.create(SelfSubjectReview())
     assert typed.status is not None and typed.status.userInfo is not None
     return str(typed.status.userInfo.username)
 
 
 @contextlib.asynccontextmanager
-async def both_clients(connection: Connection) -> AsyncIterator[tuple[Transport, AsyncClient]]:
-    """The connection's lean transport and lightkube client, closed afterwards."""
+async def both_clients(connection: Connection) -> AsyncIterator[tuple[Transport, KubeClient]]:
+    """A lean transport of the connection and its typed client (a transport of its own), closed afterwards."""
     transport = connection.transport(user_agent="imexdra-tests")
-    client = connection.client(field_manager="connection-test")
+    client = connection.kube(field_manager="connection-test")
     try:
         yield transport, client
     finally:
         transport.close()
-        await client.close()
+        client.close()
 
 
 @pytest.mark.parametrize("scheme", ["http", "https", "socks5"])
@@ -107,7 +107,7 @@ async def test_both_clients_authenticate_through_exec_and_proxy(
     monkeypatch: pytest.MonkeyPatch,
     scheme: str,
 ) -> None:
-    """SelfSubjectReviews sent by the transport and by lightkube both name the exec plugin's
+    """SelfSubjectReviews sent by the transport and by the typed client both name the exec plugin's
     ServiceAccount, and both went through the proxy (a tunnel each to the API server); through an
     https proxy the API server's TLS runs inside the proxy's."""
     namespace, token = account

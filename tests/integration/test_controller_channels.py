@@ -87,10 +87,9 @@ async def running(
     """An in-process controller with ``isolation``; on exit (``clean_up``) it deletes every test domain."""
     config = config_for(isolation)
     connection = connect(kubeconfig)
-    client = connection.client(field_manager=CONTROLLER_NAME)
-    transport = connection.transport(user_agent=CONTROLLER_NAME)
+    client = connection.kube(field_manager=CONTROLLER_NAME)
     controller = Controller(
-        client, transport, config, EventRecorder(client, controller=CONTROLLER_NAME, instance=config.pod_name)
+        client, config, EventRecorder(client, controller=CONTROLLER_NAME, instance=config.pod_name)
     )
     task = asyncio.create_task(controller.run())
     try:
@@ -105,8 +104,7 @@ async def running(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        transport.close()
-        await client.close()
+        client.close()
 
 
 @pytest.fixture

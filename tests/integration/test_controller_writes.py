@@ -30,6 +30,7 @@ from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra_sim.apinodes import FakeKubelet
 from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -67,11 +68,11 @@ CONTROLLER_RESOURCES = (
 
 
 @pytest.fixture(scope="module")
-async def kubelet(cluster: LocalCluster, kube: AsyncClient) -> AsyncIterator[FakeKubelet]:
+async def kubelet(cluster: LocalCluster, api: KubeClient) -> AsyncIterator[FakeKubelet]:
     """18 API-only nodes with daemon devices, kept alive by a fake kubelet."""
     install_driver_namespace(cluster, DRIVER_NS)
     cluster.create_namespace(USER_NS)
-    fake = FakeKubelet(kube, NODES, DRIVER_NS)
+    fake = FakeKubelet(api, NODES, DRIVER_NS)
     await fake.register()
     publish_daemon_devices(cluster, NODES)
     task = asyncio.create_task(fake.run())

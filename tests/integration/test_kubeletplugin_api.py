@@ -18,6 +18,7 @@ from lightkube.resources.core_v1 import Node as NodeResource
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, DRIVER_NAME
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.kube.transport import Transport
 from imexdra.common.machinery.pulse import Pulse
 from imexdra.dra.slicepublisher import SlicePublisher
@@ -73,14 +74,14 @@ async def test_label_add_remove_and_conflict(cluster: LocalCluster, labeler: Nod
 
 async def test_a_watching_labeler_skips_adds_its_cache_shows_done(
     cluster: LocalCluster,
-    kube: AsyncClient,
+    api: KubeClient,
     lean: Transport,
     labeler: NodeLabeler,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With its Node watched, an add the cache shows done makes no request; a label someone removed
     is seen by the watch and added again."""
-    watching = NodeLabeler(lean, NODE, watch=kube)
+    watching = NodeLabeler(lean, NODE, watch=api)
     assert watching.informer is not None
     runner = asyncio.create_task(watching.informer.run())
     try:
@@ -108,14 +109,14 @@ async def test_a_watching_labeler_skips_adds_its_cache_shows_done(
 
 async def test_a_watching_labeler_writes_from_the_copy_the_watch_confirms(
     cluster: LocalCluster,
-    kube: AsyncClient,
+    api: KubeClient,
     lean: Transport,
     labeler: NodeLabeler,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Once the watch shows the resourceVersion of its own last write, the next change is an Update
     from that copy with no GET; after someone else's write the watch has seen, it GETs first."""
-    watching = NodeLabeler(lean, NODE, watch=kube)
+    watching = NodeLabeler(lean, NODE, watch=api)
     assert watching.informer is not None
     informer = watching.informer
     runner = asyncio.create_task(informer.run())
@@ -207,15 +208,17 @@ async def test_concurrent_changes_of_one_node_meet_no_conflict(
     assert request_delta(before, after, resource="nodes", verb="PUT") == 1
 
 
-async def test_domain_cache_and_readiness(cluster: LocalCluster, kube: AsyncClient, namespace: str) -> None:
+async def test_domain_cache_and_readiness(
+    cluster: LocalCluster, kube: AsyncClient, api: KubeClient, namespace: str
+) -> None:
     """Lookups by UID across namespaces; readiness from the watched clique entry, or from the domain
     status; a change of this node's entry wakes the prepare retries, another node's does not."""
-    cache = ComputeDomainCache(kube, NODE)
+    cache = ComputeDomainCache(api, NODE)
     watch = asyncio.create_task(cache.run())
     # Its own pulse: other modules' domains come and go in the cache's pulse meanwhile.
     clique_changes = Pulse()
     readiness = CliqueReadiness(
-        kube,
+        api,
         cache,
         node_name=NODE,
         namespace=DRIVER_NAMESPACE,
@@ -293,7 +296,7 @@ async def test_domain_cache_and_readiness(cluster: LocalCluster, kube: AsyncClie
         clique_watch.cancel()
 
 
-async def test_slice_publisher_converges(kube: AsyncClient) -> None:
+async def test_slice_publisher_converges(kube: AsyncClient, api: KubeClient) -> None:
     """Create once; recreate after deletion; fix a changed slice in place; delete extra slices."""
     pool = f"ghost-{uuid.uuid4().hex[:6]}"  # a Node object no kubelet owns (nor wipes slices of)
     ghost = await kube.create(NodeResource.from_dict({"metadata": {"name": pool}}))  # type: ignore[call-overload]
@@ -303,7 +306,7 @@ async def test_slice_publisher_converges(kube: AsyncClient) -> None:
         return str(owner_uid)
 
     publisher = SlicePublisher(
-        kube,
+        api,
         driver_name=DRIVER_NAME,
         node_name=pool,
         devices=slice_devices(host_managed=False),

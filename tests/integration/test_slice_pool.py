@@ -19,6 +19,7 @@ from lightkube.resources.core_v1 import Node as NodeResource
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.api.constants import DRIVER_NAME
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.dra.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.slices import slice_devices
 from tests.support.waiting import eventually
@@ -65,7 +66,7 @@ def device_ids(slices: list[ResourceSlice]) -> list[int]:
 
 
 async def test_channel_isolation_pool_is_sixteen_slices_rewritten_as_one(
-    kube: AsyncClient, pool: str
+    kube: AsyncClient, api: KubeClient, pool: str
 ) -> None:
     """2047 devices: 16 slices at generation 1; one deleted → all 16 at generation 2, same objects
     reused where they exist; one edited by someone else → generation 3; an unchanged pool is left alone."""
@@ -76,7 +77,7 @@ async def test_channel_isolation_pool_is_sixteen_slices_rewritten_as_one(
 
     devices = slice_devices(host_managed=True, channel_isolation=True)
     publisher = SlicePublisher(
-        kube, driver_name=DRIVER_NAME, node_name=pool, devices=devices, node_uid=node_uid, settle_delay=0.1
+        api, driver_name=DRIVER_NAME, node_name=pool, devices=devices, node_uid=node_uid, settle_delay=0.1
     )
     task = asyncio.create_task(publisher.run())
 

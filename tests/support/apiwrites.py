@@ -4,7 +4,7 @@ Not a fake API server: it stands in for our own Protocol (``imexdra.controller.a
 is logged as (verb, ``namespace/name``), recorded in the overlay as ``writes.Writer`` does, and applied
 to the informer store holding that kind, as the API server and the watch would, so a second reconcile
 sees the first's writes. ``fail(verb, code)`` makes the next call of ``verb`` raise the error the
-transport raises for that HTTP status (retryable for 409/5xx, permanent for 403/404).
+``Writer`` raises for that HTTP status (retryable for 401/403/409/5xx, permanent for 404/422).
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import msgspec
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER
 from imexdra.common.kube.client import PermanentApiError, RetryableApiError, is_retryable_status
 from imexdra.common.machinery.store import Store, object_key
+from imexdra.controller.writes import authorization_retried
 
 
 def api_error(code: int, action: str = "write") -> Exception:
-    """The error the transport raises when the API server answers ``code``."""
+    """The error the controller's ``Writer`` raises when the API server answers ``code``."""
     kind = RetryableApiError if is_retryable_status(code) else PermanentApiError
-    return kind(f"{action}: {code}", code=code)
+    return authorization_retried(kind(f"{action}: {code}", code=code))
 
 
 @dataclass

@@ -13,10 +13,11 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from lightkube import AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
+
+from imexdra.common.kube.api import KubeApi
 
 #: A kubelet's default node Lease duration.
 NODE_LEASE_SECONDS = 40
@@ -45,7 +46,7 @@ def fake_node(name: str) -> dict[str, Any]:
 class FakeKubelet:
     """Plays the kubelet of API-only nodes: node status and Lease heartbeats, pod status, pod removal."""
 
-    kube: AsyncClient
+    kube: KubeApi
     nodes: list[str]
     namespace: str
     ips: dict[str, str] = field(default_factory=dict)

@@ -1,6 +1,6 @@
-"""The ComputeDomain custom resource as typed msgspec models usable with lightkube's clients.
+"""The ComputeDomain custom resource as typed msgspec models, registered as lightkube resources.
 
-``ComputeDomain`` works with every ``AsyncClient`` verb (create, get, list, watch, patch, replace,
+``ComputeDomain`` works with every ``KubeApi`` verb (create, get, list, watch, patch, replace,
 delete, apply); ``ComputeDomain.Status`` is its status subresource (get, patch, replace). Field names
 on the wire, optional/required fields and omit-when-empty rules match upstream exactly
 (docs/compatibility.md §2.1), so objects written by upstream decode here and vice versa:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from lightkube import ALL_NS, AsyncClient
+from lightkube import ALL_NS
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import Event, Pod
@@ -37,6 +37,7 @@ from imexdra.api.constants import (
 )
 from imexdra.api.opaque import ComputeDomainChannelConfig, decode_opaque_config
 from imexdra.common.errors import ConfigError, DriverError
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import ApiStatusError, is_not_found, kube_errors, load_config
 from imexdra.common.kube.connection import make_client
 
@@ -92,7 +93,7 @@ def context_namespace(kubeconfig: Path | None, context: str | None) -> str:
 
 
 def run_with_client(
-    kubeconfig: Path | None, work: Callable[[AsyncClient], Awaitable[T]], *, context: str | None = None
+    kubeconfig: Path | None, work: Callable[[KubeApi], Awaitable[T]], *, context: str | None = None
 ) -> T:
     """Run ``work`` with a fresh client on a new event loop; failures become :class:`ClusterAccessError`."""
 
@@ -103,7 +104,7 @@ def run_with_client(
         try:
             return await work(client)
         finally:
-            await client.close()
+            client.close()
 
     try:
         return asyncio.run(main())
@@ -111,7 +112,7 @@ def run_with_client(
         raise ClusterAccessError(str(error)) from error
 
 
-async def find_driver_namespace(client: AsyncClient, given: str | None) -> str:
+async def find_driver_namespace(client: KubeApi, given: str | None) -> str:
     """``given``, else the namespace the driver is installed in, found by the chart's labels.
 
     The kubelet plugin's DaemonSet decides; without one (the plugin not installed), the controller's
@@ -158,7 +159,7 @@ async def _read(action: str, call: Callable[[], Awaitable[T]]) -> T:
     raise AssertionError("unreachable")
 
 
-async def list_all(client: AsyncClient, resource: Any, **selectors: Any) -> list[Any]:
+async def list_all(client: KubeApi, resource: Any, **selectors: Any) -> list[Any]:
     """Every object of ``resource`` matching ``selectors`` (namespace, labels, fields), as one list."""
 
     async def listing() -> list[Any]:
@@ -167,7 +168,7 @@ async def list_all(client: AsyncClient, resource: Any, **selectors: Any) -> list
     return await _read(f"list {resource.__name__}", listing)
 
 
-async def get_or_none(client: AsyncClient, resource: Any, name: str, namespace: str) -> Any:
+async def get_or_none(client: KubeApi, resource: Any, name: str, namespace: str) -> Any:
     """The named object, or ``None`` if it does not exist; other API errors are raised."""
     try:
         return await _read(
@@ -180,7 +181,7 @@ async def get_or_none(client: AsyncClient, resource: Any, name: str, namespace: 
         raise
 
 
-async def detect_imex_mode(client: AsyncClient) -> ImexMode:
+async def detect_imex_mode(client: KubeApi) -> ImexMode:
     """Read the driver's IMEX mode from the installed DeviceClasses (see :func:`imex_mode_from_classes`)."""
     classes = await list_all(client, DeviceClass)
     return imex_mode_from_classes(name_of(item) for item in classes)

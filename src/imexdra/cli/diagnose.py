@@ -21,7 +21,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from lightkube import ALL_NS, AsyncClient
+from lightkube import ALL_NS
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
@@ -56,6 +56,7 @@ from imexdra.cli.clusterview import (
 from imexdra.cli.findings import Finding, Severity
 from imexdra.cli.imexpeers import imex_peer_findings
 from imexdra.cli.lifecycle import in_use_findings, lost_node_findings
+from imexdra.common.kube.api import KubeApi
 from imexdra.controller import reasons
 
 #: Event reasons whose newest message is quoted for a stuck pod.
@@ -121,7 +122,7 @@ class DomainView:
 
 
 async def fetch_view(
-    client: AsyncClient, *, namespace: str, name: str, driver_namespace: str, imex_mode: ImexMode | None
+    client: KubeApi, *, namespace: str, name: str, driver_namespace: str, imex_mode: ImexMode | None
 ) -> DomainView | None:
     """Read one domain and what it depends on; None if the domain does not exist."""
     domain = await get_or_none(client, ComputeDomain, name, namespace)

@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:  # the commands import their modules when run, keeping --help and --version fast
-    from lightkube import AsyncClient
-
     from imexdra.cli.status import Snapshot
     from imexdra.cli.targets import Target
     from imexdra.cli.workloads import WorkloadView
+    from imexdra.common.kube.api import KubeApi
 
 COMMAND_GROUP = "imexdra.commands"
 """Entry-point group through which another installed distribution adds commands (``imexdra demo`` comes
@@ -111,7 +110,7 @@ def status(
     if namespace is not None and all_namespaces:
         raise click.UsageError("-n/--namespace and -A/--all-namespaces are mutually exclusive")
 
-    async def fetch(client: AsyncClient) -> Snapshot:
+    async def fetch(client: KubeApi) -> Snapshot:
         driver = await find_driver_namespace(client, driver_namespace)
         return await fetch_snapshot(client, namespace=namespace, driver_namespace=driver)
 
@@ -207,7 +206,7 @@ def _diagnose_domain(
     namespace, name = target.namespace, target.name
     mode = None if imex_mode == "auto" else ImexMode(imex_mode)
 
-    async def fetch(client: AsyncClient) -> checks.DomainView | None:
+    async def fetch(client: KubeApi) -> checks.DomainView | None:
         # A missing domain is reported as such, whether or not the driver can be found.
         if await get_or_none(client, ComputeDomain, name, namespace) is None:
             return None
@@ -240,7 +239,7 @@ def _diagnose_workload(target: Target, *, kubeconfig: Path | None, context: str 
     from imexdra.cli.diagnose import has_problems, render_text
     from imexdra.cli.workloads import fetch_workload_view
 
-    async def fetch(client: AsyncClient) -> WorkloadView | None:
+    async def fetch(client: KubeApi) -> WorkloadView | None:
         return await fetch_workload_view(client, target)
 
     view = run_with_client(kubeconfig, fetch, context=context)

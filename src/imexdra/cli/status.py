@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightkube import ALL_NS, AsyncClient
+from lightkube import ALL_NS
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
@@ -41,6 +41,7 @@ from imexdra.cli.clusterview import (
     reserved_pods,
 )
 from imexdra.cli.imexpeers import peers_json, peers_text
+from imexdra.common.kube.api import KubeApi
 from imexdra.controller.nodehealth import not_ready_reason
 
 #: GPU Feature Discovery's marker of a GPU node.
@@ -63,7 +64,7 @@ class Snapshot:
     pods: Mapping[str, Pod] = field(default_factory=dict)
 
 
-async def fetch_snapshot(client: AsyncClient, *, namespace: str | None, driver_namespace: str) -> Snapshot:
+async def fetch_snapshot(client: KubeApi, *, namespace: str | None, driver_namespace: str) -> Snapshot:
     """Read the objects ``status`` reports; ``namespace=None`` means all namespaces."""
     scope = namespace if namespace is not None else ALL_NS
     claims = [c for c in await list_all(client, ResourceClaim, namespace=scope) if driver_devices(c)]

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from lightkube import ALL_NS, AsyncClient
+from lightkube import ALL_NS
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.core_v1 import PodSpec, PodTemplateSpec
 from lightkube.resources.apps_v1 import Deployment
@@ -27,6 +27,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.cli.clusterview import get_or_none, list_all, name_of
 from imexdra.cli.targets import Target, TargetKind
+from imexdra.common.kube.api import KubeApi
 
 #: Labels the Job controller and the MPI Operator put on the pods they create.
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -111,7 +112,7 @@ _WORKLOADS: dict[TargetKind, tuple[Any, Any]] = {
 }
 
 
-async def fetch_consumers(client: AsyncClient, target: Target) -> tuple[list[Consumer], bool] | None:
+async def fetch_consumers(client: KubeApi, target: Target) -> tuple[list[Consumer], bool] | None:
     """The target's consumers, and whether they are pod templates; None if the target does not exist."""
     namespace = target.namespace
     if target.kind is TargetKind.NAMESPACE:
@@ -135,7 +136,7 @@ async def fetch_consumers(client: AsyncClient, target: Target) -> tuple[list[Con
     return [template_consumer(target, role, spec) for role, spec in workload.templates], True
 
 
-async def fetch_workload_view(client: AsyncClient, target: Target) -> WorkloadView | None:
+async def fetch_workload_view(client: KubeApi, target: Target) -> WorkloadView | None:
     """Read the target's consumers and everything their claims depend on; None if the target is absent."""
     found = await fetch_consumers(client, target)
     if found is None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightkube import AsyncClient
 from lightkube.core import resource as res
 from lightkube.core.schema import DictMixin
 from lightkube.models.meta_v1 import ObjectMeta
@@ -37,6 +36,7 @@ from lightkube.resources.resource_v1 import ResourceClaimTemplate
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY, ClaimTemplateTarget
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.machinery.informer import EventHandler, Informer
 from imexdra.common.machinery.store import KubeObject, T, index_by_label, index_by_uid
 from imexdra.controller.claimholds import ChannelClaim, index_by_used_domain
@@ -89,7 +89,7 @@ def template_kind(template: ResourceClaimTemplate) -> Kind | None:
 class Caches:
     """Informers and overlays for everything the controller reads."""
 
-    def __init__(self, client: AsyncClient, config: ControllerConfig) -> None:
+    def __init__(self, client: KubeApi, config: ControllerConfig) -> None:
         resync = config.resync_seconds
         self.places = Places(config.driver_namespace, frozenset(config.managed_namespaces))
         by_label = {DOMAIN_INDEX: index_by_label(COMPUTE_DOMAIN_LABEL_KEY)}

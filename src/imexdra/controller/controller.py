@@ -32,12 +32,11 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.flags.common import ImexIsolation
-from imexdra.common.kube.transport import Transport
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.machinery.events import EventRecorder
 from imexdra.common.machinery.informer import EventHandler, follow_latest
 from imexdra.common.machinery.store import KubeObject, object_key
@@ -64,18 +63,16 @@ _log = structlog.get_logger(__name__)
 class Controller:
     """The compute-domain controller of one process (run it only while leading, if electing).
 
-    ``client`` serves the informers and Events, ``transport`` every write (see ``transport``).
+    ``client`` serves the informers and every write; ``events`` records Events.
     """
 
-    def __init__(
-        self, client: AsyncClient, transport: Transport, config: ControllerConfig, events: EventRecorder
-    ) -> None:
+    def __init__(self, client: KubeApi, config: ControllerConfig, events: EventRecorder) -> None:
         self.config = config
         self.caches = Caches(client, config)
         self.queue: WorkQueue[str] = WorkQueue("computedomain")
         self.metrics = DomainStatusMetrics()
         self.events = events
-        writer = Writer(transport)
+        writer = Writer(client)
         #: The channel book and its verdicts, under channel isolation only (docs/channel-isolation.md).
         self.assigner: ChannelAssigner | None = None
         #: The domains made under channel isolation, under domain isolation only (``switching``).

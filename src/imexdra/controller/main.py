@@ -120,14 +120,13 @@ async def run(
 ) -> None:
     """Serve metrics and probes, and run the controller (under leader election if enabled) until stopped."""
     stop = stop_on_signals()
-    # One connection: the informers' client and the writes' transport share one QPS bucket.
+    # One client: the informers, Events, the Lease and every write share one transport and QPS bucket.
     connection = connect(
         kube_client.kubeconfig, qps=kube_client.kube_api_qps, burst=kube_client.kube_api_burst
     )
-    client = connection.client(field_manager=CONTROLLER_NAME)
-    transport = connection.transport(user_agent=CONTROLLER_NAME)
+    client = connection.kube(field_manager=CONTROLLER_NAME)
     events = EventRecorder(client, controller=CONTROLLER_NAME, instance=config.pod_name)
-    controller = Controller(client, transport, config, events)
+    controller = Controller(client, config, events)
     probes = Probes()
     probes.add_readiness("controller", controller.synced)
     server = None
@@ -161,5 +160,4 @@ async def run(
     finally:
         if server is not None:
             server.close()
-        transport.close()
-        await client.close()
+        client.close()

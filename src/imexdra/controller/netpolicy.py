@@ -24,7 +24,6 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.models.meta_v1 import LabelSelector, ObjectMeta, OwnerReference
 from lightkube.models.networking_v1 import (
     NetworkPolicyIngressRule,
@@ -35,6 +34,7 @@ from lightkube.models.networking_v1 import (
 from lightkube.resources.networking_v1 import NetworkPolicy
 
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, IMEX_CMD_PORT, IMEX_SERVER_PORT
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import ApiStatusError, is_conflict
 from imexdra.common.machinery.informer import Informer
 from imexdra.common.machinery.store import index_by_label
@@ -78,7 +78,7 @@ def daemon_network_policy(uid: str, daemon_set: DaemonSetMeta) -> NetworkPolicy:
 class DaemonPolicies:
     """The domains' policies: an informer per managed namespace (CD label) and create-if-absent."""
 
-    def __init__(self, client: AsyncClient, config: ControllerConfig) -> None:
+    def __init__(self, client: KubeApi, config: ControllerConfig) -> None:
         indexers: Any = {DOMAIN_INDEX: index_by_label(COMPUTE_DOMAIN_LABEL_KEY)}
         self.informers = [
             Informer(

@@ -12,14 +12,17 @@
 - Binding conditions are appended to a claim's ``status.devices`` by a JSON patch guarded by the
   claim's resourceVersion: those entries are ours, the rest of the status is the scheduler's.
 
-Writes go through the lean ``transport``; each is counted in ``imexdra_controller_api_writes_total``
-and its result recorded in the overlay.
+Writes go through the component's client (``KubeApi.request``); each is counted in
+``imexdra_controller_api_writes_total`` and its result recorded in the overlay. A 401 or 403 is retried
+here although the client calls it permanent (``authorization_retried``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import msgspec
@@ -32,8 +35,9 @@ from prometheus_client import Counter
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, DRIVER_NAME, NODE_LABEL_KEY
 from imexdra.common.errors import RetryableError
-from imexdra.common.kube.client import ApiStatusError, is_not_found, status_code
-from imexdra.common.kube.transport import Transport, resource_path
+from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.client import ApiStatusError, RetryableApiError, is_not_found, status_code
+from imexdra.common.kube.transport import resource_path
 from imexdra.common.machinery.store import KubeObject, object_key
 from imexdra.controller.claimholds import PendingBinding
 from imexdra.controller.config import CONTROLLER_NAME
@@ -52,6 +56,41 @@ _FIELD_MANAGER = {"fieldManager": CONTROLLER_NAME}
 def has_finalizer(obj: KubeObject) -> bool:
     """Whether ``obj`` carries the ``resource.nvidia.com/computeDomain`` finalizer."""
     return obj.metadata is not None and COMPUTE_DOMAIN_FINALIZER in (obj.metadata.finalizers or [])
+
+
+#: Authentication and authorization failures: retried by the controller (docs/errors.md §2).
+_AUTH_CODES = frozenset({401, 403})
+
+
+def authorization_retried(error: ApiStatusError) -> ApiStatusError:
+    """``error``, retryable when it is a 401 or 403: the controller's writes retry them.
+
+    Authorization changes without an event that would bring a domain back to the queue: a
+    kube-apiserver that has just restarted answers 403 until its RBAC caches are filled
+    (test_control_plane_faults), RBAC may be applied after the controller started, a token rotates.
+    Upstream's controller requeues every error. The daemon and the kubelet plugin keep the client's
+    model (a forbidden patch is a refusal, not a transient), so this lives here, not in the client.
+    """
+    if error.code in _AUTH_CODES and not isinstance(error, RetryableError):
+        return RetryableApiError(
+            str(error),
+            code=error.code,
+            reason=error.reason,
+            retry_after=error.retry_after,
+            action=error.action,
+        )
+    return error
+
+
+@contextmanager
+def _authorization_retried() -> Iterator[None]:
+    try:
+        yield
+    except ApiStatusError as error:
+        retried = authorization_retried(error)
+        if retried is error:
+            raise
+        raise retried from error
 
 
 class FinalizersChangedError(RetryableError):
@@ -79,16 +118,16 @@ def _names(obj: KubeObject) -> tuple[str, str | None]:
 
 
 class Writer:
-    """Writes through one transport, counting each call by resource, verb and status code."""
+    """Writes through the component's client, counting each call by resource, verb and status code."""
 
-    def __init__(self, transport: Transport) -> None:
-        self._transport = transport
+    def __init__(self, client: KubeApi) -> None:
+        self._client = client
 
     async def _send(
         self, resource: str, verb: str, method: str, path: str, body: Any = None, content_type: str = ""
     ) -> bytes:
         try:
-            response = await self._transport.request(
+            response = await self._client.request(
                 method,
                 path,
                 query=_FIELD_MANAGER if method != "DELETE" else None,
@@ -97,7 +136,8 @@ class Writer:
             )
         except ApiStatusError as error:
             _counter(resource, verb, str(status_code(error) or "error")).inc()
-            raise
+            with _authorization_retried():
+                raise
         _counter(resource, verb, "2xx").inc()
         return response.body
 
@@ -117,9 +157,12 @@ class Writer:
         ``list``/``watch`` for reads. For the rare question the informers cannot answer yet: whose
         object did a create's 409 meet?
         """
-        response = await self._transport.request(
-            "GET", resource_path(res, namespace=namespace), query={"fieldSelector": f"metadata.name={name}"}
-        )
+        with _authorization_retried():
+            response = await self._client.request(
+                "GET",
+                resource_path(res, namespace=namespace),
+                query={"fieldSelector": f"metadata.name={name}"},
+            )
         items = msgspec.json.decode(response.body, type=dict[str, Any]).get("items") or []
         if not items:
             return None

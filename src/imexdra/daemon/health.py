@@ -26,7 +26,6 @@ import time
 from collections.abc import Awaitable, Callable
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
@@ -38,6 +37,7 @@ from imexdra.api.imexpeers import (
     encode_annotation,
 )
 from imexdra.common.errors import DriverError
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import kube_errors
 from imexdra.daemon.membership import Membership, Peer
 from imexdra.daemon.peers import Latest
@@ -158,9 +158,7 @@ class PeerHealthReporter:
         self._last_error = message
 
 
-def pod_annotator(
-    client: AsyncClient, *, name: str, namespace: str
-) -> Callable[[ImexPeers], Awaitable[None]]:
+def pod_annotator(client: KubeApi, *, name: str, namespace: str) -> Callable[[ImexPeers], Awaitable[None]]:
     """A ``publish`` that merge-patches the summary into this daemon's own pod's annotation."""
 
     async def publish(summary: ImexPeers) -> None:

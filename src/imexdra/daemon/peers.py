@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import structlog
-from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique, clique_name
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.machinery.informer import EventHandler, Informer
 from imexdra.common.machinery.store import KubeObject
 from imexdra.daemon.membership import (
@@ -106,9 +106,7 @@ class MembershipWatcher(Generic[K]):
         await self.informer.run()
 
 
-def watch_clique(
-    client: AsyncClient, me: Identity, *, namespace: str
-) -> MembershipWatcher[ComputeDomainClique]:
+def watch_clique(client: KubeApi, me: Identity, *, namespace: str) -> MembershipWatcher[ComputeDomainClique]:
     """Membership from this daemon's ComputeDomainClique."""
     name = clique_name(me.compute_domain_uid, me.clique_id)
     informer = Informer(
@@ -128,7 +126,7 @@ def watch_clique(
 
 
 def watch_compute_domain(
-    client: AsyncClient, me: Identity, *, name: str, namespace: str
+    client: KubeApi, me: Identity, *, name: str, namespace: str
 ) -> MembershipWatcher[ComputeDomain]:
     """Membership from the ComputeDomain's ``status.nodes`` (gate ``ComputeDomainCliques`` off)."""
     informer = Informer(

@@ -12,18 +12,18 @@ from __future__ import annotations
 import asyncio
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import RetryableApiError, kube_errors
 from imexdra.common.machinery.ratelimit import Backoff
 
 _log = structlog.get_logger(__name__)
 
 
-async def label_own_pod(client: AsyncClient, *, name: str, namespace: str, clique_id: str) -> None:
+async def label_own_pod(client: KubeApi, *, name: str, namespace: str, clique_id: str) -> None:
     """Set ``resource.nvidia.com/computeDomain.cliqueID=<clique_id>`` on pod ``namespace/name``."""
     patch = {"metadata": {"labels": {CLIQUE_LABEL_KEY: clique_id}}}
     backoff = Backoff(base=0.5, cap=10.0)

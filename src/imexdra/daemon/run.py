@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from lightkube import AsyncClient
 
 from imexdra.api.featuregates import FeatureGates, Gate
 from imexdra.api.flags.common import KubeClientSettings
 from imexdra.api.flags.daemon import DaemonSettings
 from imexdra.common.errors import ConfigError
 from imexdra.common.files.atomicfile import write_atomic
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.connection import make_client
 from imexdra.common.process.tasks import stop_on_signals, supervise
 from imexdra.daemon.health import PeerHealthReporter, pod_annotator
@@ -103,7 +103,7 @@ def prepare_imexd(config: RunConfig) -> None:
 
 
 def imex_services(
-    config: RunConfig, client: AsyncClient, binaries: ImexBinaries
+    config: RunConfig, client: KubeApi, binaries: ImexBinaries
 ) -> dict[str, Coroutine[Any, Any, None]]:
     """The watcher, the update loop, the supervisor and the IMEX peer-health reporter, wired together."""
     me = config.identity
@@ -180,5 +180,5 @@ async def run_daemon(config: RunConfig) -> None:
         await asyncio.to_thread(prepare_imexd, config)
         await supervise(imex_services(config, client, binaries), stop=stop, grace=IMEX_STOP_GRACE + 5.0)
     finally:
-        await client.close()
+        client.close()
     _log.info("Exiting")

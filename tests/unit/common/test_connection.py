@@ -1,17 +1,18 @@
-"""One connection per component: the proxy it resolves and the clients it builds."""
+"""One connection per component: the proxy it resolves and the client it builds."""
 
 from __future__ import annotations
 
 import pathlib
 
-import httpx2
 import pytest
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import Cluster, Context, User
+from lightkube.resources.core_v1 import ConfigMap
 
 from imexdra.common.errors import ConfigError
-from imexdra.common.kube.client import http_client
+from imexdra.common.kube.client import RetryableApiError
 from imexdra.common.kube.connection import connect, make_client
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.kube.proxy import proxy_url
 
 KUBECONFIG = """
@@ -50,34 +51,22 @@ def config(server: str) -> SingleConfig:
     )
 
 
-async def test_make_client_meters_lightkube_s_transport(tmp_path: pathlib.Path) -> None:
-    """The internals we rely on exist (guard for the exact pin): lightkube's httpx client, its one
-    transport (ours, metered) and no proxy mounts of its own; our credentials are its auth."""
-    client = make_client(
-        field_manager="test", kubeconfig=kubeconfig(tmp_path, "https://127.0.0.1:6443"), qps=5
-    )
-    http = http_client(client)
-    assert isinstance(http, httpx2.AsyncClient)
-    assert str(http.base_url) == "https://127.0.0.1:6443"
-    assert type(http._transport).__name__ == "_MeteredTransport"
-    assert http._mounts == {}
-    assert type(http.auth).__name__ == "CredentialsAuth"
-    await client.close()
-
-
-async def test_the_client_proxies_exactly_as_the_connection_decided(
+async def test_make_client_is_the_typed_client_on_the_connection_s_proxy(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """lightkube's httpx client gets the connection's proxy and none of its own from the environment:
-    with HTTPS_PROXY set, a loopback server is reached directly, a kubeconfig proxy-url through it."""
-    monkeypatch.setenv("HTTPS_PROXY", "http://env-proxy:3128")
-    direct = make_client(field_manager="t", kubeconfig=kubeconfig(tmp_path, "https://127.0.0.1:6443"))
-    assert type(http_client(direct)._transport._inner._pool).__name__ == "AsyncConnectionPool"
-    await direct.close()
-    path = kubeconfig(tmp_path, "https://127.0.0.1:6443", ', proxy-url: "socks5://kc-proxy:1080"')
+    """The typed client dials what the connection decided: with HTTPS_PROXY set, a loopback server
+    directly (a refused connection, no proxy named), a kubeconfig proxy-url through that proxy."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    direct = make_client(field_manager="t", kubeconfig=kubeconfig(tmp_path, "http://127.0.0.1:1"))
+    assert isinstance(direct, KubeClient)
+    with pytest.raises(RetryableApiError, match=r"ConnectionRefused.*\('127\.0\.0\.1', 1\)"):
+        await direct.get(ConfigMap, "a", namespace="ns")
+    direct.close()
+    path = kubeconfig(tmp_path, "http://127.0.0.1:1", ', proxy-url: "http://127.0.0.1:2"')
     proxied = make_client(field_manager="t", kubeconfig=path)
-    assert type(http_client(proxied)._transport._inner._pool).__name__ == "AsyncSOCKSProxy"
-    await proxied.close()
+    with pytest.raises(RetryableApiError, match=r"ConnectionRefused.*\('127\.0\.0\.1', 2\)"):
+        await proxied.get(ConfigMap, "a", namespace="ns")
+    proxied.close()
 
 
 def test_one_tls_context_for_both_clients_and_the_credentials(tmp_path: pathlib.Path) -> None:

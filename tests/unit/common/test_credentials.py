@@ -10,12 +10,11 @@ import pathlib
 import ssl
 import stat
 
-import httpx2
 import pytest
 from lightkube.config.models import NameValue, User, UserExec
 
 from imexdra.common.errors import ConfigError
-from imexdra.common.kube.credentials import CredentialError, Credentials, CredentialsAuth
+from imexdra.common.kube.credentials import CredentialError, Credentials
 from imexdra_sim.localcluster.pki import ClusterPKI
 
 V1 = "client.authentication.k8s.io/v1"
@@ -171,20 +170,3 @@ async def test_auth_providers() -> None:
         credentials(User(auth_provider={"name": "azure"}))
     with pytest.raises(ConfigError, match="has no id-token"):
         credentials(User(auth_provider={"name": "oidc", "config": {}}))
-
-
-async def test_httpx_auth_retries_once_after_a_401(tmp_path: pathlib.Path) -> None:
-    """Through lightkube's httpx client: a 401 is answered with a fresh exec token, once."""
-    seen: list[str] = []
-
-    def server(request: httpx2.Request) -> httpx2.Response:
-        seen.append(request.headers["Authorization"])
-        return httpx2.Response(401 if len(seen) == 1 else 200)
-
-    creds = credentials(User(exec=exec_plugin(tmp_path)))
-    async with httpx2.AsyncClient(
-        transport=httpx2.MockTransport(server), auth=CredentialsAuth(creds)
-    ) as http:
-        response = await http.get("http://api/x")
-    assert response.status_code == 200
-    assert seen == ["Bearer t1", "Bearer t2"]

@@ -171,7 +171,7 @@ async def test_record_never_blocks_and_drops_when_queue_full(tmp_path) -> None:
     after = REGISTRY.get_sample_value("imexdra_events_dropped_total", {"reason": "queue_full"})
     assert after == before + 3
     assert len(recorder.aggregator) == 2  # dropped series are forgotten, so a later occurrence can retry
-    await client.close()
+    client.close()
 
 
 @pytest.mark.parametrize(

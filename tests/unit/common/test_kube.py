@@ -1,19 +1,16 @@
-"""API failure classification and wrapping, conflict retries, config resolution and the lightkube seams."""
+"""API failure classification and naming, conflict retries and config resolution."""
 
 import datetime as dt
 import pathlib
 
-import httpx2
 import msgspec
 import pytest
-from lightkube import ApiError, AsyncClient
-from lightkube.resources.core_v1 import ConfigMap, Node
 
 from imexdra.common.errors import ConfigError, PermanentError, RetryableError, is_permanent
 from imexdra.common.kube.client import (
+    ApiStatusError,
     PermanentApiError,
     RetryableApiError,
-    collection_path,
     is_conflict,
     is_not_found,
     kube_errors,
@@ -22,8 +19,8 @@ from imexdra.common.kube.client import (
     retry_after,
     retry_on_conflict,
     status_code,
-    wrap_api_error,
 )
+from imexdra.common.kube.transport import _status_error
 
 KUBECONFIG = """
 apiVersion: v1
@@ -35,19 +32,11 @@ current-context: ctx
 """
 
 
-def api_error(code: int, reason: str = "", *, headers: dict[str, str] | None = None) -> ApiError:
-    """A lightkube ApiError as the client raises it for a JSON Status response."""
-    request = httpx2.Request("PUT", "https://k8s.test/api/v1/namespaces/ns/configmaps/a")
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "status": "Failure",
-        "message": "boom",
-        "reason": reason,
-        "code": code,
-    }
-    response = httpx2.Response(code, json=body, headers=headers or {}, request=request)
-    return ApiError(request=request, response=response)
+def api_error(code: int, reason: str = "", *, headers: dict[str, str] | None = None) -> ApiStatusError:
+    """The error the transport raises for a JSON Status answer of ``code`` to "update configmap ns/a"."""
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "boom", "reason": reason}
+    lowered = {k.lower(): v for k, v in (headers or {}).items()}
+    return _status_error("update configmap ns/a", code, lowered, msgspec.json.encode(body))
 
 
 @pytest.mark.parametrize(
@@ -60,56 +49,44 @@ def api_error(code: int, reason: str = "", *, headers: dict[str, str] | None = N
         (503, "ServiceUnavailable", True),
         (504, "Timeout", True),
         (410, "Expired", True),
-        (400, "BadRequest", False),
+        (401, "Unauthorized", False),
         (403, "Forbidden", False),
+        (400, "BadRequest", False),
         (404, "NotFound", False),
         (422, "Invalid", False),
     ],
     ids=lambda v: str(v),
 )
-def test_wrap_api_error_classifies_by_status(code: int, reason: str, retryable: bool) -> None:
-    """Throttling, conflicts and server errors retry; validation, authz and not-found are permanent."""
-    wrapped = wrap_api_error(api_error(code, reason), "update configmap ns/a")
+def test_api_errors_are_classified_by_status(code: int, reason: str, retryable: bool) -> None:
+    """Throttling, conflicts and server errors retry; validation, not-found and authn/authz are permanent
+    (client-go's model; the controller's writes retry 401/403 themselves)."""
+    wrapped = api_error(code, reason)
     assert isinstance(wrapped, RetryableError if retryable else PermanentError)
     assert (wrapped.code, wrapped.reason) == (code, reason)
     assert str(wrapped) == f"update configmap ns/a: {code} {reason}: boom"
 
 
-def test_wrap_keeps_retry_after_seconds() -> None:
+def test_retry_after_seconds_are_kept() -> None:
     """An APF 429 keeps its Retry-After so the work queue can honour it."""
-    wrapped = wrap_api_error(api_error(429, headers={"Retry-After": "30"}), "patch")
+    wrapped = api_error(429, headers={"Retry-After": "30"})
     assert isinstance(wrapped, RetryableApiError)
     assert wrapped.retry_after == 30.0
     assert retry_after(wrapped) == 30.0
 
 
-@pytest.mark.parametrize(
-    "error",
-    [httpx2.ConnectError("refused"), httpx2.ReadTimeout("slow"), httpx2.RemoteProtocolError("eof")],
-    ids=["connect", "timeout", "protocol"],
-)
-def test_transport_failures_are_retryable_without_code(error: httpx2.HTTPError) -> None:
-    """Network trouble is retryable and carries no HTTP status."""
-    wrapped = wrap_api_error(error, "get lease")
-    assert isinstance(wrapped, RetryableApiError)
-    assert wrapped.code is None
-
-
 def test_non_json_error_body_still_classified() -> None:
-    """A proxy's plain-text 502 (not turned into an ApiError by lightkube) is still wrapped by status."""
-    request = httpx2.Request("GET", "https://k8s.test/api")
-    error = httpx2.HTTPStatusError(
-        "bad gateway", request=request, response=httpx2.Response(502, request=request)
-    )
-    wrapped = wrap_api_error(error, "list")
+    """A proxy's plain-text 502 is still classified by its status, the text kept as the message."""
+    wrapped = _status_error("list", 502, {}, b"bad gateway")
     assert isinstance(wrapped, RetryableApiError) and wrapped.code == 502
+    assert str(wrapped) == "list: 502 : bad gateway"
 
 
-def test_kube_errors_wraps_and_chains() -> None:
-    """The context manager re-raises as our type with the library error as cause; status helpers see it."""
+def test_kube_errors_renames_and_chains() -> None:
+    """The context manager re-raises under the caller's name with the original as cause."""
     with pytest.raises(PermanentApiError) as info, kube_errors("get configmap ns/a"):
         raise api_error(404, "NotFound")
-    assert isinstance(info.value.__cause__, ApiError)
+    assert str(info.value) == "get configmap ns/a: 404 NotFound: boom"
+    assert isinstance(info.value.__cause__, PermanentApiError)
     assert is_not_found(info.value) and not is_conflict(info.value)
     assert is_permanent(info.value)
 
@@ -200,30 +177,6 @@ def test_load_config_missing_file(tmp_path: pathlib.Path) -> None:
     """A kubeconfig path that does not exist names the kubeconfig field."""
     with pytest.raises(ConfigError, match="kubeconfig"):
         load_config(tmp_path / "missing")
-
-
-@pytest.mark.parametrize(
-    ("resource", "namespace", "path"),
-    [
-        (ConfigMap, "ns1", "api/v1/namespaces/ns1/configmaps"),
-        (ConfigMap, None, "api/v1/configmaps"),
-        (Node, None, "api/v1/nodes"),
-    ],
-    ids=["one-namespace", "all-namespaces", "cluster-scoped"],
-)
-async def test_collection_path(
-    tmp_path: pathlib.Path, resource: type, namespace: str | None, path: str
-) -> None:
-    """Collection URLs cover one namespace, all namespaces and cluster-scoped kinds."""
-    kc = tmp_path / "kc"
-    kc.write_text(KUBECONFIG)
-    client = AsyncClient(config=load_config(kc))
-    assert collection_path(client, resource, namespace) == path
-    with pytest.raises(ValueError, match="cluster-scoped"):
-        collection_path(client, Node, "ns1")
-    with pytest.raises(TypeError):
-        collection_path(client, dict, None)
-    await client.close()
 
 
 @pytest.mark.parametrize(

@@ -27,8 +27,7 @@ def restore_logging() -> Iterator[None]:
     yield
     structlog.reset_defaults()
     root.handlers, root.level = handlers, level
-    for name in ("httpx2", "httpcore2", REQUEST_LOGGER):
-        logging.getLogger(name).setLevel(logging.NOTSET)
+    logging.getLogger(REQUEST_LOGGER).setLevel(logging.NOTSET)
 
 
 def json_lines(stream: io.StringIO) -> list[dict[str, object]]:
@@ -152,10 +151,10 @@ def test_library_logs_rendered_like_ours() -> None:
 
 @pytest.mark.parametrize(("verbosity", "level"), [(5, logging.WARNING), (6, logging.DEBUG)], ids=["v5", "v6"])
 def test_api_request_logs_from_v6(verbosity: int, level: int) -> None:
-    """The HTTP client's and the controller transport's per-request logs are enabled from -v=6."""
+    """The transport's per-request logs are enabled from -v=6."""
     out = io.StringIO()
     configure_logging(verbosity, log_format="json", stream=out)
-    assert logging.getLogger("httpx2").level == level
+    assert logging.getLogger(REQUEST_LOGGER).level == level
     logging.getLogger(REQUEST_LOGGER).info("HTTP Request: GET /api")
     assert [line["v"] for line in json_lines(out)] == ([6] if verbosity >= 6 else [])
 

@@ -11,7 +11,7 @@ import pytest
 from lightkube.resources.core_v1 import ConfigMap
 from prometheus_client import REGISTRY
 
-from imexdra.common.kube.client import PermanentApiError, RetryableApiError, http_client, kube_errors
+from imexdra.common.kube.client import PermanentApiError, RetryableApiError, kube_errors
 from imexdra.common.kube.connection import connect, make_client
 from imexdra.common.kube.restmetrics import (
     LATENCY_BUCKETS,
@@ -141,7 +141,7 @@ async def test_common_client_records_every_family(tmp_path: pathlib.Path, api_po
         with pytest.raises(PermanentApiError), kube_errors("get b"):
             await client.get(ConfigMap, "b", namespace="ns")
     finally:
-        await client.close()
+        client.close()
     assert sample("rest_client_requests_total", code="200", method="GET", host=host) == 1
     assert sample("rest_client_requests_total", code="404", method="GET", host=host) == 1
     labels = {"verb": "GET", "host": host}
@@ -151,13 +151,13 @@ async def test_common_client_records_every_family(tmp_path: pathlib.Path, api_po
 
 
 async def test_common_client_counts_transport_errors(tmp_path: pathlib.Path) -> None:
-    """A refused connection counts as code "<error>" (the response hook of httpx would never see it)."""
+    """A refused connection counts as code "<error>" (no response, still a request)."""
     client = make_client(field_manager="t", kubeconfig=kubeconfig(tmp_path, 9))
     try:
         with pytest.raises(RetryableApiError), kube_errors("get a"):
             await client.get(ConfigMap, "a", namespace="ns")
     finally:
-        await client.close()
+        client.close()
     assert sample("rest_client_requests_total", code="<error>", method="GET", host="127.0.0.1:9") >= 1
 
 
@@ -165,14 +165,12 @@ async def test_watches_count_as_get_and_are_not_timed(tmp_path: pathlib.Path, ap
     """A watch is a GET in rest_client_requests_total, and neither throttled nor in the duration histogram."""
     host = f"127.0.0.1:{api_port}"
     client = make_client(field_manager="t", kubeconfig=kubeconfig(tmp_path, api_port), qps=100, burst=5)
-    http = http_client(client)
     try:
-        request = http.build_request("GET", "api/v1/namespaces/ns/configmaps", params={"watch": "true"})
-        response = await http.send(request, stream=True)
-        await response.aread()
-        await response.aclose()
+        with pytest.raises(PermanentApiError):
+            async with client.watch(ConfigMap, namespace="ns") as events:
+                _ = [event async for event in events]
     finally:
-        await client.close()
+        client.close()
     assert sample("rest_client_requests_total", code="404", method="GET", host=host) == 1
     labels = {"verb": "GET", "host": host}
     assert sample("rest_client_request_duration_seconds_count", **labels) == 0
@@ -180,18 +178,18 @@ async def test_watches_count_as_get_and_are_not_timed(tmp_path: pathlib.Path, ap
 
 
 async def test_a_connection_s_two_clients_share_one_bucket(tmp_path: pathlib.Path, api_port: int) -> None:
-    """The lean transport and the lightkube client of one connection draw from one QPS bucket: with
-    qps=2 and burst=1, the client's request after the transport's waits about half a second."""
+    """A transport and the typed client of one connection draw from one QPS bucket: with qps=2 and
+    burst=1, the client's request after the transport's waits about half a second."""
     host = f"127.0.0.1:{api_port}"
     connection = connect(kubeconfig(tmp_path, api_port), qps=2, burst=1)
     transport = connection.transport(user_agent="imexdra-tests")
-    client = connection.client(field_manager="t")
+    client = connection.kube(field_manager="t")
     try:
         await transport.request("GET", "/api/v1/namespaces/ns/configmaps/a")
         await client.get(ConfigMap, "a", namespace="ns")
     finally:
         transport.close()
-        await client.close()
+        client.close()
     labels = {"verb": "GET", "host": host}
     assert sample("rest_client_rate_limiter_duration_seconds_count", **labels) == 2
     assert 0.3 <= sample("rest_client_rate_limiter_duration_seconds_sum", **labels) < 2.0

@@ -178,8 +178,8 @@ async def test_requests_beyond_the_connection_bound_wait_for_a_free_connection()
         (409, RetryableApiError, None),
         (429, RetryableApiError, 3.0),
         (422, PermanentApiError, None),
-        (403, RetryableApiError, None),
-        (401, RetryableApiError, None),
+        (403, PermanentApiError, None),
+        (401, PermanentApiError, None),
     ],
     ids=["conflict", "throttled", "invalid", "forbidden", "unauthorized"],
 )
@@ -188,7 +188,7 @@ async def test_errors_carry_status_reason_and_retry_after(
 ) -> None:
     """Non-2xx answers become the common API errors with code, reason, message and Retry-After.
 
-    401 and 403 are retried: a restarted apiserver answers 403 until its RBAC caches are filled.
+    401 and 403 are permanent, as in client-go: the controller's writes retry them themselves.
     """
     body = b'{"kind":"Status","reason":"Why","message":"because"}'
     server.replies = [reply(status, body, "Retry-After: 3")]

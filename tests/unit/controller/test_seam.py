@@ -18,7 +18,7 @@ from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import daemon_object_name
-from imexdra.common.kube.client import ApiStatusError
+from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.common.machinery.store import object_key
 from imexdra.controller import reasons, render
 from imexdra.controller.caches import Caches, DaemonSetMeta
@@ -92,11 +92,15 @@ async def test_a_second_reconcile_sees_the_first_writes(world: World) -> None:
 
 
 async def test_an_api_error_is_an_event_and_raised(world: World) -> None:
-    """A failed write surfaces as a ReconcileFailed event and is raised for the work queue."""
+    """A failed write surfaces as a ReconcileFailed event and is raised for the work queue; a 403 is
+    raised retryable (the controller retries authorization failures), a 422 permanent."""
     world.writes.fail("add_finalizer", 403)
-    with pytest.raises(ApiStatusError):
+    with pytest.raises(RetryableError):
         await world.reconciler.reconcile(world.key)
-    assert [reason for _, reason, _ in world.events.recorded] == [reasons.RECONCILE_FAILED]
+    world.writes.fail("add_finalizer", 422)
+    with pytest.raises(PermanentError):
+        await world.reconciler.reconcile(world.key)
+    assert [reason for _, reason, _ in world.events.recorded] == [reasons.RECONCILE_FAILED] * 2
     assert world.writes.log == []
 
 

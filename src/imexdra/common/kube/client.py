@@ -3,13 +3,10 @@
 - :func:`load_config` resolves a kubeconfig path, ``$KUBECONFIG`` or the in-cluster service account (in
   that order, like client-go's ``BuildConfigFromFlags``), :func:`tls_context` its TLS;
   ``common.connection`` builds the clients on them.
-- :func:`kube_errors` / :func:`wrap_api_error` map API and transport failures onto
-  ``RetryableError``/``PermanentError`` subclasses that keep the HTTP status, reason and Retry-After.
+- :class:`ApiStatusError` and its ``RetryableError``/``PermanentError`` subclasses are the one error
+  model of every API call (``common.kube.transport`` raises them, keeping the HTTP status, reason and
+  Retry-After); :func:`kube_errors` names a failure with the caller's words.
 - :func:`retry_on_conflict` re-runs a read-modify-write on 409 Conflict with short jittered backoff.
-- :func:`http_client` and :func:`collection_path` are the only accessors of lightkube internals (the
-  informer needs raw streaming requests that lightkube does not offer, docs/architecture.md §6), and
-  ``common.connection`` the only writer of httpx's transports; lightkube is pinned exactly and a unit
-  test guards these attributes.
 """
 
 from __future__ import annotations
@@ -24,20 +21,15 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-import httpx2
-from lightkube import ALL_NS, ApiError, AsyncClient, KubeConfig, SingleConfig
 from lightkube import ConfigError as LightkubeConfigError
+from lightkube import KubeConfig, SingleConfig
 from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.models import User
-from lightkube.core import resource as lkr
 
 from imexdra.common.errors import ConfigError, DriverError, PermanentError, RetryableError
 from imexdra.common.machinery.ratelimit import exponential_delay
 
 T = TypeVar("T")
-
-#: Connect fast-fails an unreachable server; the rest bounds one non-watch request end to end.
-DEFAULT_TIMEOUT = httpx2.Timeout(30.0, connect=5.0)
 
 # 408/425/429 and 5xx are the server asking us to come back later; 409 is a lost optimistic-concurrency
 # race that a fresh read fixes; 410 means "relist". Every other 4xx is a request that will fail the same
@@ -49,12 +41,33 @@ class ApiStatusError(DriverError):
     """A failed API call; ``code`` is the HTTP status (None for transport failures)."""
 
     def __init__(
-        self, message: str, *, code: int | None, reason: str = "", retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        code: int | None,
+        reason: str = "",
+        retry_after: float | None = None,
+        action: str | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.retry_after = retry_after
+        #: The request's name at the head of ``message`` (``"<action>: ..."``), when the error knows it.
+        self.action = action
+
+    def relabelled(self, action: str) -> ApiStatusError:
+        """The same failure named ``action`` (``kube_errors``: the caller's words for the request)."""
+        if self.action is None or self.action == action or not str(self).startswith(f"{self.action}: "):
+            return self
+        rest = str(self)[len(self.action) + 2 :]
+        return type(self)(
+            f"{action}: {rest}",
+            code=self.code,
+            reason=self.reason,
+            retry_after=self.retry_after,
+            action=action,
+        )
 
 
 class RetryableApiError(ApiStatusError, RetryableError):
@@ -70,51 +83,16 @@ def is_retryable_status(code: int) -> bool:
     return code >= 500 or code in _RETRYABLE_4XX
 
 
-def _retry_after(response: httpx2.Response | None) -> float | None:
-    value = response.headers.get("Retry-After") if response is not None else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None  # the HTTP-date form; the API server only sends seconds
-
-
-def wrap_api_error(error: httpx2.HTTPError, action: str) -> ApiStatusError:
-    """Turn a lightkube/httpx failure of ``action`` (e.g. "update lease x") into our error type."""
-    if isinstance(error, ApiError):
-        # lightkube builds ApiErrors for watch ERROR events without a response.
-        response: httpx2.Response | None = getattr(error, "response", None)
-        code = error.status.code or (response.status_code if response is not None else 500)
-        reason, detail = error.status.reason or "", error.status.message or ""
-    elif isinstance(error, httpx2.HTTPStatusError):  # a non-JSON error body (proxy, LB)
-        code, reason, detail, response = error.response.status_code, "", "", error.response
-    else:
-        return RetryableApiError(f"{action}: {type(error).__name__}: {error}", code=None)
-    message = f"{action}: {code} {reason}: {detail}".rstrip(": ")
-    if is_retryable_status(code):
-        return RetryableApiError(message, code=code, reason=reason, retry_after=_retry_after(response))
-    return PermanentApiError(message, code=code, reason=reason)
-
-
 @contextmanager
 def kube_errors(action: str) -> Iterator[None]:
-    """Re-raise API and transport failures inside the block as :class:`ApiStatusError` (from the cause)."""
+    """Name API and transport failures inside the block ``action`` (re-raised as :class:`ApiStatusError`)."""
     try:
         yield
-    except (httpx2.HTTPStatusError, httpx2.RequestError) as error:
-        raise wrap_api_error(error, action) from error
-
-
-async def raise_for_status(response: httpx2.Response, action: str) -> None:
-    """Raise the :class:`ApiStatusError` for an unsuccessful (possibly streaming) raw response."""
-    if response.is_success:
-        return
-    await response.aread()
-    error: httpx2.HTTPStatusError
-    try:
-        error = ApiError(request=response.request, response=response)
-    except ValueError:  # not a Status body
-        error = httpx2.HTTPStatusError(response.reason_phrase, request=response.request, response=response)
-    raise wrap_api_error(error, action) from error
+    except ApiStatusError as error:
+        renamed = error.relabelled(action)
+        if renamed is error:
+            raise
+        raise renamed from error
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:
@@ -131,8 +109,6 @@ def status_code(error: BaseException) -> int | None:
     for cause in _causes(error):
         if isinstance(cause, ApiStatusError):
             return cause.code
-        if isinstance(cause, httpx2.HTTPStatusError):
-            return cause.response.status_code
     return None
 
 
@@ -209,26 +185,6 @@ def tls_context(config: SingleConfig) -> ssl.SSLContext | None:
     if urlsplit(config.cluster.server).scheme != "https":
         return None
     return verify_cluster(config.cluster, config.user or User(), config.abs_file)
-
-
-def http_client(client: AsyncClient) -> httpx2.AsyncClient:
-    """The httpx client inside ``client``: base URL, TLS and auth already configured."""
-    inner: httpx2.AsyncClient = client._client._client
-    return inner
-
-
-def collection_path(client: AsyncClient, resource: type[object], namespace: str | None) -> str:
-    """URL path of ``resource``'s collection; ``namespace=None`` means all namespaces (or cluster scope)."""
-    if not issubclass(resource, lkr.Resource):
-        raise TypeError(f"{resource.__name__} is not a lightkube resource class")
-    if issubclass(resource, lkr.NamespacedResource):
-        scope = namespace if namespace is not None else ALL_NS
-    elif namespace is not None:
-        raise ValueError(f"{resource.__name__} is cluster-scoped; it has no namespace {namespace!r}")
-    else:
-        scope = None
-    url: str = client._client.prepare_request("list", res=resource, namespace=scope).url
-    return url
 
 
 def microtime(moment: dt.datetime | None = None) -> dt.datetime:

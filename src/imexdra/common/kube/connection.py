@@ -5,32 +5,26 @@ in-cluster service account), its TLS context (``common.kube.tls_context``), its 
 (``common.credentials``: tokens, token files, exec plugins with tokens or client certificates, the oidc
 auth-provider), its proxy (``common.proxy``: the cluster's ``proxy-url``, else the environment's;
 http, https and socks5) and the client-side ``--kube-api-qps``/``--kube-api-burst`` limit with its
-``rest_client_*`` metrics. The two clients it hands out share all of these, so a component has one QPS
-bucket, one TLS context and one credential, whichever it uses (docs/architecture.md §6):
-
-- :meth:`Connection.transport` — the lean keep-alive transport (``common.transport``) for hot paths:
-  the controller's writes, the plugin's claim reads and node label writes.
-- :meth:`Connection.client` — lightkube's typed ``AsyncClient`` for everything else (informers, Events,
-  Leases, ResourceSlices, the CLI), wrapped in a transport that applies the same QPS limit and metrics.
+``rest_client_*`` metrics. :meth:`Connection.kube` hands out the typed client
+(``common.kube.kubeclient.KubeClient``) on one lean transport (``common.kube.transport``) built on all of
+them, watches included, so a component has one QPS bucket, one TLS context and one credential
+(docs/kube-client.md). :meth:`Connection.transport` is that transport alone, for benchmarks and tests
+of the wire.
 """
 
 from __future__ import annotations
 
 import ssl
-import time
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import httpx2
-from lightkube import AsyncClient, SingleConfig
-from lightkube.config.models import User
+from lightkube import SingleConfig
 
-from imexdra.common.kube.client import DEFAULT_TIMEOUT, http_client, load_config, tls_context
-from imexdra.common.kube.credentials import Credentials, CredentialsAuth
+from imexdra.common.kube.client import load_config, tls_context
+from imexdra.common.kube.credentials import Credentials
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.kube.oidc import KubeconfigUser
-from imexdra.common.kube.proxy import httpx_proxy, proxy_url
+from imexdra.common.kube.proxy import proxy_url
 from imexdra.common.kube.restmetrics import RestClientMetrics, server_host
 from imexdra.common.kube.transport import Transport
 from imexdra.common.machinery.ratelimit import TokenBucket
@@ -61,27 +55,10 @@ class Connection:
             user_agent=user_agent,
         )
 
-    def client(self, *, field_manager: str, timeout: httpx2.Timeout = DEFAULT_TIMEOUT) -> AsyncClient:
-        """Lightkube's typed client; ``field_manager`` is recorded as the writer of every field it sets."""
-        # TLS, proxy and credentials are the connection's: lightkube gets an httpx transport built on
-        # them and no user of its own, so it neither refuses an exec or auth-provider user nor adds a
-        # second Authorization header; trust_env=False keeps httpx from proxying on its own.
-        client = AsyncClient(
-            config=self.config._replace(user=User()),
-            timeout=timeout,
-            field_manager=field_manager,
-            lazy=False,
-            trust_env=False,
-            transport=_MeteredTransport(self._httpx_transport, self.metrics, self.credentials),
-        )
-        http_client(client).auth = CredentialsAuth(self.credentials)
-        return client
-
-    def _httpx_transport(self) -> httpx2.AsyncBaseTransport:
-        return httpx2.AsyncHTTPTransport(
-            verify=self.tls if self.tls is not None else True,
-            proxy=httpx_proxy(self.proxy) if self.proxy is not None else None,
-            trust_env=False,
+    def kube(self, *, field_manager: str, timeout: float = 30.0) -> KubeClient:
+        """The typed client on a lean transport of its own; ``field_manager`` also names it as user agent."""
+        return KubeClient(
+            self.transport(user_agent=field_manager, timeout=timeout), field_manager=field_manager
         )
 
 
@@ -118,89 +95,9 @@ def make_client(
     context: str | None = None,
     qps: float | None = None,
     burst: int = 10,
-    timeout: httpx2.Timeout = DEFAULT_TIMEOUT,
-) -> AsyncClient:
-    """A lightkube client on a connection of its own (for a process that needs only the typed client)."""
-    return connect(kubeconfig, context=context, qps=qps, burst=burst).client(
+    timeout: float = 30.0,
+) -> KubeClient:
+    """The typed client on a connection of its own (for a process that needs only one client)."""
+    return connect(kubeconfig, context=context, qps=qps, burst=burst).kube(
         field_manager=field_manager, timeout=timeout
     )
-
-
-class _CountingStream(httpx2.AsyncByteStream):
-    """A response body that reports its size once it is read to the end or closed."""
-
-    def __init__(self, stream: httpx2.AsyncByteStream, done: Callable[[int], None]) -> None:
-        self._stream = stream
-        self._done: Callable[[int], None] | None = done
-        self._size = 0
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            self._size += len(chunk)
-            yield chunk
-
-    async def aclose(self) -> None:
-        if self._done is not None:
-            done, self._done = self._done, None
-            done(self._size)
-        await self._stream.aclose()
-
-
-class _MeteredTransport(httpx2.AsyncBaseTransport):
-    """httpx's transport wrapped: the client-side QPS limit and the ``rest_client_*`` metrics.
-
-    A transport rather than event hooks: hooks never see a request that got no response, and run before
-    the body is read, so neither ``code="<error>"`` nor client-go's duration (body included) is possible.
-    """
-
-    def __init__(
-        self,
-        make: Callable[[], httpx2.AsyncBaseTransport],
-        metrics: RestClientMetrics,
-        credentials: Credentials,
-    ) -> None:
-        self._make = make
-        self._inner = make()
-        self._metrics = metrics
-        self._credentials = credentials
-        self._generation = credentials.certificate_generation
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        if self._credentials.certificate_generation != self._generation:
-            # An exec plugin's new client certificate: connections made with the old one are closed
-            # (watches on them end and are resumed by their informers), as client-go does.
-            self._generation = self._credentials.certificate_generation
-            stale, self._inner = self._inner, self._make()
-            await stale.aclose()
-        method = request.method
-        # Watches are neither throttled nor timed: they stay open as long as the server allows.
-        watch = request.url.params.get("watch") == "true"
-        started = time.monotonic()
-        if not watch:
-            await self._metrics.throttle(method)
-        sent = int(request.headers.get("content-length") or 0)
-        try:
-            response = await self._inner.handle_async_request(request)
-        except Exception:  # no response: refused, reset, timed out (cancellation is not counted)
-            self._metrics.result(method, None)
-            if not watch:
-                self._metrics.completed(method, time.monotonic() - started, sent=sent, received=None)
-            raise
-        self._metrics.result(method, response.status_code)
-        if not watch and isinstance(response.stream, httpx2.AsyncByteStream):
-
-            def done(received: int) -> None:
-                self._metrics.completed(method, time.monotonic() - started, sent=sent, received=received)
-
-            response.stream = _CountingStream(response.stream, done)
-        return response
-
-    async def __aenter__(self) -> _MeteredTransport:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        await self._inner.__aexit__(*exc_info)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()

@@ -1,7 +1,7 @@
 """The credentials of a kubeconfig user, for every kind of user a kubeconfig holds.
 
-One implementation serves both HTTP paths to the API server (``common.transport`` and the lightkube
-client, through :class:`CredentialsAuth`), so a kubeconfig works the same on each (docs/architecture.md §6):
+The transport (``common.kube.transport``) asks :class:`Credentials` for its ``Authorization`` header
+and, after a 401, for a fresh one (docs/architecture.md §6):
 
 - ``token`` and ``username``/``password``: fixed headers.
 - ``tokenFile`` (in-cluster projected ServiceAccount tokens): re-read once a minute and after a 401, as
@@ -27,12 +27,11 @@ import os
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import msgspec
 from lightkube.config.models import User, UserExec
 
@@ -189,27 +188,6 @@ def _read_token_file(path: Path) -> str:
         return path.read_text().strip()
     except OSError as error:
         raise CredentialError(f"read token file {path}: {error.strerror or error}") from error
-
-
-class CredentialsAuth(httpx2.Auth):
-    """:class:`Credentials` for an httpx client (the lightkube client's), with one retry after a 401."""
-
-    def __init__(self, credentials: Credentials) -> None:
-        self._credentials = credentials
-
-    async def async_auth_flow(
-        self, request: httpx2.Request
-    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        header = await self._credentials.header()
-        if header is not None:
-            request.headers["Authorization"] = header
-        response = yield request
-        if response.status_code == 401 and self._credentials.refreshable:
-            self._credentials.invalidate()
-            header = await self._credentials.header()
-            if header is not None:
-                request.headers["Authorization"] = header
-            yield request
 
 
 async def _run_exec(spec: UserExec) -> _ExecAnswer:

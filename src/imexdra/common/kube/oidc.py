@@ -17,12 +17,14 @@ import base64
 import binascii
 import datetime as dt
 import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx2
 import msgspec
 import structlog
 import yaml
@@ -106,17 +108,17 @@ class OidcProvider:
     async def refresh(self) -> None:
         """Exchange the refresh-token for a new id-token; write the new tokens to the kubeconfig."""
         issuer = self._config["idp-issuer-url"].rstrip("/")
-        async with httpx2.AsyncClient(verify=self._tls(), timeout=_TIMEOUT_SECONDS, trust_env=True) as http:
-            discovery = await self._call(http, "GET", f"{issuer}/.well-known/openid-configuration", None)
-            endpoint = _decode(discovery, _Discovery, issuer).token_endpoint
-            form = {
-                "grant_type": "refresh_token",
-                "refresh_token": self._config["refresh-token"],
-                "client_id": self._config["client-id"],
-            }
-            if self._config.get("client-secret"):
-                form["client_secret"] = self._config["client-secret"]
-            answer = _decode(await self._call(http, "POST", endpoint, form), _TokenResponse, issuer)
+        tls = self._tls()
+        discovery = await self._call(tls, "GET", f"{issuer}/.well-known/openid-configuration", None)
+        endpoint = _decode(discovery, _Discovery, issuer).token_endpoint
+        form = {
+            "grant_type": "refresh_token",
+            "refresh_token": self._config["refresh-token"],
+            "client_id": self._config["client-id"],
+        }
+        if self._config.get("client-secret"):
+            form["client_secret"] = self._config["client-secret"]
+        answer = _decode(await self._call(tls, "POST", endpoint, form), _TokenResponse, issuer)
         if not answer.id_token:
             raise ConfigError(
                 f"the oidc issuer {issuer} answered the refresh without an id_token; check that the "
@@ -138,23 +140,23 @@ class OidcProvider:
                     error=str(error),
                 )
 
-    async def _call(
-        self, http: httpx2.AsyncClient, method: str, url: str, form: dict[str, str] | None
-    ) -> bytes:
+    async def _call(self, tls: ssl.SSLContext, method: str, url: str, form: dict[str, str] | None) -> bytes:
+        # The standard library's client, in a thread: two requests per token lifetime, to a server
+        # that is not the API server, need neither the API transport's pool nor its metrics, and
+        # urllib honours HTTPS_PROXY/NO_PROXY for the issuer as kubectl does (docs/kube-client.md).
         try:
-            response = await http.request(method, url, data=form)
-        except httpx2.HTTPError as error:
+            return await asyncio.to_thread(_fetch, tls, method, url, form)
+        except urllib.error.HTTPError as error:
+            status, detail = error.code, error.read().decode(errors="replace").strip()[:300]
+        except (OSError, ValueError) as error:  # refused, unreachable, timed out, TLS, malformed URL
             raise OidcRefreshError(f"oidc refresh: {method} {url}: {error}") from error
-        if response.status_code >= 500 or response.status_code == 429:
-            raise OidcRefreshError(f"oidc refresh: {method} {url}: {response.status_code}")
-        if response.status_code >= 400:
-            detail = response.text.strip()[:300]
-            raise ConfigError(
-                f"the oidc issuer refused the refresh ({response.status_code}: {detail}); the "
-                "refresh-token may have expired or been revoked: log in again with your OIDC tool",
-                field="kubeconfig",
-            )
-        return response.content
+        if status >= 500 or status == 429:
+            raise OidcRefreshError(f"oidc refresh: {method} {url}: {status}")
+        raise ConfigError(
+            f"the oidc issuer refused the refresh ({status}: {detail}); the "
+            "refresh-token may have expired or been revoked: log in again with your OIDC tool",
+            field="kubeconfig",
+        )
 
     def _tls(self) -> ssl.SSLContext:
         if self._config.get("idp-certificate-authority"):
@@ -169,6 +171,16 @@ class OidcProvider:
                 ) from error
             return ssl.create_default_context(cadata=pem)
         return ssl.create_default_context()
+
+
+def _fetch(tls: ssl.SSLContext, method: str, url: str, form: dict[str, str] | None) -> bytes:
+    data = urllib.parse.urlencode(form).encode() if form is not None else None
+    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - the issuer's https URL
+    if data is not None:
+        request.add_header("Content-Type", "application/x-www-form-urlencoded")
+    with urllib.request.urlopen(request, context=tls, timeout=_TIMEOUT_SECONDS) as response:  # noqa: S310
+        body: bytes = response.read()
+        return body
 
 
 def jwt_expiry(token: str) -> dt.datetime | None:

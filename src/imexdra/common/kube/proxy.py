@@ -10,8 +10,7 @@ in the URL (``user:password@``) become ``Proxy-Authorization: Basic`` or SOCKS5 
 
 An ``https`` proxy is verified against the system trust store (``SSL_CERT_FILE``/``SSL_CERT_DIR``
 honoured), not the cluster's CA: the proxy is the network's, not the cluster's (client-go would use the
-cluster's TLS settings; docs/architecture.md §6). The lightkube client gets the same proxy as an
-``httpx2.Proxy`` (:func:`httpx_proxy`); its SOCKS support is ``socksio``, which :func:`dial` uses too.
+cluster's TLS settings; docs/architecture.md §6). SOCKS5 is spoken with ``socksio`` (sans-IO).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from ipaddress import ip_address, ip_network
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
 
-import httpx2
 import yaml
 from lightkube import SingleConfig
 from socksio import ProtocolError, socks5
@@ -54,11 +52,6 @@ def proxy_url(config: SingleConfig) -> str | None:
             field="kubeconfig",
         )
     return chosen or None
-
-
-def httpx_proxy(url: str) -> httpx2.Proxy:
-    """``url`` for the lightkube client's httpx transport (an https proxy verified as :func:`dial` does)."""
-    return httpx2.Proxy(url, ssl_context=_proxy_tls() if urlsplit(url).scheme == "https" else None)
 
 
 async def dial(proxy: str, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -1,21 +1,22 @@
-"""A lean HTTP/1.1 keep-alive transport for the API requests on hot paths.
+"""The one HTTP/1.1 keep-alive transport to the API server: every request and watch of a component.
 
-Why: through lightkube and httpx2 one API request costs about 4 ms of CPU on the target machine (URL
-parsing three times, anyio and httpcore layers); the same request over a plain TLS stream costs about
-0.3 ms and a third of the latency. The controller sends its writes here (bursts of hundreds of domains,
-several writes each) and the kubelet plugin its per-prepare claim reads and node label writes
-(docs/architecture.md §6). Built by ``common.connection``, which gives it the same credentials, proxy,
-QPS bucket and metrics as the component's lightkube client.
+Why our own: through lightkube's client on httpx2 one API request cost about 4 ms of CPU on the target
+machine (URL parsing three times, anyio and httpcore layers); over a plain TLS stream about 0.3 ms and a
+third of the latency; the transport benchmark (docs/kube-client.md) compares it with aiohttp. The typed
+client (``common.kube.kubeclient``) sits on it; ``common.kube.connection`` builds it with the
+component's credentials, proxy, QPS bucket and metrics.
 
-Scope, deliberately small: JSON bodies, ``Content-Length`` or chunked responses, a pool of persistent
-connections, at most ``_MAX_CONNECTIONS`` open at once (a request finding a pooled connection closed by
-the server is sent on the next or a fresh one), the connection's TLS context, its proxy
-(``common.proxy``), and the ``common.credentials`` header (a 401 with a refreshable credential behind it
-is sent once more with a fresh one, as client-go does; an exec plugin's new client certificate closes
-the pooled connections made with the old one). Failures are the common ``ApiStatusError`` types (401 and
-403 retryable, see ``_RETRYABLE_AUTH``); requests are paced by the connection's
-``--kube-api-qps``/``--kube-api-burst`` token bucket and recorded in client-go's ``rest_client_*`` families
-(``common.restmetrics``), exactly as the lightkube client's are.
+Scope, deliberately small: JSON bodies, ``Content-Length``, chunked or connection-framed responses, a
+pool of persistent connections, at most ``_MAX_CONNECTIONS`` open at once (a request finding a pooled
+connection closed by the server is sent on the next or a fresh one), streamed GETs for watches on
+connections of their own (:meth:`Transport.stream`), the connection's TLS context, its proxy
+(``common.kube.proxy``), and the ``common.kube.credentials`` header (a 401 with a refreshable credential
+behind it is sent once more with a fresh one, as client-go does; an exec plugin's new client certificate
+closes the connections made with the old one, watches included). Failures are the common
+``ApiStatusError`` types, classified by ``is_retryable_status`` alone (401 and 403 are permanent, as in
+client-go; a component that must retry them says so, docs/errors.md §2); requests are paced by the
+connection's ``--kube-api-qps``/``--kube-api-burst`` token bucket and recorded in client-go's
+``rest_client_*`` families (``common.kube.restmetrics``); watches are counted, neither paced nor timed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -33,20 +35,16 @@ import msgspec
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core import resource as lkr
 
+from imexdra.common.kube import http11
 from imexdra.common.kube.client import PermanentApiError, RetryableApiError, is_retryable_status
 from imexdra.common.kube.credentials import Credentials
+from imexdra.common.kube.http11 import Head
 from imexdra.common.kube.proxy import dial
 from imexdra.common.kube.restmetrics import RestClientMetrics, server_host
 from imexdra.common.observability.logging import REQUEST_LOGGER
 
 _requests_log = logging.getLogger(REQUEST_LOGGER)
 
-#: Retried by the controller although ``is_retryable_status`` calls them permanent: authentication and
-#: authorization change without any event that would bring a domain back to the queue. A kube-apiserver
-#: that has just restarted answers 403 until its RBAC caches are filled (test_control_plane_faults: a
-#: burst of domains reconciled then was dropped until the 10-minute resync); RBAC applied after the
-#: controller started, and rotated tokens, are the same. Upstream's controller requeues every error.
-_RETRYABLE_AUTH = frozenset({401, 403})
 #: Connections open at once; a request beyond them waits for one to come free, as each TLS connection
 #: holds asyncio's 256 KiB read buffer and OpenSSL's state (docs/architecture.md §6).
 _MAX_CONNECTIONS = 16
@@ -67,7 +65,7 @@ class Response:
     body: bytes
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class _Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
@@ -108,11 +106,13 @@ class Transport:
         self._proxy = proxy
         self._timeout = timeout
         self._user_agent = user_agent
+        self._authority = f"{self._host}:{self._port}"
         self._idle: list[_Connection] = []
+        self._streams: set[_Connection] = set()  # open watches, closed when the client certificate changes
         self._slots = asyncio.Semaphore(_MAX_CONNECTIONS)
 
     def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection (open streams end when their blocks are left)."""
         while self._idle:
             self._idle.pop().writer.close()
 
@@ -143,22 +143,104 @@ class Transport:
             return Response(status, answer)
         raise _status_error(action, status, headers, answer)
 
+    @asynccontextmanager
+    async def stream(
+        self,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        action: str | None = None,
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """GET ``path`` and yield its body as lines, as they arrive (a WATCH: one JSON event a line).
+
+        Raises an ``ApiStatusError`` unless the server answers 2xx (a 401 with a refreshable credential
+        is sent once more). The stream has a connection of its own, outside the pool and its bound, as
+        it stays open for minutes; leaving the block closes it. It is neither paced by the QPS bucket
+        nor timed, as client-go's watches are not; its response code is counted. Each read waits at
+        most ``read_timeout`` seconds (None: no bound), which detects a silently dead connection.
+        """
+        target = f"{self._prefix}{path}" + (f"?{urlencode(query)}" if query else "")
+        action = action or f"GET {path}"
+        connection, head = await self._open_stream(target, action)
+        if head.status == 401 and self._credentials.refreshable:
+            self._forget(connection)
+            self._credentials.invalidate()
+            connection, head = await self._open_stream(target, action)
+        try:
+            if not 200 <= head.status < 300:
+                try:
+                    async with asyncio.timeout(self._timeout):
+                        answer = await http11.read_body(connection.reader, head)
+                except _TRANSPORT_ERRORS as error:
+                    raise _transport_error(action, error) from error
+                raise _status_error(action, head.status, head.headers, answer)
+            yield self._lines(connection, head, action, read_timeout)
+        finally:
+            self._forget(connection)
+
+    async def _lines(
+        self, connection: _Connection, head: Head, action: str, read_timeout: float | None
+    ) -> AsyncIterator[bytes]:
+        try:
+            async for line in http11.lines(
+                http11.body_chunks(connection.reader, head, read_timeout=read_timeout)
+            ):
+                yield line
+        except _TRANSPORT_ERRORS as error:
+            raise _transport_error(action, error) from error
+
+    async def _open_stream(self, target: str, action: str) -> tuple[_Connection, Head]:
+        head = self._head("GET", target, 0, None, await self._credentials.header())
+        self._check_certificate()
+        try:
+            async with asyncio.timeout(self._timeout):
+                connection = await self._connect()
+                self._streams.add(connection)
+                try:
+                    connection.writer.write(head)
+                    await connection.writer.drain()
+                    status_line = await connection.reader.readline()
+                    if not status_line:
+                        raise ConnectionResetError("connection closed before the status line")
+                    answer = await http11.read_head(connection.reader, status_line)
+                except BaseException:
+                    self._forget(connection)
+                    raise
+        except _TRANSPORT_ERRORS as error:
+            self._metrics.result("GET", None)
+            raise _transport_error(action, error) from error
+        self._metrics.result("GET", answer.status)
+        _requests_log.info('HTTP Request: GET %s "%d"', target, answer.status)  # shown from verbosity 6
+        return connection, answer
+
+    def _forget(self, connection: _Connection) -> None:
+        self._streams.discard(connection)
+        connection.writer.close()
+
+    def _check_certificate(self) -> None:
+        if self._credentials.certificate_generation != self._generation:
+            # An exec plugin's new client certificate: connections made with the old one are closed,
+            # watches included (their informers resume), as client-go does.
+            self._generation = self._credentials.certificate_generation
+            self.close()
+            for stream in list(self._streams):
+                self._forget(stream)
+
     async def _send(
         self, method: str, target: str, payload: bytes, content_type: str | None, action: str
-    ) -> tuple[int, dict[str, str], bytes]:
+    ) -> tuple[int, Mapping[str, str], bytes]:
         started = time.monotonic()
         await self._metrics.throttle(method)
         head = self._head(method, target, len(payload), content_type, await self._credentials.header())
-        if self._credentials.certificate_generation != self._generation:
-            self._generation = self._credentials.certificate_generation
-            self.close()  # made with the previous client certificate
+        self._check_certificate()
         try:
             async with asyncio.timeout(self._timeout), self._slots:
                 status, headers, answer = await self._exchange(head + payload)
         except _TRANSPORT_ERRORS as error:
             self._metrics.result(method, None)
             self._metrics.completed(method, time.monotonic() - started, sent=len(payload), received=None)
-            raise RetryableApiError(f"{action}: {type(error).__name__}: {error}", code=None) from error
+            raise _transport_error(action, error) from error
         self._metrics.result(method, status)
         self._metrics.completed(method, time.monotonic() - started, sent=len(payload), received=len(answer))
         _requests_log.info('HTTP Request: %s %s "%d"', method, target, status)  # shown from verbosity 6
@@ -167,20 +249,16 @@ class Transport:
     def _head(
         self, method: str, target: str, length: int, content_type: str | None, authorization: str | None
     ) -> bytes:
-        lines = [
-            f"{method} {target} HTTP/1.1",
-            f"Host: {self._host}:{self._port}",
-            f"User-Agent: {self._user_agent}",
-            "Accept: application/json",
-            f"Content-Length: {length}",
-        ]
+        extra = {}
         if content_type is not None:
-            lines.append(f"Content-Type: {content_type}")
+            extra["Content-Type"] = content_type
         if authorization is not None:
-            lines.append(f"Authorization: {authorization}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode()
+            extra["Authorization"] = authorization
+        return http11.request_head(
+            method, target, authority=self._authority, user_agent=self._user_agent, length=length, extra=extra
+        )
 
-    async def _exchange(self, message: bytes) -> tuple[int, dict[str, str], bytes]:
+    async def _exchange(self, message: bytes) -> tuple[int, Mapping[str, str], bytes]:
         while self._idle:
             try:
                 return await self._round_trip(self._idle.pop(), message, reused=True)
@@ -205,7 +283,7 @@ class Transport:
 
     async def _round_trip(
         self, connection: _Connection, message: bytes, *, reused: bool
-    ) -> tuple[int, dict[str, str], bytes]:
+    ) -> tuple[int, Mapping[str, str], bytes]:
         keep = False
         try:
             try:
@@ -220,9 +298,10 @@ class Transport:
                 if reused:
                     raise _StaleConnectionError("closed by the server")
                 raise ConnectionResetError("connection closed before the status line")
-            status, headers, body = await _read_response(connection.reader, status_line)
-            keep = headers.get("connection", "").lower() != "close"
-            return status, headers, body
+            head = await http11.read_head(connection.reader, status_line)
+            body = await http11.read_body(connection.reader, head)
+            keep = head.keep_alive and head.framed
+            return head.status, head.headers, body
         finally:
             if keep:
                 self._idle.append(connection)
@@ -230,31 +309,9 @@ class Transport:
                 connection.writer.close()
 
 
-async def _read_response(
-    reader: asyncio.StreamReader, status_line: bytes
-) -> tuple[int, dict[str, str], bytes]:
-    parts = status_line.split(None, 2)
-    if len(parts) < 2 or not parts[1].isdigit():
-        raise ValueError(f"malformed status line {status_line[:80]!r}")
-    headers: dict[str, str] = {}
-    while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
-        name, _, value = line.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = await _read_chunked(reader)
-    else:
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-    return int(parts[1]), headers, body
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    chunks = []
-    while size := int((await reader.readline()).split(b";", 1)[0].strip(), 16):
-        chunks.append(await reader.readexactly(size))
-        await reader.readexactly(2)  # the CRLF closing the chunk
-    while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-        pass  # trailers
-    return b"".join(chunks)
+def _transport_error(action: str, error: BaseException) -> RetryableApiError:
+    """No (complete) response: refused, reset, timed out, malformed."""
+    return RetryableApiError(f"{action}: {type(error).__name__}: {error}", code=None, action=action)
 
 
 class _Status(msgspec.Struct):
@@ -270,11 +327,11 @@ def _status_error(
     except msgspec.DecodeError:
         decoded = _Status(message=body[:200].decode(errors="replace"))
     message = f"{action}: {status} {decoded.reason}: {decoded.message}".rstrip(": ")
-    if is_retryable_status(status) or status in _RETRYABLE_AUTH:
+    if is_retryable_status(status):
         retry_after = headers.get("retry-after", "")
         wait = float(retry_after) if retry_after.isdigit() else None
-        return RetryableApiError(message, code=status, reason=decoded.reason, retry_after=wait)
-    return PermanentApiError(message, code=status, reason=decoded.reason)
+        return RetryableApiError(message, code=status, reason=decoded.reason, retry_after=wait, action=action)
+    return PermanentApiError(message, code=status, reason=decoded.reason, action=action)
 
 
 def resource_path(res: type[Any], name: str | None = None, *, namespace: str | None = None) -> str:

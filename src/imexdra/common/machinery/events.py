@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.core import resource as lkr
 from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.events_v1 import EventSeries
@@ -33,6 +32,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.events_v1 import Event
 from lightkube.types import PatchType
 
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import ApiStatusError, is_not_found, kube_errors, microtime
 from imexdra.common.machinery.ratelimit import TokenBucket
 from imexdra.common.machinery.store import KubeObject
@@ -171,7 +171,7 @@ class EventRecorder:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: KubeApi,
         *,
         controller: str,
         instance: str,

@@ -1,6 +1,7 @@
 """Informers: keep a :class:`~.store.Store` in step with the API server and fan out events.
 
-The reflector loop is client-go's, written for lightkube, which has none (docs/architecture.md §6):
+The reflector loop is client-go's (no Python library has one; docs/architecture.md §6), on the
+component's ``KubeApi``:
 
 1. LIST in pages (a consistent read), diff the result against the store, emit add/update/delete;
 2. WATCH from the list's resourceVersion with ``allowWatchBookmarks=true`` and a jittered
@@ -23,20 +24,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-import httpx2
 import msgspec
 import structlog
-from lightkube import AsyncClient
 from lightkube.core import decoders
+from lightkube.core import resource as lkr
 
-from imexdra.common.kube.client import (
-    ApiStatusError,
-    RetryableApiError,
-    collection_path,
-    http_client,
-    kube_errors,
-    raise_for_status,
-)
+from imexdra.common.kube.api import KubeApi, WatchEvent
+from imexdra.common.kube.client import ApiStatusError, RetryableApiError
+from imexdra.common.kube.kubeclient import decode
 from imexdra.common.machinery.ratelimit import Backoff
 from imexdra.common.machinery.store import (
     Changes,
@@ -62,11 +57,6 @@ _MIN_HEALTHY_WATCH = 1.0
 
 class ResourceExpiredError(Exception):
     """The resume point is older than the server keeps (410 Gone): the cache must be rebuilt by a LIST."""
-
-
-class _WatchEvent(msgspec.Struct):
-    type: str
-    object: msgspec.Raw
 
 
 class _BookmarkMeta(msgspec.Struct):
@@ -116,8 +106,8 @@ def enqueue(queue: _Queue[str], key: Callable[[T], str | None] = object_key) -> 
 
 
 def api_kind(resource: type[Any]) -> str:
-    """The API kind of a lightkube resource class (its ``_api_info``), e.g. ``ResourceClaim``."""
-    kind: str = resource._api_info.resource.kind
+    """The API kind of a lightkube resource class, e.g. ``ResourceClaim``."""
+    kind: str = lkr.api_info(resource).resource.kind
     return kind
 
 
@@ -125,7 +115,7 @@ class Informer(Generic[T]):
     """Lists and watches one kind (optionally one namespace and selectors) into an indexed store.
 
     Args:
-        client: the component's client (:func:`imexdra.common.kube.client.make_client`).
+        client: the component's client (``common.kube.connection.Connection.kube``).
         resource: a lightkube resource class, built-in (``lightkube.resources.*``) or custom.
         namespace: watch one namespace; None = all namespaces (or a cluster-scoped kind).
         label_selector: Kubernetes label selector string, e.g. ``"resource.nvidia.com/computeDomain"``.
@@ -141,7 +131,7 @@ class Informer(Generic[T]):
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: KubeApi,
         resource: type[T],
         *,
         namespace: str | None = None,
@@ -155,7 +145,8 @@ class Informer(Generic[T]):
         self.resource = resource
         self.store: Store[T] = Store(indexers)
         self._client = client
-        self._path = collection_path(client, resource, namespace)
+        self._namespace = namespace
+        self._labels, self._fields = label_selector, field_selector
         self._selectors = {
             k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v
         }
@@ -212,7 +203,7 @@ class Informer(Generic[T]):
                 self._log.info("Watch expired; listing again", resource_version=self._resource_version)
                 self._resource_version = None
                 continue
-            except (ApiStatusError, httpx2.HTTPError, msgspec.DecodeError) as error:
+            except (ApiStatusError, msgspec.DecodeError) as error:
                 failure = str(error)  # incl. 403 until RBAC lands and 404 until a CRD does: keep trying
             except Exception as error:  # a bug must not silently stop the cache; keep it visible
                 self._log.exception("Reflector failed")
@@ -222,23 +213,31 @@ class Informer(Generic[T]):
             await asyncio.sleep(delay)
 
     async def _list(self, reason: str) -> None:
-        http = http_client(self._client)
-        params = {"limit": str(self._page_size), **self._selectors}
         items: list[T] = []
+        token: str | None = None
         self._log.info("Listing and watching", v=3, reason=reason)  # client-go's line and level
         while True:
-            with kube_errors(f"list {self.kind}"):
-                response = await http.get(self._path, params=params)
-            if response.status_code == 410:  # the continue token outlived the server's window
-                raise ResourceExpiredError(response.text)
-            await raise_for_status(response, f"list {self.kind}")
-            cont, rv, page = decoders.decode_list(response.content, self.resource)
-            items.extend(map(strip_managed_fields, page))
-            if not cont:
+            try:
+                page = await self._client.list_page(
+                    self.resource,
+                    namespace=self._namespace,
+                    labels=self._labels,
+                    fields=self._fields,
+                    limit=self._page_size,
+                    continue_token=token,
+                    action=f"list {self.kind}",
+                )
+            except ApiStatusError as error:
+                if error.code == 410:  # the continue token outlived the server's window
+                    raise ResourceExpiredError(str(error)) from error
+                raise
+            items.extend(map(strip_managed_fields, page.items))
+            if not page.continue_token:
                 break
-            params["continue"] = cont
+            token = page.continue_token
         REFLECTOR_LISTS.labels(resource=self.kind, reason=reason).inc()
         self._dispatch(self.store.replace(items))
+        rv = page.resource_version
         self._resource_version = rv
         self._synced.set()
         self._log.info("Caches populated", v=2, count=len(items), resource_version=rv, reason=reason)
@@ -246,35 +245,30 @@ class Informer(Generic[T]):
     async def _watch(self, since: str) -> bool:
         """Watch from ``since`` until the server ends the stream; tell whether the stream was healthy."""
         server_timeout = int(self._watch_timeout * (1.0 + random.random()))  # noqa: S311 - spreading only
-        params = {
-            "watch": "true",
-            "allowWatchBookmarks": "true",
-            "resourceVersion": since,
-            "timeoutSeconds": str(server_timeout),
-            **self._selectors,
-        }
-        # A read timeout beyond the server's own deadline detects a silently dead connection.
-        timeout = httpx2.Timeout(30.0, connect=5.0, read=server_timeout + 30.0)
-        http = http_client(self._client)
         loop = asyncio.get_running_loop()
         started, delivered = loop.time(), False
-        with kube_errors(f"watch {self.kind}"):
-            request = http.build_request("GET", self._path, params=params, timeout=timeout)
-            response = await http.send(request, stream=True)
-            try:
-                if response.status_code == 410:
-                    raise ResourceExpiredError(await response.aread())
-                await raise_for_status(response, f"watch {self.kind}")
-                async for line in response.aiter_lines():
-                    if line:
-                        self._handle_watch_event(line)
-                        delivered = True
-            finally:
-                await response.aclose()
+        try:
+            async with self._client.watch(
+                self.resource,
+                namespace=self._namespace,
+                resource_version=since,
+                labels=self._labels,
+                fields=self._fields,
+                timeout_seconds=server_timeout,
+                # A read timeout beyond the server's own deadline detects a silently dead connection.
+                read_timeout=server_timeout + 30.0,
+                action=f"watch {self.kind}",
+            ) as events:
+                async for event in events:
+                    self._handle_watch_event(event)
+                    delivered = True
+        except ApiStatusError as error:
+            if error.code == 410:
+                raise ResourceExpiredError(str(error)) from error
+            raise
         return delivered or loop.time() - started >= _MIN_HEALTHY_WATCH
 
-    def _handle_watch_event(self, line: str) -> None:
-        event = msgspec.json.decode(line, type=_WatchEvent)
+    def _handle_watch_event(self, event: WatchEvent) -> None:
         REFLECTOR_WATCH_EVENTS.labels(resource=self.kind, type=event.type).inc()
         if event.type == "BOOKMARK":
             bookmark = msgspec.json.decode(event.object, type=_Bookmark)
@@ -290,7 +284,7 @@ class Informer(Generic[T]):
                 reason=status.reason or "",
             )
         try:
-            obj: T = strip_managed_fields(decoders.decode_object(event.object, self.resource))
+            obj: T = strip_managed_fields(decode(event, self.resource))
         except msgspec.ValidationError as error:  # one malformed object must not stall the whole kind
             self._log.error(
                 "Skipping an object that cannot be decoded", error=str(error), event_type=event.type

@@ -24,12 +24,12 @@ from typing import TypeVar
 
 import msgspec
 import structlog
-from lightkube import AsyncClient
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from imexdra.common.errors import ConfigError, RetryableError
+from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import ApiStatusError, is_conflict, is_not_found, kube_errors, microtime
 from imexdra.common.observability.metrics import LEADER_STATUS
 
@@ -74,7 +74,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: KubeApi,
         config: LeaderElectionConfig,
         *,
         on_new_leader: Callable[[str], None] | None = None,

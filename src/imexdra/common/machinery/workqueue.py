@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-import httpx2
 import structlog
 
 from imexdra.common.errors import DriverError, is_permanent
@@ -222,7 +221,7 @@ async def _work(queue: WorkQueue[K], reconcile: Reconcile[K]) -> None:
 
 
 # Failures the outside world causes (API errors, network, timeouts); anything else is a bug.
-_EXPECTED_FAILURES = (DriverError, OSError, TimeoutError, httpx2.HTTPError)
+_EXPECTED_FAILURES = (DriverError, OSError, TimeoutError)
 
 
 def _handle_failure(queue: WorkQueue[K], item: K, error: Exception) -> None:

@@ -9,7 +9,7 @@ klog's ``-v`` means:
 - a line is written when its verbosity is at most ``-v``, or at most the level ``--vmodule`` gives the
   file it was logged from (``reconciler=6``: a glob on the file name without ``.py``, as klog's is on
   the Go file name; a pattern with ``/`` matches that many trailing path parts);
-- library logs (httpx2, grpc, asyncio...) go through the stdlib root logger, are written in the same
+- library logs (grpc, asyncio...) go through the stdlib root logger, are written in the same
   layout and count as verbosity 0, debug records as :data:`DEBUG_VERBOSITY`; the per-request lines of
   the HTTP client and of the controller's write transport are shown from :data:`REQUEST_VERBOSITY`, as
   client-go's are. ``--vmodule`` does not reach library loggers.
@@ -47,7 +47,7 @@ REQUEST_VERBOSITY = 6
 #: Stdlib loggers that log one line per API request: the HTTP library's, and ours for the controller's
 #: own write transport (which does not go through the library).
 REQUEST_LOGGER = "imexdra.requests"
-_REQUEST_LOGGERS = ("httpx2", "httpcore2", REQUEST_LOGGER)
+_REQUEST_LOGGERS = (REQUEST_LOGGER,)
 
 #: The formats ``--logging-format`` takes.
 LOG_FORMATS = ("text", "json")
