@@ -41,13 +41,23 @@ class ConfigError(PermanentError):
         self.field = field
 
 
-def is_permanent(error: BaseException) -> bool:
-    """Tell whether ``error`` or anything in its cause chain is permanent."""
+def decisive_error(error: BaseException) -> PermanentError | RetryableError | None:
+    """The outermost ``PermanentError`` or ``RetryableError`` in ``error``'s chain (itself first).
+
+    A retryable error raised while handling a permanent one (an API 403 the controller's writes or the
+    plugin's prepare path retry, docs/errors.md §2) decides as retryable; foreign exceptions are
+    skipped over.
+    """
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
-        if isinstance(current, PermanentError):
-            return True
+        if isinstance(current, PermanentError | RetryableError):
+            return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return False
+    return None
+
+
+def is_permanent(error: BaseException) -> bool:
+    """Whether the outermost of our errors in ``error``'s chain (``decisive_error``) is permanent."""
+    return isinstance(decisive_error(error), PermanentError)

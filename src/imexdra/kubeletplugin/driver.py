@@ -20,7 +20,7 @@ from typing import TypeVar
 import structlog
 
 from imexdra.api.constants import DRIVER_NAME
-from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError
+from imexdra.common.errors import DriverError, PermanentError, RetryLaterError, decisive_error
 from imexdra.common.files import flock
 from imexdra.common.machinery.pulse import Pulse
 from imexdra.common.observability.logging import log_context
@@ -39,27 +39,6 @@ _R = TypeVar("_R", PrepareResult, UnprepareResult)
 
 class ClaimError(DriverError):
     """The final error of one claim, as reported to the kubelet."""
-
-
-def first_driver_error(error: BaseException) -> DriverError | None:
-    """The outermost ``PermanentError`` or ``RetryableError`` in ``error``'s chain (itself first).
-
-    A retryable error raised while handling a permanent one (e.g. an API 403 wrapped as retryable,
-    as docs/errors.md §2 wants API errors) decides as retryable; foreign exceptions are skipped over.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, PermanentError | RetryableError):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def first_driver_error_is_permanent(error: BaseException) -> bool:
-    """Whether the outermost ``DriverError`` in ``error``'s chain (itself first) is permanent."""
-    return isinstance(first_driver_error(error), PermanentError)
 
 
 class ImexDriver:
@@ -149,7 +128,7 @@ class ImexDriver:
 
 def _final(context: str, error: Exception) -> ClaimError | None:
     """The claim's final error if ``error`` ends this call (logged as such), else None."""
-    decisive = first_driver_error(error)
+    decisive = decisive_error(error)
     if isinstance(decisive, PermanentError):
         _log.error(f"Permanent error: {context}", error=str(error))
     elif isinstance(decisive, RetryLaterError):

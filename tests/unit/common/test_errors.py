@@ -28,12 +28,24 @@ def test_is_permanent_direct(error: BaseException, expected: bool) -> None:
     assert is_permanent(error) is expected
 
 
-def test_is_permanent_follows_cause_chain() -> None:
-    """A retryable wrapper around a permanent cause is still permanent (upstream errors.As semantics)."""
+def test_the_outermost_of_our_errors_decides() -> None:
+    """A retryable wrapper around a permanent cause is retryable (a 403 the controller retries), a
+    permanent wrapper around a retryable one permanent; foreign exceptions on the way are skipped."""
     try:
         try:
-            raise PermanentError("no clique")
+            raise PermanentError("403 Forbidden")
         except PermanentError as inner:
-            raise RetryableError("prepare failed") from inner
+            raise RetryableError("create daemonset") from inner
     except RetryableError as outer:
+        assert not is_permanent(outer)
+        try:
+            raise RuntimeError("a foreign wrapper") from outer
+        except RuntimeError as foreign:
+            assert not is_permanent(foreign)
+    try:
+        try:
+            raise RetryableError("timeout")
+        except RetryableError as inner:
+            raise PermanentError("no clique") from inner
+    except PermanentError as outer:
         assert is_permanent(outer)

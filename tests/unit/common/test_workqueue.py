@@ -229,6 +229,24 @@ async def test_workers_give_up_on_permanent_errors() -> None:
     assert queue.num_requeues("a") == 0
 
 
+async def test_workers_retry_a_retryable_error_raised_from_a_permanent_one() -> None:
+    """The outermost of our errors decides: a 403 the controller's writer made retryable is retried."""
+    queue = new_queue()
+    attempts: list[str] = []
+
+    async def reconcile(key: str) -> None:
+        attempts.append(key)
+        if len(attempts) == 1:
+            try:
+                raise PermanentError("403 Forbidden")
+            except PermanentError as error:
+                raise RetryableError("create daemonset: 403 Forbidden") from error
+
+    queue.add("a")
+    await run_until_idle(queue, reconcile)
+    assert attempts == ["a", "a"]
+
+
 async def test_workers_respect_retry_after() -> None:
     """A throttled API error is retried no sooner than its Retry-After."""
     queue = new_queue()

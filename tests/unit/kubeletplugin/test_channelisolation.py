@@ -11,10 +11,9 @@ import pytest
 import yaml
 
 from imexdra.api.constants import DeviceType
-from imexdra.common.errors import PermanentError, RetryableError
+from imexdra.common.errors import PermanentError, RetryableError, is_permanent
 from imexdra.kubeletplugin.checkpoint.model import ClaimState
 from imexdra.kubeletplugin.configs.apply import DomainInfo
-from imexdra.kubeletplugin.driver import first_driver_error_is_permanent
 from tests.unit.kubeletplugin.support import DOMAIN_UID, NAMESPACE, OTHER_DOMAIN_UID, Node, claim_on
 
 
@@ -66,7 +65,7 @@ async def test_another_domains_channel_is_refused_for_good(node: Node) -> None:
     message = str(caught.value)
     assert "claim was allocated channel-8 but ComputeDomain team-a/train-a has channel 7" in message
     assert "spec.channel.resourceClaimTemplate.name" in message
-    assert first_driver_error_is_permanent(caught.value)
+    assert is_permanent(caught.value)
     assert not node.cdi_file("claim-1").exists()
     assert node.host_imex.calls == 0
 
@@ -76,7 +75,7 @@ async def test_a_domain_without_a_number_yet_is_retried(node: Node) -> None:
     node.domains.known[DOMAIN_UID] = DomainInfo(DOMAIN_UID, "train-a", NAMESPACE)
     with pytest.raises(RetryableError, match="has no IMEX channel recorded yet") as caught:
         await node.state.prepare(claim_on("channel-7"))
-    assert not first_driver_error_is_permanent(caught.value)
+    assert not is_permanent(caught.value)
     node.domains.known[DOMAIN_UID] = DomainInfo(DOMAIN_UID, "train-a", NAMESPACE, channel=7)
     await node.state.prepare(claim_on("channel-7"))
     assert injected(node, "claim-1") == ["/dev/nvidia-caps-imex-channels/channel7"]

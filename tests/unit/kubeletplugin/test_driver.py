@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from imexdra.common.errors import ConfigError, PermanentError, RetryableError, RetryLaterError
+from imexdra.common.errors import ConfigError, PermanentError, RetryableError, RetryLaterError, is_permanent
 from imexdra.common.files import flock
 from imexdra.dra.driver import Device
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, resource_claim
-from imexdra.kubeletplugin.driver import ImexDriver, first_driver_error_is_permanent
+from imexdra.kubeletplugin.driver import ImexDriver
 from imexdra.kubeletplugin.retries import RetryPolicy
 from tests.unit.kubeletplugin.support import Node, channel_claim
 
@@ -155,7 +155,7 @@ async def test_request_metrics(tmp_path: Path) -> None:
 )
 def test_classification_of_plain_errors(error: Exception, permanent: bool) -> None:
     """Permanent only when a PermanentError decides."""
-    assert first_driver_error_is_permanent(error) == permanent
+    assert is_permanent(error) == permanent
 
 
 def test_classification_follows_the_outermost_driver_error() -> None:
@@ -166,14 +166,14 @@ def test_classification_follows_the_outermost_driver_error() -> None:
         except PermanentError as inner:
             raise RetryableError("error adding node label") from inner
     except RetryableError as outer:
-        assert not first_driver_error_is_permanent(outer)
+        assert not is_permanent(outer)
     try:
         try:
             raise PermanentError("bad")
         except PermanentError as inner:
             raise RuntimeError("wrapped") from inner
     except RuntimeError as outer:
-        assert first_driver_error_is_permanent(outer)
+        assert is_permanent(outer)
 
 
 async def test_driver_over_real_state_prepares_once_and_reports_twice(tmp_path: Path) -> None:

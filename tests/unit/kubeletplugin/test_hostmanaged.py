@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError
+from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError, is_permanent
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, resource_claim
 from imexdra.kubeletplugin.checkpoint.model import Checkpoint, ClaimState
 from imexdra.kubeletplugin.checkpoint.store import CheckpointStore
 from imexdra.kubeletplugin.configs.apply import HOST_IMEX_NOT_READY_MESSAGE, NO_CLIQUE_MESSAGE, DomainInfo
-from imexdra.kubeletplugin.driver import first_driver_error_is_permanent
 from imexdra.kubeletplugin.slices import slice_devices
 from tests.unit.kubeletplugin.support import (
     DOMAIN_UID,
@@ -94,7 +93,7 @@ async def test_host_imex_not_ready_is_reported_for_a_later_retry(node: Node) -> 
     with pytest.raises(RetryLaterError) as caught:
         await node.state.prepare(channel_claim())
     assert str(caught.value) == f"{HOST_IMEX_NOT_READY_MESSAGE}: {node.host_imex.not_ready}"
-    assert not first_driver_error_is_permanent(caught.value)
+    assert not is_permanent(caught.value)
     assert not node.cdi_file("claim-1").exists()
     assert await node.entries() == {"claim-1": ClaimState.PREPARE_STARTED}
 
@@ -246,7 +245,7 @@ async def test_fault_at_each_prepare_step(
     with pytest.raises(DriverError) as caught:
         await state.prepare(claim)
     assert isinstance(caught.value, expected), caught.value
-    assert first_driver_error_is_permanent(caught.value) == (expected is PermanentError)
+    assert is_permanent(caught.value) == (expected is PermanentError)
     entries = await node.entries()
     assert entries.get(claim.ref.uid) == left
     # Only a failure after step 8 can leave the claim's spec; unprepare (or the retry) takes care of it.
