@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.session import progress, record_failure
+from tests.support.timing import SuiteTimes
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ OPTIONAL_MODULES = {
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """The options of ``OPTIONAL_MODULES``."""
+    """The options of ``OPTIONAL_MODULES``, and where to write the suite's times."""
     parser.addoption(
         "--upstream-checkout",
         default="",
@@ -45,6 +46,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="",
         help="a commit of this repository: tests/e2e/test_upgrade.py upgrades from it (make upgrade-test)",
     )
+    parser.addoption("--times-json", default="", help="write seconds per tier and per module to this file")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Time every module and tier (``tests.support.timing``)."""
+    config.pluginmanager.register(SuiteTimes(config.getoption("times_json")), "imexdra-suite-times")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
