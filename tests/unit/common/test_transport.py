@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,86 +18,21 @@ from imexdra.api.computedomain import ComputeDomain
 from imexdra.common.kube.client import PermanentApiError, RetryableApiError
 from imexdra.common.kube.transport import _MAX_CONNECTIONS, Transport, resource_path
 from tests.support.connectproxy import connect_proxy
-
-Reply = Callable[[bytes], bytes]
-
-
-@dataclass
-class Server:
-    """Answers each request with the next scripted reply; records requests and connections."""
-
-    replies: list[Reply]
-    requests: list[bytes] = field(default_factory=list)
-    connections: int = 0
-    port: int = 0
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        while self.replies:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
-                break
-            length = next(
-                (
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length")
-                ),
-                0,
-            )
-            request = head + await reader.readexactly(length)
-            self.requests.append(request)
-            answer = self.replies.pop(0)(request)
-            if not answer:
-                break  # close without answering
-            writer.write(answer)
-            await writer.drain()
-            if b"Connection: close" in answer:
-                break
-        writer.close()
-
-
-def reply(status: int, body: bytes = b"{}", *extra: str) -> Reply:
-    def answer(_: bytes) -> bytes:
-        headers = [f"HTTP/1.1 {status} X", f"Content-Length: {len(body)}", *extra]
-        return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
-
-    return answer
-
-
-def chunked(*parts: bytes) -> Reply:
-    def answer(_: bytes) -> bytes:
-        body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
-        return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body
-
-    return answer
-
-
-def close_without_answer(_: bytes) -> bytes:
-    return b""
+from tests.support.httpscript import ScriptedServer, chunked, close_without_answer, reply, serving
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[Server]:
-    scripted = Server(replies=[])
-    listener = await asyncio.start_server(scripted.handle, "127.0.0.1", 0)
-    scripted.port = listener.sockets[0].getsockname()[1]
-    yield scripted
-    listener.close()
+async def server() -> AsyncIterator[ScriptedServer]:
+    scripted = ScriptedServer()
+    async with serving(scripted.handle) as scripted.port:
+        yield scripted
 
 
-def transport(server: Server, user: User | None = None, proxy: str | None = None) -> Transport:
-    config = SingleConfig(
-        context_name="t",
-        context=Context(cluster="c"),
-        cluster=Cluster(server=f"http://127.0.0.1:{server.port}"),
-        user=user,
-    )
-    return Transport(config, proxy=proxy)
+def transport(server: ScriptedServer, user: User | None = None, proxy: str | None = None) -> Transport:
+    return Transport(server.kubeconfig(user), proxy=proxy)
 
 
-async def test_keeps_connections_alive_and_sends_json(server: Server) -> None:
+async def test_keeps_connections_alive_and_sends_json(server: ScriptedServer) -> None:
     """Two requests share one connection; body, content type, query and bearer token are sent."""
     server.replies = [reply(201, b'{"a":1}'), reply(200)]
     client = transport(server, User(token="s3cr3t"))
@@ -113,14 +47,14 @@ async def test_keeps_connections_alive_and_sends_json(server: Server) -> None:
     client.close()
 
 
-async def test_reads_chunked_bodies(server: Server) -> None:
+async def test_reads_chunked_bodies(server: ScriptedServer) -> None:
     """A chunked response is reassembled."""
     server.replies = [chunked(b'{"kind":', b'"Status"}')]
     response = await transport(server).request("GET", "/x")
     assert response.body == b'{"kind":"Status"}'
 
 
-async def test_connection_closed_by_server_is_not_reused(server: Server) -> None:
+async def test_connection_closed_by_server_is_not_reused(server: ScriptedServer) -> None:
     """After ``Connection: close`` the next request opens a new connection."""
     server.replies = [reply(200, b"{}", "Connection: close"), reply(200)]
     client = transport(server)
@@ -129,7 +63,7 @@ async def test_connection_closed_by_server_is_not_reused(server: Server) -> None
     assert server.connections == 2
 
 
-async def test_a_pooled_connection_closed_while_idle_is_replaced(server: Server) -> None:
+async def test_a_pooled_connection_closed_while_idle_is_replaced(server: ScriptedServer) -> None:
     """A request on a connection the server dropped silently goes out again on a fresh one."""
     server.replies = [reply(200), close_without_answer, reply(200, b'{"ok":1}')]
     client = transport(server)
@@ -164,7 +98,7 @@ async def test_requests_beyond_the_connection_bound_wait_for_a_free_connection()
             writer.close()
 
     listener = await asyncio.start_server(handle, "127.0.0.1", 0)
-    client = transport(Server(replies=[], port=listener.sockets[0].getsockname()[1]))
+    client = transport(ScriptedServer(port=listener.sockets[0].getsockname()[1]))
     answers = await asyncio.gather(*(client.request("GET", "/x") for _ in range(3 * _MAX_CONNECTIONS)))
     assert [a.status for a in answers] == [200] * (3 * _MAX_CONNECTIONS)
     assert (peak, accepted) == (_MAX_CONNECTIONS, _MAX_CONNECTIONS)
@@ -184,7 +118,7 @@ async def test_requests_beyond_the_connection_bound_wait_for_a_free_connection()
     ids=["conflict", "throttled", "invalid", "forbidden", "unauthorized"],
 )
 async def test_errors_carry_status_reason_and_retry_after(
-    server: Server, status: int, error_type: type[Exception], retry_after: float | None
+    server: ScriptedServer, status: int, error_type: type[Exception], retry_after: float | None
 ) -> None:
     """Non-2xx answers become the common API errors with code, reason, message and Retry-After.
 
@@ -216,7 +150,7 @@ def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-async def test_requests_are_recorded_like_client_go_s(server: Server) -> None:
+async def test_requests_are_recorded_like_client_go_s(server: ScriptedServer) -> None:
     """code/method/host per response, duration and body sizes; a refused connection is code "<error>"."""
     server.replies = [reply(201, b'{"a":1}'), reply(409)]
     sender = transport(server)
@@ -241,7 +175,7 @@ async def test_requests_are_recorded_like_client_go_s(server: Server) -> None:
     assert sample("rest_client_requests_total", **failed) == before + 1
 
 
-async def test_a_401_is_sent_again_with_a_fresh_token(server: Server, tmp_path: Path) -> None:
+async def test_a_401_is_sent_again_with_a_fresh_token(server: ScriptedServer, tmp_path: Path) -> None:
     """A 401 with a token file behind it re-reads the file and sends the request once more."""
     token = tmp_path / "token"
     token.write_text("old")
@@ -254,7 +188,7 @@ async def test_a_401_is_sent_again_with_a_fresh_token(server: Server, tmp_path: 
     assert [b"Bearer new" in r for r in server.requests] == [False, False, False, True]
 
 
-async def test_requests_go_through_an_http_connect_proxy(server: Server) -> None:
+async def test_requests_go_through_an_http_connect_proxy(server: ScriptedServer) -> None:
     """With a proxy, each connection is a CONNECT tunnel (with the proxy's basic credentials)."""
     server.replies = [reply(200, b"{}"), reply(200, b"{}")]
     async with connect_proxy() as proxy:
@@ -267,7 +201,7 @@ async def test_requests_go_through_an_http_connect_proxy(server: Server) -> None
     assert len(server.requests) == 2
 
 
-async def test_requests_go_through_a_socks5_proxy(server: Server) -> None:
+async def test_requests_go_through_a_socks5_proxy(server: ScriptedServer) -> None:
     """A socks5 proxy gets the server's host and port and the URL's username and password."""
     server.replies = [reply(200, b"{}"), reply(200, b"{}")]
     async with connect_proxy("socks5") as proxy:
@@ -281,7 +215,7 @@ async def test_requests_go_through_a_socks5_proxy(server: Server) -> None:
 
 
 async def test_requests_go_through_an_https_proxy(
-    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: ScriptedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An https proxy is reached over TLS, verified against the system trust (SSL_CERT_FILE here)."""
     server.replies = [reply(200, b"{}")]
@@ -299,7 +233,9 @@ async def test_requests_go_through_an_https_proxy(
 @pytest.mark.parametrize(
     ("scheme", "message"), [("http", "proxy refused CONNECT"), ("socks5", "could not connect")]
 )
-async def test_a_refused_tunnel_is_a_retryable_error(server: Server, scheme: str, message: str) -> None:
+async def test_a_refused_tunnel_is_a_retryable_error(
+    server: ScriptedServer, scheme: str, message: str
+) -> None:
     """A proxy refusing the tunnel (CONNECT 407, SOCKS5 "not allowed") fails the request as a transport
     error that says so."""
     async with connect_proxy(scheme) as proxy:

@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from lightkube.config.kubeconfig import SingleConfig
-from lightkube.config.models import Cluster, Context, User
+from lightkube.config.models import User
 from prometheus_client import REGISTRY
 
 from imexdra.common.kube import http11
 from imexdra.common.kube.client import PermanentApiError, RetryableApiError
 from imexdra.common.kube.transport import Transport
+from tests.support.httpscript import local_kubeconfig, serving
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -52,22 +52,14 @@ class Scripted:
         return head
 
     def transport(self, user: User | None = None, timeout: float = 30.0) -> Transport:
-        config = SingleConfig(
-            context_name="t",
-            context=Context(cluster="c"),
-            cluster=Cluster(server=f"http://127.0.0.1:{self.port}"),
-            user=user,
-        )
-        return Transport(config, timeout=timeout)
+        return Transport(local_kubeconfig(self.port, user), timeout=timeout)
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[Scripted]:
     scripted = Scripted()
-    listener = await asyncio.start_server(scripted.handle, "127.0.0.1", 0)
-    scripted.port = listener.sockets[0].getsockname()[1]
-    yield scripted
-    listener.close()
+    async with serving(scripted.handle) as scripted.port:
+        yield scripted
 
 
 async def collect(transport: Transport, path: str = "/api/v1/pods", **kwargs: object) -> list[bytes]:
