@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 from runtimevenv import runtime_venv
 
 from imexdra.common.observability.logging import configure_logging
@@ -42,6 +41,7 @@ from imexdra_sim.devices.fakeimex.hostservice import SOCKET_NAME, HostImexServic
 from imexdra_sim.localcluster.binaries import nvml_mock_library
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port
+from imexdra_sim.promtext import Samples, parse_metrics
 
 # Progress logs (e.g. the local cluster's) go to stderr, so stdout carries only the JSON summary.
 configure_logging(log_format="text", stream=sys.stderr)
@@ -79,26 +79,6 @@ CONTROLLER_COMMAND_HELP = (
     "'/opt/upstream/compute-domain-controller --kubeconfig={kubeconfig} --namespace={namespace} "
     "--feature-gates=HostManagedIMEXDaemon=true --imex-mode={imex_mode} --http-endpoint={http_endpoint}'"
 )
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def parse_metrics(text: str) -> Samples:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def total(samples: Samples, name: str, **labels: str) -> float:
-    return sum(
-        v for (n, ls), v in samples.items() if n == name and all((k, x) in ls for k, x in labels.items())
-    )
-
-
-def apiserver_metrics(cluster: LocalCluster) -> Samples:
-    return parse_metrics(cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout)
 
 
 def kubectl_apply(cluster: LocalCluster, *objects: dict[str, Any]) -> None:

@@ -29,11 +29,15 @@ import statistics
 import time
 from typing import Any
 
-from benchlib import RESULTS, kubectl_apply, parse_metrics
+from benchlib import (
+    RESULTS,
+    kubectl_apply,
+)
 
 from imexdra.api.constants import DRIVER_NAME
 from imexdra_sim import demo, rack, seedworkloads
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.promtext import parse_metrics
 
 GATE = "ComputeDomainBindingConditions"
 WORKERS = "training.kubeflow.org/job-role=worker"

@@ -17,13 +17,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchlib import ControllerProcess, Samples, apiserver_metrics, gathered, percentile, total
+from benchlib import (
+    ControllerProcess,
+    gathered,
+    percentile,
+)
 from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.common.kube.transport import Transport, resource_path
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.promtext import Samples, apiserver_metrics, metric
 
 NAMESPACE = "bench"
 CONTROLLER_RESOURCES = (
@@ -96,7 +101,7 @@ class Observer:
 
 
 def writes(samples: Samples) -> float:
-    return total(samples, "imexdra_controller_api_writes_total")
+    return metric(samples, "imexdra_controller_api_writes_total")
 
 
 def controller_requests(samples: Samples, **labels: str) -> dict[str, float]:
@@ -106,8 +111,8 @@ def controller_requests(samples: Samples, **labels: str) -> dict[str, float]:
     """
     counts: dict[str, float] = {}
     for r in CONTROLLER_RESOURCES:
-        status = total(samples, "apiserver_request_total", resource=r, subresource="status", **labels)
-        counts[r] = total(samples, "apiserver_request_total", resource=r, **labels) - status
+        status = metric(samples, "apiserver_request_total", resource=r, subresource="status", **labels)
+        counts[r] = metric(samples, "apiserver_request_total", resource=r, **labels) - status
         if r != "daemonsets":
             counts[f"{r}/status"] = status
     return counts

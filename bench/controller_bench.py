@@ -58,9 +58,7 @@ from benchlib import (
     OUR_CONTROLLER_COMMAND,
     RESULTS,
     ControllerProcess,
-    apiserver_metrics,
     percentile,
-    total,
 )
 from controller_api import (
     CONTROLLER_RESOURCES,
@@ -83,6 +81,7 @@ from plotting import write_controller_plot
 from imexdra.common.kube.connection import connect
 from imexdra.common.kube.transport import resource_path
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.promtext import apiserver_metrics, metric
 
 TARGET_P50_MS = 100.0
 MODES = ("driver_managed", "host_managed")
@@ -214,7 +213,7 @@ async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> 
                     await burst_delete(
                         user, observer, [f"{label}-mem-{i}" for i in range(args.total)], within=900
                     )
-                own_conflicts += total(controller.metrics(), "rest_client_requests_total", code="409")
+                own_conflicts += metric(controller.metrics(), "rest_client_requests_total", code="409")
             finally:
                 controller.stop()
     finally:

@@ -27,7 +27,10 @@ import operator
 from collections import Counter
 from typing import Any
 
-from benchlib import OUR_CONTROLLER_COMMAND, ControllerProcess, Samples, apiserver_metrics, total
+from benchlib import (
+    OUR_CONTROLLER_COMMAND,
+    ControllerProcess,
+)
 from controller_api import (
     CONTROLLER_RESOURCES,
     Observer,
@@ -40,6 +43,7 @@ from controller_api import (
 )
 
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.promtext import Samples, apiserver_metrics, metric
 
 #: The default pool (``--imex-channel-count`` 2048) less channel 0, which is never handed out.
 POOL = 2047
@@ -77,11 +81,11 @@ def mean_latencies_ms(before: Samples, after: Samples, name: str, keys: tuple[st
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
     for suffix, into in (("_sum", sums), ("_count", counts)):
-        for (metric, labels), value in after.items():
-            if metric != name + suffix:
+        for (sample, labels), value in after.items():
+            if sample != name + suffix:
                 continue
             key = "/".join(dict(labels).get(k, "") for k in keys)
-            into[key] = into.get(key, 0.0) + value - before.get((metric, labels), 0.0)
+            into[key] = into.get(key, 0.0) + value - before.get((sample, labels), 0.0)
     return {k: round(1000 * sums[k] / n, 2) for k, n in sorted(counts.items()) if n > 0}
 
 
@@ -150,8 +154,8 @@ async def burst_channel_isolation(
         result["api_writes_per_domain_delete"] = round((writes(own_gone) - writes(own_ready)) / count, 2)
         result["conflicts"] = {
             "apiserver_409_by_resource": _conflicts_delta(conflicts_before, conflicts_seen(cluster)),
-            "controller_409": total(own_gone, "rest_client_requests_total", code="409")
-            - total(own_before, "rest_client_requests_total", code="409"),
+            "controller_409": metric(own_gone, "rest_client_requests_total", code="409")
+            - metric(own_before, "rest_client_requests_total", code="409"),
         }
         return result
     finally:

@@ -20,7 +20,6 @@ from benchlib import (
     OUR_CONTROLLER_COMMAND,
     ControllerProcess,
     Profiler,
-    apiserver_metrics,
     percentile,
 )
 from jobstart_api import Api, job
@@ -38,6 +37,7 @@ from jobstart_watch import (
 
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.promtext import apiserver_metrics
 
 #: kube-controller-manager's client rate limit, its defaults (the local cluster passes no
 #: --kube-api-qps/--kube-api-burst). Each of its controllers has its own client and token bucket.

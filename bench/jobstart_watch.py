@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchlib import (
-    Samples,
     cpu_seconds,
     percentile,
 )
@@ -26,6 +25,7 @@ from jobstart_api import CLAIM, Api
 from jobstart_fleet import Fleet, rack_clique
 
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.promtext import Samples
 
 # -- one job start --------------------------------------------------------------------------------
 

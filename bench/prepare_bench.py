@@ -67,8 +67,6 @@ from benchlib import (
     RESULTS,
     RUNTIME_BIN,
     Profiler,
-    Samples,
-    apiserver_metrics,
     cpu_seconds,
     install_crds,
     kubectl_apply,
@@ -86,6 +84,7 @@ from imexdra.dra._pb import dra_v1_pb2 as dra
 from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.promtext import Samples, apiserver_metrics
 
 NODE = "bench-node"
 NAMESPACE = "bench"

@@ -53,7 +53,6 @@ from benchlib import (
     RESULTS,
     ControllerProcess,
     add_controller_rate_args,
-    apiserver_metrics,
     gathered,
 )
 from daemonsim import DAEMON_STAGES, DaemonKubelet
@@ -66,6 +65,7 @@ from plotting import write_rack_plot
 from imexdra.api.constants import NODE_LABEL_KEY
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.promtext import apiserver_metrics
 
 NODES_PER_RACK = 72
 DOMAINS_PER_RACK = NODES_PER_RACK // RACK

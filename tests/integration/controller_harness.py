@@ -31,7 +31,6 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaimTemplate
 from lightkube.types import PatchType
-from prometheus_client.parser import text_string_to_metric_families
 
 from imexdra.api.computedomain import (
     ComputeDomain,
@@ -42,6 +41,7 @@ from imexdra.api.flags.common import ImexIsolation
 from imexdra.controller import rbac
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port, tail
+from imexdra_sim.promtext import Samples, apiserver_metrics, metric, parse_metrics
 from tests.support.kubectl import apply, get_json
 
 CONTROLLER_BINARY = Path(sys.executable).parent / "compute-domain-controller"
@@ -223,7 +223,7 @@ class ControllerProcess:
     def ready(self) -> bool:
         return self._get("/readyz")[0] == 200
 
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    def metrics(self) -> Samples:
         """Every sample of the controller's /metrics, by (name, sorted labels)."""
         status, text = self._get("/metrics")
         assert status == 200, text
@@ -278,33 +278,14 @@ async def controller_running(
         cluster.kubectl("delete", "namespace", user_ns, driver_ns, "--wait=false")
 
 
-def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Prometheus text exposition → {(sample name, sorted labels): value}."""
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
-
-
-def metric(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
-    """Sum of the samples called ``name`` whose labels include ``labels``."""
-    return sum(
-        value
-        for (sample, sample_labels), value in samples.items()
-        if sample == name and all((k, v) in sample_labels for k, v in labels.items())
-    )
-
-
-def apiserver_requests(cluster: LocalCluster) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def apiserver_requests(cluster: LocalCluster) -> Samples:
     """The apiserver's own ``apiserver_request_total`` samples (read with the admin client)."""
-    text = cluster.kubectl("get", "--raw", "/metrics", timeout=60).stdout
-    return {k: v for k, v in parse_metrics(text).items() if k[0] == "apiserver_request_total"}
+    return {k: v for k, v in apiserver_metrics(cluster).items() if k[0] == "apiserver_request_total"}
 
 
 def request_delta(
-    before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
-    after: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    before: Samples,
+    after: Samples,
     **labels: str,
 ) -> float:
     """How many requests matching ``labels`` the apiserver served between two readings."""

@@ -45,6 +45,7 @@ from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.promtext import Samples
 from tests.integration.controller_harness import (
     ControllerProcess,
     apiserver_requests,
@@ -61,7 +62,6 @@ from tests.support.waiting import eventually
 pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 DRIVER_NS = "imexdra-cpf"
 USER_NS = "cd-cpf"
