@@ -44,6 +44,13 @@ def test_the_outermost_of_our_errors_decides() -> None:
             assert not is_permanent(foreign)
     try:
         try:
+            raise PermanentError("bad")
+        except PermanentError as inner:
+            raise RuntimeError("a foreign wrapper") from inner
+    except RuntimeError as foreign:
+        assert is_permanent(foreign)
+    try:
+        try:
             raise RetryableError("timeout")
         except RetryableError as inner:
             raise PermanentError("no clique") from inner

@@ -3,10 +3,9 @@
 import asyncio
 from pathlib import Path
 
-import pytest
 from prometheus_client import REGISTRY
 
-from imexdra.common.errors import ConfigError, PermanentError, RetryableError, RetryLaterError, is_permanent
+from imexdra.common.errors import ConfigError, PermanentError, RetryableError, RetryLaterError
 from imexdra.common.files import flock
 from imexdra.dra.driver import Device
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, resource_claim
@@ -142,38 +141,6 @@ async def test_request_metrics(tmp_path: Path) -> None:
     assert sample("nvidia_dra_requests_total", **labels) == before + 1
     assert sample("nvidia_dra_requests_inflight", **labels) == 0
     assert sample("nvidia_dra_request_duration_seconds_count", **labels) >= 1
-
-
-@pytest.mark.parametrize(
-    ("error", "permanent"),
-    [
-        (PermanentError("p"), True),
-        (RetryableError("r"), False),
-        (ValueError("v"), False),
-    ],
-    ids=["permanent", "retryable", "foreign"],
-)
-def test_classification_of_plain_errors(error: Exception, permanent: bool) -> None:
-    """Permanent only when a PermanentError decides."""
-    assert is_permanent(error) == permanent
-
-
-def test_classification_follows_the_outermost_driver_error() -> None:
-    """A retryable error wrapping a permanent one is retryable; a foreign wrapper defers to its cause."""
-    try:
-        try:
-            raise PermanentError("403 forbidden")
-        except PermanentError as inner:
-            raise RetryableError("error adding node label") from inner
-    except RetryableError as outer:
-        assert not is_permanent(outer)
-    try:
-        try:
-            raise PermanentError("bad")
-        except PermanentError as inner:
-            raise RuntimeError("wrapped") from inner
-    except RuntimeError as outer:
-        assert is_permanent(outer)
 
 
 async def test_driver_over_real_state_prepares_once_and_reports_twice(tmp_path: Path) -> None:
