@@ -126,17 +126,17 @@ class Writer:
     async def _send(
         self, resource: str, verb: str, method: str, path: str, body: Any = None, content_type: str = ""
     ) -> bytes:
-        try:
-            response = await self._client.request(
-                method,
-                path,
-                query=_FIELD_MANAGER if method != "DELETE" else None,
-                body=body,
-                content_type=content_type or "application/json",
-            )
-        except ApiStatusError as error:
-            _counter(resource, verb, str(status_code(error) or "error")).inc()
-            with _authorization_retried():
+        with _authorization_retried():
+            try:
+                response = await self._client.request(
+                    method,
+                    path,
+                    query=_FIELD_MANAGER if method != "DELETE" else None,
+                    body=body,
+                    content_type=content_type or "application/json",
+                )
+            except ApiStatusError as error:
+                _counter(resource, verb, str(status_code(error) or "error")).inc()
                 raise
         _counter(resource, verb, "2xx").inc()
         return response.body
