@@ -84,6 +84,11 @@ def main(
 @click.pass_obj
 def run(settings: GlobalSettings) -> None:
     """Join the ComputeDomain and supervise nvidia-imex until SIGTERM."""
+    from imexdra.common.process.init import stay_init_if_pid1
+
+    # First, before anything is loaded or started: as the container's PID 1 the daemon leaves a
+    # minimal init behind that reaps the orphans of timed-out probes (docs/data-path.md §9.5).
+    stay_init_if_pid1()
     # The event loop, the API client and logging stacks are loaded here only, keeping ``check`` light.
     import asyncio
 
