@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 	smoke-versions demo cluster-up bench soak upstream-bats protos clean
 
 venv:
-	@hack/venv.sh
+	@tools/venv.sh
 
 k8s:
 	@tools/k8s/build.sh
@@ -69,7 +69,7 @@ smoke-versions: venv k8s-versions
 	$(BIN)/python bench/kube_versions.py $(SMOKE_ARGS)
 
 # The main job: the seed MPIJob with a ComputeDomain on a simulated NVL72 rack (DEMO_ARGS e.g. --host-managed).
-# `demo` is imexdra-sim's command (sim/), which hack/venv.sh installs beside the driver.
+# `demo` is imexdra-sim's command (sim/), which tools/venv.sh installs beside the driver.
 DEMO_ARGS ?=
 demo: venv k8s
 	$(BIN)/imexdra demo $(DEMO_ARGS)
@@ -116,4 +116,4 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 protos: venv
-	@hack/gen-protos.sh
+	@tools/gen-protos.sh

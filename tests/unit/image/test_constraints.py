@@ -1,6 +1,6 @@
 """deployments/container/constraints.txt pins the image venv to the versions the tests run on.
 
-Both image recipes install the wheel with ``--constraint``; hack/venv.sh installs the development
+Both image recipes install the wheel with ``--constraint``; tools/venv.sh installs the development
 venv with the same file. tools/image/constraints.py computes the closure of pyproject.toml's runtime
 dependencies from what is installed here; the file must be exactly that.
 """
@@ -43,7 +43,7 @@ def test_direct_dependencies_are_pinned_at_pyprojects_versions() -> None:
 
 
 def test_both_recipes_and_the_dev_venv_install_with_the_constraints() -> None:
-    """The Dockerfile, tools/image/build.sh and hack/venv.sh all pass the file to pip."""
+    """The Dockerfile, tools/image/build.sh and tools/venv.sh all pass the file to pip."""
     assert (
         "--constraint /src/constraints.txt /wheels/imexdra-*.whl"
         in (REPO / "deployments/container/Dockerfile").read_text()
@@ -52,4 +52,4 @@ def test_both_recipes_and_the_dev_venv_install_with_the_constraints() -> None:
         "--constraint /src/constraints.txt /wheels/imexdra-*.whl"
         in (REPO / "tools/image/build.sh").read_text()
     )
-    assert "deployments/container/constraints.txt" in (REPO / "hack/venv.sh").read_text()
+    assert "deployments/container/constraints.txt" in (REPO / "tools/venv.sh").read_text()

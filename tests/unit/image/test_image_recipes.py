@@ -282,7 +282,7 @@ def test_reference_is_the_charts_default_image(build: BuildConfig) -> None:
 
 
 def test_the_tests_run_on_the_images_python() -> None:
-    """This interpreter is the image's Python minor version (hack/venv.sh picks it), and mypy checks for it.
+    """This interpreter is the image's Python minor version (tools/venv.sh picks it), and mypy checks for it.
 
     What passes here then runs in the image: no syntax, stdlib or wheel of another version.
     """
