@@ -20,7 +20,7 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from imexdra.api.constants import CLIQUE_LABEL_KEY, DRIVER_NAME
 from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.kube.transport import Transport
-from imexdra.common.machinery.pulse import Pulse
+from imexdra.common.pacing.pulse import Pulse
 from imexdra.dra.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.configs.apply import DomainInfo
 from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache

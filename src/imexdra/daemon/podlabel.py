@@ -18,7 +18,7 @@ from lightkube.types import PatchType
 from imexdra.api.constants import CLIQUE_LABEL_KEY
 from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import RetryableApiError, kube_errors
-from imexdra.common.machinery.ratelimit import Backoff
+from imexdra.common.pacing.ratelimit import Backoff
 
 _log = structlog.get_logger(__name__)
 

@@ -29,7 +29,7 @@ import signal
 import structlog
 
 from imexdra.common.errors import PermanentError
-from imexdra.common.machinery.ratelimit import Backoff
+from imexdra.common.pacing.ratelimit import Backoff
 from imexdra.devices.imex import SIGUSR1_MIN_INTERVAL, Imex, ImexError
 
 _log = structlog.get_logger(__name__)

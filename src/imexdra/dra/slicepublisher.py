@@ -35,7 +35,7 @@ from imexdra.common.errors import DriverError
 from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import is_not_found, kube_errors
 from imexdra.common.machinery.informer import EventHandler, Informer
-from imexdra.common.machinery.ratelimit import Backoff
+from imexdra.common.pacing.ratelimit import Backoff
 
 _log = structlog.get_logger(__name__)
 

@@ -28,8 +28,8 @@ from imexdra.common.errors import DriverError, RetryableError
 from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import kube_errors
 from imexdra.common.machinery.informer import EventHandler, Informer
-from imexdra.common.machinery.pulse import Pulse
 from imexdra.common.machinery.store import index_by_uid
+from imexdra.common.pacing.pulse import Pulse
 from imexdra.kubeletplugin.configs.apply import DomainInfo
 
 _log = structlog.get_logger(__name__)

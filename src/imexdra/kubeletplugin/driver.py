@@ -22,8 +22,8 @@ import structlog
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.common.errors import DriverError, PermanentError, RetryLaterError, decisive_error
 from imexdra.common.files import flock
-from imexdra.common.machinery.pulse import Pulse
 from imexdra.common.observability.logging import log_context
+from imexdra.common.pacing.pulse import Pulse
 from imexdra.dra.driver import PrepareResult, UnprepareResult
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim
 from imexdra.kubeletplugin import metrics

@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from imexdra.common.machinery.pulse import Pulse
-from imexdra.common.machinery.ratelimit import ItemBackoff, TokenBucket
+from imexdra.common.pacing.pulse import Pulse
+from imexdra.common.pacing.ratelimit import ItemBackoff, TokenBucket
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from imexdra.common.machinery.ratelimit import Backoff, ItemBackoff, TokenBucket, exponential_delay
+from imexdra.common.pacing.ratelimit import Backoff, ItemBackoff, TokenBucket, exponential_delay
 
 
 class FakeClock:

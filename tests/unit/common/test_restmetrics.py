@@ -20,7 +20,7 @@ from imexdra.common.kube.restmetrics import (
     RestClientMetrics,
     server_host,
 )
-from imexdra.common.machinery.ratelimit import TokenBucket
+from imexdra.common.pacing.ratelimit import TokenBucket
 
 CONFIGMAP = b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns"}}'
 NOT_FOUND = b'{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}'

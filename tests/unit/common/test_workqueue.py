@@ -11,8 +11,8 @@ from structlog.testing import capture_logs
 
 from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.common.kube.client import RetryableApiError
-from imexdra.common.machinery.ratelimit import ItemBackoff
 from imexdra.common.machinery.workqueue import ControllerRateLimiter, ShutDownError, WorkQueue, run_workers
+from imexdra.common.pacing.ratelimit import ItemBackoff
 
 _names = itertools.count()
 

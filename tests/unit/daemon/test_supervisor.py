@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from imexdra.common.machinery.ratelimit import Backoff
+from imexdra.common.pacing.ratelimit import Backoff
 from imexdra.daemon.supervisor import ImexInUseError, ImexSupervisor
 from imexdra_sim.devices.imex_fake import FakeImex
 from tests.support.waiting import eventually

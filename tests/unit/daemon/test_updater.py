@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from imexdra.common.machinery.ratelimit import Backoff
+from imexdra.common.pacing.ratelimit import Backoff
 from imexdra.daemon.hostsfile import managed_mappings
 from imexdra.daemon.imexconfig import ImexdPaths
 from imexdra.daemon.membership import Membership, Peer

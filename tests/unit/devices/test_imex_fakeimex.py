@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from imexdra.common.machinery.ratelimit import Backoff
+from imexdra.common.pacing.ratelimit import Backoff
 from imexdra.daemon.hostsfile import render_hosts
 from imexdra.daemon.imexconfig import UNUSED_SLOT_ADDRESS, dns_name, dns_nodes_config
 from imexdra.daemon.supervisor import ImexInUseError, ImexSupervisor

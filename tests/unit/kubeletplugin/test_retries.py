@@ -3,7 +3,7 @@
 import asyncio
 import itertools
 
-from imexdra.common.machinery.pulse import Pulse
+from imexdra.common.pacing.pulse import Pulse
 from imexdra.kubeletplugin.retries import Done, Retry, RetryPolicy, run_until_done
 
 FAST = RetryPolicy(budget=2.0, retry_base=0.01, retry_cap=0.04, bucket_rate=1000.0, bucket_burst=100)

@@ -27,7 +27,7 @@ from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.models import User
 
 from imexdra.common.errors import ConfigError, DriverError, PermanentError, RetryableError
-from imexdra.common.machinery.ratelimit import exponential_delay
+from imexdra.common.pacing.ratelimit import exponential_delay
 
 T = TypeVar("T")
 

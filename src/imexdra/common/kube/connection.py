@@ -27,7 +27,7 @@ from imexdra.common.kube.oidc import KubeconfigUser
 from imexdra.common.kube.proxy import proxy_url
 from imexdra.common.kube.restmetrics import RestClientMetrics, server_host
 from imexdra.common.kube.transport import Transport
-from imexdra.common.machinery.ratelimit import TokenBucket
+from imexdra.common.pacing.ratelimit import TokenBucket
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client import Counter, Histogram
 
-from imexdra.common.machinery.ratelimit import TokenBucket
+from imexdra.common.pacing.ratelimit import TokenBucket
 
 #: component-base's buckets for request and rate-limiter latency (seconds).
 LATENCY_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)

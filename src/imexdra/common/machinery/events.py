@@ -34,9 +34,9 @@ from lightkube.types import PatchType
 
 from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import ApiStatusError, is_not_found, kube_errors, microtime
-from imexdra.common.machinery.ratelimit import TokenBucket
 from imexdra.common.machinery.store import KubeObject
 from imexdra.common.observability.metrics import EVENTS_DROPPED
+from imexdra.common.pacing.ratelimit import TokenBucket
 
 EventType = Literal["Normal", "Warning"]
 

@@ -32,7 +32,6 @@ from lightkube.core import resource as lkr
 from imexdra.common.kube.api import KubeApi, WatchEvent
 from imexdra.common.kube.client import ApiStatusError, RetryableApiError
 from imexdra.common.kube.kubeclient import decode
-from imexdra.common.machinery.ratelimit import Backoff
 from imexdra.common.machinery.store import (
     Changes,
     IndexFunc,
@@ -43,6 +42,7 @@ from imexdra.common.machinery.store import (
     strip_managed_fields,
 )
 from imexdra.common.observability.metrics import REFLECTOR_LISTS, REFLECTOR_WATCH_EVENTS
+from imexdra.common.pacing.ratelimit import Backoff
 
 T = TypeVar("T", bound=KubeObject)
 T_contra = TypeVar("T_contra", contravariant=True)

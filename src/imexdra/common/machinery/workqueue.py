@@ -28,7 +28,6 @@ import structlog
 
 from imexdra.common.errors import DriverError, is_permanent
 from imexdra.common.kube.client import retry_after
-from imexdra.common.machinery.ratelimit import ItemBackoff, TokenBucket
 from imexdra.common.observability.logging import log_context
 from imexdra.common.observability.metrics import (
     WORKQUEUE_ADDS,
@@ -37,6 +36,7 @@ from imexdra.common.observability.metrics import (
     WORKQUEUE_RETRIES,
     WORKQUEUE_WORK_DURATION,
 )
+from imexdra.common.pacing.ratelimit import ItemBackoff, TokenBucket
 
 K = TypeVar("K", bound=Hashable)
 
