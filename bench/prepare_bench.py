@@ -19,7 +19,7 @@ stdout and in ``bench/results/prepare_bench.json``, with a plot in ``bench/resul
 
 The API floor: after the plugin has stopped, the bench itself makes the same requests a prepare
 makes — GET the claim, then an Update of the node that adds the label (and, outside the timing, the
-Update that removes it) — through the same lean transport (``common.transport``) and pacing, for up
+Update that removes it) — through the same lean transport (``common.kube.transport``) and pacing, for up
 to 300 claims. Its p50
 next to the prepare p50 says how much of a prepare is the API server's round trips and how much is
 the plugin's own work (checkpoint, CDI spec, gRPC, locking), reported as ``plugin_own_p50_ms``.

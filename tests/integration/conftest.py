@@ -81,7 +81,7 @@ def compute_domain_crds(cluster: LocalCluster) -> None:
 
 @pytest.fixture(scope="session")
 async def lean(cluster: LocalCluster) -> AsyncIterator[Transport]:
-    """The lean API transport (``common.transport``), authenticated as cluster admin."""
+    """The lean API transport (``common.kube.transport``), authenticated as cluster admin."""
     transport = connect(cluster.kubeconfig).transport(user_agent="imexdra-tests")
     yield transport
     transport.close()

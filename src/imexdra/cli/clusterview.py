@@ -73,7 +73,7 @@ class ClusterAccessError(click.ClickException):
 def resolve_kubeconfig(explicit: Path | None) -> Path | None:
     """``explicit``, else ``$KUBECONFIG``, else ``~/.kube/config`` if it exists; None means in-cluster.
 
-    ``$KUBECONFIG`` and in-cluster credentials are resolved by ``common.kube.load_config``; only the
+    ``$KUBECONFIG`` and in-cluster credentials are resolved by ``common.kube.client.load_config``; only the
     kubectl default file is added here.
     """
     if explicit is not None or os.environ.get("KUBECONFIG"):

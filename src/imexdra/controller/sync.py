@@ -227,7 +227,7 @@ class MembershipSync:
         self._health.forget(uid)
 
     def _report_failing(self, cd: ComputeDomain, members: list[DaemonPod]) -> None:
-        # Repeats of one failure aggregate into one Event series (common.events).
+        # Repeats of one failure aggregate into one Event series (common.machinery.events).
         nodes = {
             n.metadata.name: n
             for n in self._caches.node_view.by_domain(domain_uid(cd))

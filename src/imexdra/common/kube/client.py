@@ -2,7 +2,7 @@
 
 - :func:`load_config` resolves a kubeconfig path, ``$KUBECONFIG`` or the in-cluster service account (in
   that order, like client-go's ``BuildConfigFromFlags``), :func:`tls_context` its TLS;
-  ``common.connection`` builds the clients on them.
+  ``common.kube.connection`` builds the clients on them.
 - :class:`ApiStatusError` and its ``RetryableError``/``PermanentError`` subclasses are the one error
   model of every API call (``common.kube.transport`` raises them, keeping the HTTP status, reason and
   Retry-After); :func:`kube_errors` names a failure with the caller's words.
@@ -180,7 +180,7 @@ def tls_context(config: SingleConfig) -> ssl.SSLContext | None:
     """The TLS context for ``config``'s server (its CA, its client certificate), None for plain HTTP.
 
     One per connection: both of its clients use it, and an exec plugin's client certificate is loaded
-    into it (``common.credentials``).
+    into it (``common.kube.credentials``).
     """
     if urlsplit(config.cluster.server).scheme != "https":
         return None

@@ -1,11 +1,11 @@
 """A component's connection to the API server: the one place that builds its clients.
 
-:func:`connect` resolves the kubeconfig once (``common.kube.load_config``: a path, ``$KUBECONFIG`` or the
-in-cluster service account), its TLS context (``common.kube.tls_context``), its credentials
-(``common.credentials``: tokens, token files, exec plugins with tokens or client certificates, the oidc
-auth-provider), its proxy (``common.proxy``: the cluster's ``proxy-url``, else the environment's;
-http, https and socks5) and the client-side ``--kube-api-qps``/``--kube-api-burst`` limit with its
-``rest_client_*`` metrics. :meth:`Connection.kube` hands out the typed client
+:func:`connect` resolves the kubeconfig once (``common.kube.client.load_config``: a path,
+``$KUBECONFIG`` or the in-cluster service account), its TLS context (``common.kube.client.tls_context``),
+its credentials (``common.kube.credentials``: tokens, token files, exec plugins with tokens or client
+certificates, the oidc auth-provider), its proxy (``common.kube.proxy``: the cluster's ``proxy-url``,
+else the environment's; http, https and socks5) and the client-side ``--kube-api-qps``/``--kube-api-burst``
+limit with its ``rest_client_*`` metrics. :meth:`Connection.kube` hands out the typed client
 (``common.kube.kubeclient.KubeClient``) on one lean transport (``common.kube.transport``) built on all of
 them, watches included, so a component has one QPS bucket, one TLS context and one credential
 (docs/kube-client.md). :meth:`Connection.transport` is that transport alone, for benchmarks and tests

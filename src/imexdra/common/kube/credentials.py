@@ -12,10 +12,10 @@ and, after a 401, for a fresh one (docs/architecture.md §6):
   time. A token becomes the header; a client certificate and key are loaded into the connection's TLS
   context, and :attr:`Credentials.certificate_generation` tells the clients to drop connections made
   with the previous one (client-go closes them too).
-- ``auth-provider``: ``oidc`` (``common.oidc``: the id-token, refreshed with the refresh-token when it
+- ``auth-provider``: ``oidc`` (``common.kube.oidc``: the id-token, refreshed with the refresh-token when it
   expires or is refused); ``gcp`` and ``azure`` were removed from client-go in Kubernetes 1.26, and the
   error names the exec plugin that replaced each.
-- client certificates in the kubeconfig are not a header: ``common.kube.tls_context`` loads them.
+- client certificates in the kubeconfig are not a header: ``common.kube.client.tls_context`` loads them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""client-go's ``rest_client_*`` metric families, fed by both of our Kubernetes API clients.
+"""client-go's ``rest_client_*`` metric families, fed by the API transport.
 
 Names, label names and buckets are those of Kubernetes' component-base (``metrics/prometheus/restclient``),
 so the API-client panels of existing dashboards work unchanged:

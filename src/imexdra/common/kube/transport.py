@@ -89,7 +89,7 @@ class Transport:
         timeout: float = 30.0,
         user_agent: str = "imexdra",
     ) -> None:
-        """Build a transport; components get theirs from ``common.connection``.
+        """Build a transport; components get theirs from ``common.kube.connection``.
 
         The defaults (own credentials, no QPS limit) serve tests against a plain-HTTP server.
         """

@@ -1,1 +1,1 @@
-"""client-go's controller machinery: informer, store, work queue, rate limits, leader election, events."""
+"""client-go's controller machinery: informer, store, work queue, leader election, Events."""

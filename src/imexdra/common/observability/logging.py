@@ -11,7 +11,7 @@ klog's ``-v`` means:
   the Go file name; a pattern with ``/`` matches that many trailing path parts);
 - library logs (grpc, asyncio...) go through the stdlib root logger, are written in the same
   layout and count as verbosity 0, debug records as :data:`DEBUG_VERBOSITY`; the per-request lines of
-  the HTTP client and of the controller's write transport are shown from :data:`REQUEST_VERBOSITY`, as
+  the API transport (logger ``imexdra.requests``) are shown from :data:`REQUEST_VERBOSITY`, as
   client-go's are. ``--vmodule`` does not reach library loggers.
 
 Values bound with :func:`log_context` (the work queue binds ``queue`` and ``key``; the kubelet plugin

@@ -1,13 +1,14 @@
 """Prometheus metrics of the shared machinery and the one HTTP server for /metrics, /healthz and /readyz.
 
 Metric names follow client-go where it has an equivalent (``workqueue_*``, ``leader_election_master_status``;
-the API client's ``rest_client_*`` families are in ``common.restmetrics``) so existing dashboards work;
+the API client's ``rest_client_*`` families are in ``common.kube.restmetrics``) so existing dashboards work;
 machinery client-go has no metric for is prefixed ``imexdra_``. Everything lives in prometheus-client's
 default registry, which also carries the process and platform collectors. docs/metrics.md lists them all.
 
 The server is a deliberately tiny HTTP/1.1 responder on ``asyncio.start_server`` (one request per
 connection, GET only): it runs on the component's event loop, so health checks read live state without
-locks, and it needs no web framework. With a profiling path it also serves ``common.pprof``'s endpoints.
+locks, and it needs no web framework. With a profiling path it also serves the endpoints of
+``common.observability.pprof``.
 """
 
 from __future__ import annotations
@@ -138,7 +139,8 @@ async def start_http_server(
     """Start serving metrics and probes on ``host:port`` (port 0 picks a free one); close the result to stop.
 
     An empty ``metrics_path`` disables /metrics, as upstream's ``--metrics-path=""`` does; a non-empty
-    ``pprof_path`` serves the profiling endpoints (``common.pprof``) below it, an empty one none (404).
+    ``pprof_path`` serves the profiling endpoints (``common.observability.pprof``) below it, an empty one
+    none (404).
     """
     profiler = Profiler(pprof_path) if pprof_path else None
 

@@ -1,4 +1,4 @@
-"""Backoff and rate-limit primitives shared by the work queue, the reflector and the API client.
+"""Backoff and rate-limit primitives: the work queue, the reflector and the API client pace with these.
 
 One implementation of "wait longer after each failure" and "no more than N per second" so every
 retry path in the project behaves the same. Jitter is always applied *downwards* (a delay never

@@ -1,1 +1,1 @@
-"""A component process's lifecycle: signals, supervised tasks, the termination message."""
+"""A component process's lifecycle: signals, supervised tasks, being PID 1, the termination message."""
