@@ -1,1 +1,1 @@
-"""The ``imexdra`` command: rack demo, status and diagnosis against any cluster."""
+"""The ``imexdra`` command: status and diagnosis against any cluster, and the commands installed ones add."""

@@ -1,4 +1,4 @@
-"""The one place that builds Kubernetes API clients and turns their failures into our error tree.
+"""Kubeconfig and TLS for the API client, and the one error model of every API call.
 
 - :func:`load_config` resolves a kubeconfig path, ``$KUBECONFIG`` or the in-cluster service account (in
   that order, like client-go's ``BuildConfigFromFlags``), :func:`tls_context` its TLS;
