@@ -1,7 +1,7 @@
 """A DRA kubelet plugin for any driver: the shape of Go's ``dynamic-resource-allocation/kubeletplugin``.
 
 It knows nothing about IMEX; a driver (ours is ``imexdra.kubeletplugin``) implements ``driver.Driver``
-and hands this layer its name, its sockets and its devices. Module map (docs/architecture.md §3.2,
+and hands this layer its name, its sockets and its devices. Module map (docs/architecture.md §3.2, §9;
 docs/data-path.md §5 follows a call through it; docs/compatibility.md §2.7 is the wire contract):
 
 - ``server``: the two gRPC servers on the kubelet's unix sockets, at ``paths``;
