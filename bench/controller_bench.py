@@ -33,7 +33,7 @@ implementation.
 ours (placeholders such as ``{kubeconfig}`` and ``{imex_mode}``: see ``--help``; ``--other-modes``
 limits its single-domain modes) and adds its results under ``other_controller`` and ours/other ratios
 under ``ratios_ours_over_other``. Upstream's Go controller, built from a checkout:
-``bench/upstream_controller.sh`` (bench/README.md, "Side by side with upstream's controller").
+``bench/upstream.sh`` (bench/README.md, "Side by side with upstream's controller").
 
 Run: ``.venv/bin/python bench/controller_bench.py`` after ``make bench`` (or ``make k8s`` and
 ``.venv/bin/pip install -e '.[bench]'``).

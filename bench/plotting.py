@@ -23,7 +23,7 @@ OTHER_COLOUR = "tab:gray"
 
 
 def other_name(results: dict[str, Any]) -> str:
-    """What the compared controller is: upstream's (bench/upstream_controller.sh) or another one."""
+    """What the compared controller is: upstream's (bench/upstream.sh) or another one."""
     command = results.get("controller_command") or (results.get("other_controller") or {}).get(
         "controller_command"
     )

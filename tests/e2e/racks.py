@@ -12,10 +12,11 @@ HOST_MANAGED = rack.RackConfig(nodes=3, host_managed=True, no_fabric_nodes=(2,))
 #: Every key of upstream's chart values at its default (docs/compatibility.md): the driver-managed rack
 #: installs with it underneath the rack's own values, as an operator moving from upstream would.
 DRIVER_MANAGED = rack.RackConfig(nodes=2, values_files=(UPSTREAM_VALUES_FILE,))
-#: Installed as an operator installs: the OCI chart from the cluster's registry, nodes pulling the image.
-REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd", from_registry=True)
-#: The same rack with a NetworkPolicy enforcer (kube-router's firewall) on every node (docs/tenancy.md).
-NETWORK_POLICY = rack.RackConfig(nodes=2, runtime="containerd", network_policy=True)
+#: Installed as an operator installs: the OCI chart from the cluster's registry, nodes pulling the image,
+#: and a NetworkPolicy enforcer (kube-router's firewall) on every node, so the chart's policies hold
+#: (docs/tenancy.md). The real-nodes and the network-policy modules share it (docs/testing.md).
+REAL_NODES = rack.RackConfig(nodes=2, runtime="containerd", from_registry=True, network_policy=True)
+NETWORK_POLICY = REAL_NODES
 #: The upgrade test's rack (tests/e2e/test_upgrade.py): installed from an earlier release's OCI chart.
 UPGRADE = rack.RackConfig(nodes=2, runtime="containerd", from_registry=True)
 #: The seeds' workloads on a full NVL72 rack: 18 trays, each a containerd node with its own cgroups
@@ -37,4 +38,4 @@ HOST_MANAGED_NODE_LOSS = rack.RackConfig(
     nodes=3, host_managed=True, node_monitor_grace_seconds=NODE_LOSS_GRACE_SECONDS
 )
 LEADER_ELECTION = rack.RackConfig(nodes=2, extra_values={"controller": {"replicas": 2}})
-QUIET = rack.RackConfig(nodes=1, extra_values={"logVerbosity": "0"})
+QUIET = rack.RackConfig(nodes=2, extra_values={"logVerbosity": "0"})

@@ -97,9 +97,12 @@ def level6(quiet_rack: LocalCluster, level0: Logs) -> Logs:
 
     def restarted() -> bool:
         pods = _driver_pods(quiet_rack)
-        return len(pods) == 2 and all(is_ready(p) and p["metadata"]["uid"] not in before for p in pods)
+        # As many as before (the controller and one plugin per node), every one of them new.
+        return len(pods) == len(before) and all(
+            is_ready(p) and p["metadata"]["uid"] not in before for p in pods
+        )
 
-    wait_until("a new controller and kubelet plugin Ready", restarted, timeout=120)
+    wait_until("a new controller and new kubelet plugins Ready", restarted, timeout=120)
     return _cycle_domain(quiet_rack, "loud")
 
 

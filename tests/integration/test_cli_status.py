@@ -47,6 +47,9 @@ def scene(cluster: LocalCluster, compute_domain_crds: None) -> Iterator[dict[str
         yield build_scene(cluster, ns, driver_ns, gpu_node)
     finally:
         cluster.kubectl("delete", "node", gpu_node, "--wait=false", check=False)
+        # The conflicted worker is bound to that kubelet-less node: no kubelet confirms its graceful
+        # deletion, and the pod garbage collector's orphan sweep takes about a minute; nothing runs it.
+        cluster.kubectl("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", check=False)
         # Wait: the scene's claim holds node-0's channel-0, which the next module may need at once.
         cluster.kubectl("delete", "namespace", ns, driver_ns, "--timeout=120s", check=False, timeout=150)
 

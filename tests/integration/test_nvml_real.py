@@ -117,12 +117,16 @@ def exported_symbols(library: Path) -> list[str]:
     return sorted(line.split()[2] for line in listing.stdout.splitlines() if line.split()[1] == "T")
 
 
+UPSTREAM_ONLY = ["nvmlInit_v2"]
+"""Exported for upstream's kubelet plugin (go-nvml's init); pynvml never resolves it (docs/nvml-mock.md)."""
+
+
 def test_exports_exactly_what_pynvml_resolves(tray: Tray, run: Run) -> None:
-    """The library exports exactly the C symbols pynvml looks up for every call nvml_real makes."""
+    """The library exports the C symbols pynvml looks up for every call nvml_real makes, plus upstream's."""
     library = tray("error.nvmlSystemGetDriverVersion=NOT_READY\n")  # a code pynvml asks the text of
     probe = run(library, GPUS, DRIVER_VERSION, {"resolved": True})
     assert error(probe.outcomes[1])["code"] == 27
-    assert probe.outcomes[2] == exported_symbols(library)
+    assert sorted(probe.outcomes[2] + UPSTREAM_ONLY) == exported_symbols(library)
     assert probe.outcomes[2] == [
         "nvmlDeviceGetCount_v2",
         "nvmlDeviceGetGpuFabricInfo",
@@ -351,11 +355,25 @@ def test_bad_profile_fails_init_loudly(tray: Tray, run: Run, profile: str | None
 
 @pytest.mark.parametrize("fabric", [True, False], ids=["rack-tray", "no-fabric-tray"])
 def test_simulated_node_driver_root(tmp_path: Path, mock_library: Path, run: Run, fabric: bool) -> None:
-    """A simulated node's driver root (driverroot_fake) reads back through nvml_real as the tray it says."""
+    """A simulated node's driver root (driverroot_fake) reads back as its tray: nvml_real, nvidia-smi -L."""
     tray = driverroot_fake.Tray("gb200-07", driverroot_fake.Fabric(CLUSTER, CLIQUE) if fabric else None)
     root = driverroot_fake.write_driver_root(tmp_path / "driver-root", tray, nvml_library=mock_library)
     library = find_nvml_library(root)
-    assert not (root / driverroot_fake.NVML_LIBRARY_DIR / NVML_MOCK_LIBRARY).is_symlink()
+    # Laid out as a driver installs it: the versioned file, and the soname as a relative link to it.
+    versioned = f"libnvidia-ml.so.{driverroot_fake.DRIVER_VERSION}"
+    link = root / driverroot_fake.NVML_LIBRARY_DIR / NVML_MOCK_LIBRARY
+    assert link.readlink() == Path(versioned)
+    assert library.resolve() == (link.parent / versioned).resolve()
+    assert not (link.parent / versioned).is_symlink()
+    smi = subprocess.run(
+        [root / driverroot_fake.IMEX_BINARY_DIR / driverroot_fake.NVIDIA_SMI, "-L"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert smi.stdout.splitlines() == [
+        f"GPU {i}: NVIDIA GB200 (UUID: {driverroot_fake.gpu_uuid('gb200-07', i)})" for i in range(4)
+    ]
     gpus, version, found = run(library, GPUS, DRIVER_VERSION, clique()).outcomes
     assert [gpu["uuid"] for gpu in value(gpus)] == [driverroot_fake.gpu_uuid("gb200-07", i) for i in range(4)]
     assert {gpu["name"] for gpu in value(gpus)} == {"NVIDIA GB200"}

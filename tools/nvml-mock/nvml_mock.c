@@ -397,6 +397,10 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     return result;
 }
 
+/* nvml.h's nvmlInit is nvmlInit_v2 (no flags); go-nvml probes for the _v2 name when it loads the library
+ * and, finding it, calls it (a library without it gets the unversioned name, which no current driver has). */
+EXPORT nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+
 EXPORT nvmlReturn_t nvmlShutdown(void) {
     pthread_mutex_lock(&lock);
     int result = refusal(SHUTDOWN, NULL);

@@ -327,15 +327,43 @@ def install_chart(cluster: LocalCluster, config: RackConfig, chart: Sequence[str
     registry (``from_registry``) the OCI chart ``publish_release`` pushed there (published first if it
     was not), as an operator installs a release.
     """
-    assert cluster.run_dir is not None
     if not chart and cluster.image_registry is not None:
         if not _release_record(cluster).exists():
             publish_release(cluster)
         chart = release_chart(cluster)
+    _helm(cluster, "install", "--create-namespace", *_values_files(cluster, config), chart=chart)
+
+
+def reinstall_values(cluster: LocalCluster, config: RackConfig) -> None:
+    """``helm upgrade --reset-values`` the rack's release to ``config``'s values; wait for it.
+
+    The release then runs as ``install_chart(cluster, config)`` would have left it: the chart's
+    defaults, ``config.values_files``, the rack's own values — nothing of the values before.
+    """
+    _helm(cluster, "upgrade", "--reset-values", *_values_files(cluster, config))
+
+
+def release_revision(cluster: LocalCluster) -> int:
+    """The revision of the rack's release (helm's newest release record; 0 when none)."""
+    listed = cluster.kubectl(
+        "get",
+        "secrets",
+        "-n",
+        DRIVER_NAMESPACE,
+        "-l",
+        f"owner=helm,name={RELEASE}",
+        "-o",
+        "jsonpath={.items[*].metadata.labels.version}",
+    ).stdout.split()
+    return max((int(version) for version in listed), default=0)
+
+
+def _values_files(cluster: LocalCluster, config: RackConfig) -> list[str]:
+    """The ``--values`` options of ``config``: its values files, then the rack's own values (they win)."""
+    assert cluster.run_dir is not None
     values = cluster.run_dir / "imexdra-values.yaml"
     values.write_text(yaml.safe_dump(chart_values(config)))
-    files = (f"--values={path}" for path in config.values_files)
-    _helm(cluster, "install", "--create-namespace", *files, values=values, chart=chart)
+    return [*(f"--values={path}" for path in config.values_files), f"--values={values}"]
 
 
 def upgrade_chart(cluster: LocalCluster, values: Mapping[str, Any], chart: Sequence[str] = ()) -> None:
@@ -348,7 +376,7 @@ def upgrade_chart(cluster: LocalCluster, values: Mapping[str, Any], chart: Seque
     assert cluster.run_dir is not None
     path = cluster.run_dir / "imexdra-upgrade-values.yaml"
     path.write_text(yaml.safe_dump(dict(values)))
-    _helm(cluster, "upgrade", "--reset-then-reuse-values", values=path, chart=chart)
+    _helm(cluster, "upgrade", "--reset-then-reuse-values", f"--values={path}", chart=chart)
 
 
 def publish_release(
@@ -394,8 +422,8 @@ def _release_record(cluster: LocalCluster, prefix: str = "") -> Path:
     return cluster.run_dir / (f"release-{prefix}.json" if prefix else "release.json")
 
 
-def _helm(cluster: LocalCluster, verb: str, *options: str, values: Path, chart: Sequence[str] = ()) -> None:
-    """``helm <verb>`` of the rack's release, ``values`` last (they win), and wait for it.
+def _helm(cluster: LocalCluster, verb: str, *options: str, chart: Sequence[str] = ()) -> None:
+    """``helm <verb>`` of the rack's release with ``options`` (its ``--values`` last: they win); wait for it.
 
     ``chart``: helm's chart arguments; by default the rack's own chart (the repo's, or its registry's).
     """
@@ -410,7 +438,6 @@ def _helm(cluster: LocalCluster, verb: str, *options: str, values: Path, chart: 
         f"--kubeconfig={cluster.kubeconfig}",
         f"--namespace={DRIVER_NAMESPACE}",
         *options,
-        f"--values={values}",
         "--wait",
         "--timeout=180s",
         timeout=240,

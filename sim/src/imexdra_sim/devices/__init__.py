@@ -5,6 +5,7 @@
   plugin at (``ALT_PROC_DEVICES_PATH``);
 - ``driverroot_fake``: writes a simulated node's driver root (mock NVML library and its profile,
   device node stand-ins, the fake IMEX programs) and ``/proc/devices``;
+- ``nvidia_smi_fake``: the driver root's ``nvidia-smi`` stand-in (``-L`` from the mock NVML);
 - ``imex_fake``: ``FakeImex``, an in-memory ``Imex``; ``fakeimex``: the simulated ``nvidia-imex`` and
   ``nvidia-imex-ctl`` programs, networked like the real ones.
 """

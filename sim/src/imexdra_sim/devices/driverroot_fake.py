@@ -5,10 +5,12 @@ The driver root is laid out like an NVIDIA driver install (docs/driver-root.md):
     dev/nvidia0..3, nvidiactl, nvidia-uvm, nvidia-caps/..., nvidia-caps-imex-channels/channel0
     proc/driver/nvidia/capabilities/fabric-imex-mgmt
     proc/driver/nvidia/params       with the driver's ImexChannelCount
-    usr/lib64/libnvidia-ml.so.1     a copy of the mock NVML library (tools/nvml-mock)
+    usr/lib64/libnvidia-ml.so.<driver version>   a copy of the mock NVML library (tools/nvml-mock),
+    usr/lib64/libnvidia-ml.so.1     and its soname link, relative, as a driver install has them
     usr/lib64/nvml-mock-profile     the tray's GPUs and NVLink fabric, read by that library
     usr/bin/nvidia-imex             the fake IMEX daemon and its control tool (devices.fakeimex),
     usr/bin/nvidia-imex-ctl         which the base CDI spec mounts into IMEX daemon containers
+    usr/bin/nvidia-smi              a stand-in answering ``-L`` from the same mock (nvidia_smi_fake)
 
 The device nodes are real character devices (``mknod``) with the numbers the NVIDIA driver gives them;
 no driver backs them (a simulated node has no GPU), so opening one fails, but a runtime's CDI code sees
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from imexdra.devices.driverroot import IMEX_BINARIES, NVML_LIBRARY
 from imexdra.devices.procfs import IMEX_CHANNEL_COUNT
+from imexdra_sim.devices import nvidia_smi_fake
 from imexdra_sim.devices.fakeimex.install import install_fake_imex
 from imexdra_sim.devices.procfs_fake import (
     DEFAULT_FABRIC_MGMT_MINOR,
@@ -64,6 +67,7 @@ NVML_LIBRARY_DIR = "usr/lib64"
 """First of the directories ``driverroot.find_nvml_library`` searches (a RHEL-style install)."""
 NVML_MOCK_PROFILE = "nvml-mock-profile"
 IMEX_BINARY_DIR = "usr/bin"
+NVIDIA_SMI = "nvidia-smi"
 DRIVER_VERSION = "570.170.01"
 GPU_NAME = "NVIDIA GB200"
 GPUS_PER_TRAY = 4
@@ -159,12 +163,25 @@ def write_driver_root(root: Path, tray: Tray, *, nvml_library: Path) -> Path:
     library_dir = root / NVML_LIBRARY_DIR
     library_dir.mkdir(parents=True, exist_ok=True)
     # Copy to a temporary name and rename: a plugin that has the old copy loaded keeps it intact.
-    staged = library_dir / f".{NVML_LIBRARY}.tmp"
+    # The versioned file and its soname link, as a driver install lays them out: upstream's CDI
+    # discovery looks the library up by the driver's version (docs/upstream-plugin.md).
+    versioned = f"libnvidia-ml.so.{DRIVER_VERSION}"
+    staged = library_dir / f".{versioned}.tmp"
     shutil.copyfile(nvml_library, staged)
     staged.chmod(0o755)
-    staged.replace(library_dir / NVML_LIBRARY)
+    staged.replace(library_dir / versioned)
+    link = library_dir / NVML_LIBRARY
+    if not (link.is_symlink() and link.readlink() == Path(versioned)):
+        staged_link = library_dir / f".{NVML_LIBRARY}.link"
+        staged_link.unlink(missing_ok=True)
+        staged_link.symlink_to(versioned)
+        staged_link.replace(link)
     (library_dir / NVML_MOCK_PROFILE).write_text(nvml_profile(tray), encoding="utf-8")
     binaries = root / IMEX_BINARY_DIR
+    binaries.mkdir(parents=True, exist_ok=True)
+    smi = binaries / NVIDIA_SMI
+    shutil.copyfile(Path(nvidia_smi_fake.__file__), smi)
+    smi.chmod(0o755)
     if tray.imex:
         install_fake_imex(binaries)
     else:
