@@ -5,6 +5,8 @@ is logged as (verb, ``namespace/name``), recorded in the overlay as ``writes.Wri
 to the informer store holding that kind, as the API server and the watch would, so a second reconcile
 sees the first's writes. ``fail(verb, code)`` makes the next call of ``verb`` raise the error the
 ``Writer`` raises for that HTTP status (retryable for 401/403/409/5xx, permanent for 404/422).
+Node labels, which no store here holds whole (the controller watches labelled nodes only), are kept
+in ``node_labels``; device conditions are listed in ``conditions``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER
+from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, COMPUTE_DOMAIN_LABEL_KEY
 from imexdra.common.kube.client import PermanentApiError, RetryableApiError, is_retryable_status
 from imexdra.common.machinery.store import Store, object_key
 from imexdra.controller.writes import authorization_retried
@@ -35,6 +37,12 @@ class FakeWrites:
     stores: dict[type[Any], Store[Any]]
     log: list[tuple[str, str]] = field(default_factory=list)
     failures: dict[str, list[int]] = field(default_factory=dict)
+    #: The domain label each node carries as the API server has it (a node not named: unlabelled).
+    node_labels: dict[str, str] = field(default_factory=dict)
+    #: Nodes the API server no longer has: labelling one finds nothing.
+    gone_nodes: set[str] = field(default_factory=set)
+    #: (claim ``namespace/name``, condition, reason) per device-condition write.
+    conditions: list[tuple[str, str, str]] = field(default_factory=list)
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
 
     def fail(self, verb: str, code: int, times: int = 1) -> None:
@@ -44,6 +52,10 @@ class FakeWrites:
     def verbs(self) -> list[str]:
         """The verbs written, in order."""
         return [verb for verb, _ in self.log]
+
+    def touched(self) -> set[str]:
+        """Every ``namespace/name`` written to."""
+        return {key for _, key in self.log}
 
     def _call(self, verb: str, obj: Any) -> None:
         self._log(verb, object_key(obj))
@@ -111,16 +123,25 @@ class FakeWrites:
         return obj
 
     async def remove_node_label(self, node: Any, uid: str, overlay: Any) -> None:
-        """Logged; the node reads as gone from the labelled set."""
+        """Logged; the label goes if it still names ``uid``; the node reads as gone from the labelled set."""
         self._call("remove_node_label", node)
+        name = node.metadata.name
+        labels = node.metadata.labels or {}
+        if self.node_labels.get(name, labels.get(COMPUTE_DOMAIN_LABEL_KEY)) == uid:
+            self.node_labels.pop(name, None)
         overlay.mark_gone(node)
 
     async def add_node_label(self, name: str, uid: str, overlay: Any) -> str | None:
-        """Logged only."""
+        """Logged; labels an unlabelled node; the label the node carries now, None for a gone node."""
         self._log("add_node_label", name)
-        return uid
+        if name in self.gone_nodes:
+            return None
+        return self.node_labels.setdefault(name, uid)
 
-    async def set_device_conditions(self, claim: Any, binding: Any, **_: Any) -> bool:
-        """Logged only."""
+    async def set_device_conditions(
+        self, claim: Any, binding: Any, *, condition: str, reason: str, **_: Any
+    ) -> bool:
+        """Logged with the condition and its reason."""
         self._call("set_device_conditions", claim)
+        self.conditions.append((object_key(claim), condition, reason))
         return True

@@ -9,6 +9,7 @@ from typing import Any
 from lightkube.models.core_v1 import PodCondition, PodSpec, PodStatus
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import (
     ComputeDomain,
@@ -17,9 +18,12 @@ from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, Al
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.api.flags.common import ImexIsolation, ImexMode, ImexSettings
 from imexdra.api.flags.controller import ControllerSettings
+from imexdra.common.machinery.events import ObjectRef
+from imexdra.controller.caches import Caches, DaemonSetMeta
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod
 from imexdra_sim.builders import compute_domain_model
+from tests.support.apiwrites import FakeWrites
 
 UID = "3f2a8c1e-0000-4000-8000-000000000001"
 CLIQUE = "7b0c2e4a-1111-4222-8333-444455556666.1"
@@ -102,11 +106,52 @@ def make_pod(
     )
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """One event as the controller asked for it, its subject referenced as ``EventRecorder`` does."""
+
+    regarding: ObjectRef
+    type: str
+    reason: str
+    note: str
+    action: str
+
+
 @dataclass
 class Events:
-    """The event recorder stand-in: (namespace of the object, reason, note) per event."""
+    """The event recorder stand-in: every event recorded, in order.
 
-    recorded: list[tuple[str, str, str]] = field(default_factory=list)
+    The subject goes through ``ObjectRef.of`` as in the real recorder, so an object it could not
+    reference fails here too.
+    """
+
+    recorded: list[Recorded] = field(default_factory=list)
 
     def record(self, regarding: Any, *, type: str, reason: str, note: str, action: str) -> None:
-        self.recorded.append((regarding.metadata.namespace or "", reason, note))
+        ref = regarding if isinstance(regarding, ObjectRef) else ObjectRef.of(regarding)
+        self.recorded.append(Recorded(ref, type, reason, note, action))
+
+    def reasons(self) -> list[str]:
+        return [event.reason for event in self.recorded]
+
+    def typed(self) -> list[tuple[str, str]]:
+        """(type, reason) per event."""
+        return [(event.type, event.reason) for event in self.recorded]
+
+    def subjects(self) -> list[tuple[str, str | None, str]]:
+        """(kind, namespace, reason) per event."""
+        return [(e.regarding.kind, e.regarding.namespace, e.reason) for e in self.recorded]
+
+    def with_reason(self, reason: str) -> list[Recorded]:
+        return [event for event in self.recorded if event.reason == reason]
+
+
+def fake_writes(caches: Caches) -> FakeWrites:
+    """An in-memory writer applying its writes to the stores of ``caches`` the reconciler reads."""
+    stores: dict[type[Any], Any] = {
+        ComputeDomain: caches.domains.store,
+        ResourceClaimTemplate: caches.templates.store,
+    }
+    if caches.daemon_sets:
+        stores[DaemonSetMeta] = caches.daemon_sets[0].store
+    return FakeWrites(stores)

@@ -11,7 +11,7 @@ waits for, then reports, the node's daemon Ready; ``BindingConditions`` on the c
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,9 @@ from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, ComputeDomainStatusV
 from imexdra.controller.binding import FAILING_GRACE_SECONDS, BindingConditions, Facts, Outcome, decide
 from imexdra.controller.caches import Caches
 from imexdra.controller.claimholds import ChannelClaim, PendingBinding
+from tests.support.apiwrites import FakeWrites
 from tests.support.offline import offline_client
-from tests.unit.controller.support import CLIQUE, UID, make_config, make_domain, make_pod
+from tests.unit.controller.support import CLIQUE, UID, Events, fake_writes, make_config, make_domain, make_pod
 
 DRIVER = "compute-domain.nvidia.com"
 NS = "team-a"
@@ -177,47 +178,9 @@ def test_failure_messages_name_nothing_of_another_domain() -> None:
 
 
 @dataclass
-class Writes:
-    """The writer stand-in: labels and conditions the controller asks for."""
-
-    labels: list[tuple[str, str]] = field(default_factory=list)
-    removed: list[tuple[str, str]] = field(default_factory=list)
-    conditions: list[tuple[str, str, str]] = field(default_factory=list)
-    #: What the label write finds: None, nothing (it labels); "gone", no node; else that label.
-    label_found: str | None = None
-
-    async def add_node_label(self, name: str, uid: str, _view: Any) -> str | None:
-        self.labels.append((name, uid))
-        if self.label_found == "gone":
-            return None
-        return self.label_found or uid
-
-    async def remove_node_label(self, node: Node, uid: str, _view: Any) -> None:
-        assert node.metadata is not None
-        self.removed.append((node.metadata.name or "", uid))
-
-    async def set_device_conditions(
-        self, claim: ChannelClaim, _binding: Any, *, condition: str, reason: str, message: str
-    ) -> bool:
-        assert claim.metadata is not None
-        self.conditions.append((f"{claim.metadata.namespace}/{claim.metadata.name}", condition, reason))
-        return True
-
-
-@dataclass
-class Events:
-    """The event recorder stand-in: (kind, namespace, reason) per event."""
-
-    recorded: list[tuple[str, str | None, str]] = field(default_factory=list)
-
-    def record(self, regarding: Any, *, type: str, reason: str, note: str, action: str) -> None:
-        self.recorded.append((regarding.kind, regarding.namespace, reason))
-
-
-@dataclass
 class Setup:
     caches: Caches
-    writes: Writes
+    writes: FakeWrites
     events: Events
     binding: BindingConditions
     domain: ComputeDomain
@@ -232,7 +195,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     caches = Caches(client, make_config(gates=GATE))
     cd = make_domain(namespace=NS)
     caches.domains.store.upsert(cd)
-    writes, events, clock = Writes(), Events(), [0.0]
+    writes, events, clock = fake_writes(caches), Events(), [0.0]
     binding = BindingConditions(
         caches,
         writes,  # type: ignore[arg-type]
@@ -269,8 +232,8 @@ async def test_a_claim_of_another_namespace_fails_at_once_without_a_label(setup:
     assert setup.writes.conditions == [
         ("tenant/worker-0-channel", "IMEXDaemonFailed", "ComputeDomainNotFound")
     ]
-    assert setup.writes.labels == []
-    assert setup.events.recorded == [
+    assert "add_node_label" not in setup.writes.verbs()
+    assert setup.events.subjects() == [
         ("ResourceClaim", "tenant", "ComputeDomainNotFound"),
         ("Pod", "tenant", "ComputeDomainNotFound"),
     ]
@@ -279,20 +242,20 @@ async def test_a_claim_of_another_namespace_fails_at_once_without_a_label(setup:
 async def test_an_unlabelled_node_is_labelled_and_the_claim_waits(setup: Setup) -> None:
     """The first step for the domain's own claim is its node's label; no condition yet."""
     await decide_claim(setup, claim_body())
-    assert setup.writes.labels == [(NODE, UID)]
+    assert setup.writes.log == [("add_node_label", NODE)] and setup.writes.node_labels == {NODE: UID}
     assert setup.writes.conditions == []
 
 
 async def test_a_node_found_labelled_for_another_domain_fails(setup: Setup) -> None:
     """The label write finds another domain's label (the cache lagged): failure, the pod goes elsewhere."""
-    setup.writes.label_found = "another-uid"
+    setup.writes.node_labels[NODE] = "another-uid"
     await decide_claim(setup, claim_body())
     assert setup.writes.conditions == [("team-a/worker-0-channel", "IMEXDaemonFailed", "NodeInUse")]
 
 
 async def test_a_node_gone_before_its_label_fails(setup: Setup) -> None:
     """The allocated node is deleted before the controller labels it: failure, the pod goes elsewhere."""
-    setup.writes.label_found = "gone"
+    setup.writes.gone_nodes.add(NODE)
     await decide_claim(setup, claim_body())
     assert setup.writes.conditions == [("team-a/worker-0-channel", "IMEXDaemonFailed", "NodeNotFound")]
 
@@ -308,7 +271,7 @@ async def test_ready_once_the_nodes_daemon_is_ready_in_its_clique(setup: Setup) 
     caches.cliques.store.upsert(clique(ComputeDomainStatusValue.READY))
     await decide_claim(setup, claim_body())
     assert setup.writes.conditions == [("team-a/worker-0-channel", "IMEXDaemonReady", "DaemonReady")]
-    assert setup.writes.labels == []
+    assert "add_node_label" not in setup.writes.verbs()
     assert setup.events.recorded == []
 
 
@@ -317,13 +280,14 @@ async def test_a_label_is_released_only_when_no_claim_of_the_domain_needs_it(set
     caches = setup.caches
     assert caches.nodes is not None and caches.claims is not None
     caches.nodes.store.upsert(labelled_node())
+    setup.writes.node_labels[NODE] = UID
     caches.claims.store.upsert(decoded(claim_body()))
     await setup.binding.process(f"label:{NODE}/{UID}")
-    assert setup.writes.removed == []
+    assert "remove_node_label" not in setup.writes.verbs()
     caches.claims.store.delete(f"{NS}/worker-0-channel")
     caches.claims.store.upsert(decoded(claim_body(namespace="tenant")))
     await setup.binding.process(f"label:{NODE}/{UID}")
-    assert setup.writes.removed == [(NODE, UID)]
+    assert setup.writes.log == [("remove_node_label", NODE)] and setup.writes.node_labels == {}
 
 
 async def test_a_label_of_another_domain_is_never_released(setup: Setup) -> None:
@@ -331,7 +295,7 @@ async def test_a_label_of_another_domain_is_never_released(setup: Setup) -> None
     assert setup.caches.nodes is not None
     setup.caches.nodes.store.upsert(labelled_node("another-uid"))
     await setup.binding.process(f"label:{NODE}/{UID}")
-    assert setup.writes.removed == []
+    assert "remove_node_label" not in setup.writes.verbs()
 
 
 def crashing_daemon() -> Any:
@@ -369,4 +333,4 @@ async def test_a_daemon_failing_for_the_grace_period_fails_the_binding(setup: Se
     setup.clock[0] = FAILING_GRACE_SECONDS
     await setup.binding.process(key)
     assert setup.writes.conditions == [("team-a/worker-0-channel", "IMEXDaemonFailed", "DaemonFailing")]
-    assert ("Pod", NS, "DaemonFailing") in setup.events.recorded
+    assert ("Pod", NS, "DaemonFailing") in setup.events.subjects()

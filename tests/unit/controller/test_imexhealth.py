@@ -19,7 +19,7 @@ from imexdra.controller.daemons import DaemonPod, daemon_pod
 from imexdra.controller.imexhealth import ImexHealth, peers_condition
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.sync import MembershipSync
-from tests.unit.controller.support import UID, make_config, make_domain, make_pod, member
+from tests.unit.controller.support import UID, Events, make_config, make_domain, make_pod, member
 from tests.unit.controller.syncfakes import Caches, Clock, Writer
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -107,14 +107,6 @@ def test_daemon_pod_reads_the_annotation() -> None:
     pod.metadata.annotations = {IMEX_PEERS_ANNOTATION: '{"connected": -1}'}
     read = daemon_pod(pod)
     assert read is not None and read.imex_peers is None
-
-
-class Events:
-    def __init__(self) -> None:
-        self.recorded: list[tuple[str, str, str]] = []
-
-    def record(self, _obj: Any, *, type: str, reason: str, action: str, note: str) -> None:
-        self.recorded.append((type, reason, note))
 
 
 class PruningWriter(Writer):
@@ -216,8 +208,9 @@ async def test_reports_reach_clique_status_condition_events_and_gauges() -> None
     assert sorted(await rig.step()) == ["clique", "status"]
     condition = rig.condition()
     assert condition is not None and condition.status == ConditionStatus.FALSE
-    assert [(t, r) for t, r, _ in rig.events.recorded] == [("Warning", "IMEXPeersNotConnected")]
-    assert "a cannot reach c" in rig.events.recorded[0][2] and "b cannot reach c" in rig.events.recorded[0][2]
+    assert rig.events.typed() == [("Warning", "IMEXPeersNotConnected")]
+    note = rig.events.recorded[0].note
+    assert "a cannot reach c" in note and "b cannot reach c" in note
     assert gauge("imexdra_imex_peers_connected", "a") == 1
     status = rig.writer.domain.status
     assert status is not None and {n.name: n.imex_peers for n in status.nodes}["b"] == lost("c")
@@ -231,7 +224,7 @@ async def test_reports_reach_clique_status_condition_events_and_gauges() -> None
     await rig.step()
     condition = rig.condition()
     assert condition is not None and condition.status == ConditionStatus.TRUE
-    assert [(t, r) for t, r, _ in rig.events.recorded][-1] == ("Normal", "IMEXPeersConnected")
+    assert rig.events.typed()[-1] == ("Normal", "IMEXPeersConnected")
 
     rig.caches.pods = [reporting("a", OK2), reporting("b", None), reporting("c", OK2)]
     rig.clock.now += 10

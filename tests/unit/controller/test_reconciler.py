@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,9 @@ from imexdra.controller.caches import Caches, DaemonSetMeta
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.reconciler import Reconciler
+from tests.support.apiwrites import FakeWrites
 from tests.support.offline import offline_client
-from tests.unit.controller.support import UID, Events, make_config, make_domain
+from tests.unit.controller.support import UID, Events, fake_writes, make_config, make_domain
 
 DRIVER_NAMESPACE = "nvidia-dra"
 TENANT = "tenant"
@@ -36,41 +37,9 @@ TENANT_HOLD = "tenant.example.com/hold"
 
 
 @dataclass
-class Writes:
-    """The writer stand-in: every write the reconciler asks for, as (verb, namespace/name)."""
-
-    log: list[tuple[str, str]] = field(default_factory=list)
-
-    async def add_finalizer(self, cd: ComputeDomain, _view: Any) -> ComputeDomain:
-        self.log.append(("add_finalizer", object_key(cd)))
-        return cd
-
-    async def create(self, obj: Any, _view: Any, **_: Any) -> Any:
-        self.log.append(("create", object_key(obj)))
-        return obj
-
-    async def delete(self, obj: Any, view: Any, *, has_finalizers: bool = True) -> None:
-        self.log.append(("delete", object_key(obj)))
-        view.mark_deleting(obj)
-
-    async def remove_finalizer(self, obj: Any, _view: Any) -> None:
-        self.log.append(("remove_finalizer", object_key(obj)))
-
-    async def remove_node_label(self, node: Any, _uid: str, _view: Any) -> None:
-        self.log.append(("remove_node_label", object_key(node)))
-
-    async def write_status(self, cd: ComputeDomain, *_: Any, **__: Any) -> ComputeDomain:
-        self.log.append(("write_status", object_key(cd)))
-        return cd
-
-    def touched(self) -> set[str]:
-        return {key for _, key in self.log}
-
-
-@dataclass
 class Setup:
     caches: Caches
-    writes: Writes
+    writes: FakeWrites
     events: Events
     reconciler: Reconciler
     domain: ComputeDomain
@@ -133,7 +102,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     caches.templates.store.upsert(daemon)
     caches.templates.store.upsert(_lookalike(cd))
     caches.daemon_sets[0].store.upsert(daemon_set)
-    writes, events = Writes(), Events()
+    writes, events = fake_writes(caches), Events()
     reconciler = Reconciler(config, caches, writes, events, DomainStatusMetrics())  # type: ignore[arg-type]
     yield Setup(caches, writes, events, reconciler, cd)
     await client.close()
@@ -145,11 +114,10 @@ async def test_a_lookalike_is_reported_once_and_never_written(setup: Setup) -> N
         await setup.reconciler.reconcile(object_key(setup.domain))
     assert f"{TENANT}/lookalike" not in setup.writes.touched()
     assert ("create", "team-a/victim-channel") not in setup.writes.log  # its own template is there
-    ignored = [e for e in setup.events.recorded if e[1] == reasons.LABEL_IGNORED]
+    ignored = setup.events.with_reason(reasons.LABEL_IGNORED)
     assert len(ignored) == 1
-    namespace, _reason, note = ignored[0]
-    assert namespace == TENANT
-    assert "team-a" not in note and "victim" not in note
+    assert ignored[0].regarding.namespace == TENANT
+    assert "team-a" not in ignored[0].note and "victim" not in ignored[0].note
 
 
 async def test_teardown_deletes_the_domains_own_objects_and_not_the_lookalike(setup: Setup) -> None:

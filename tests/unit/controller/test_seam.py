@@ -14,19 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import daemon_object_name
 from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.common.machinery.store import object_key
 from imexdra.controller import reasons, render
-from imexdra.controller.caches import Caches, DaemonSetMeta
+from imexdra.controller.caches import Caches
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.reconciler import Reconciler
 from tests.support.apiwrites import FakeWrites
 from tests.support.offline import offline_client
-from tests.unit.controller.support import Events, make_config, make_domain
+from tests.unit.controller.support import Events, fake_writes, make_config, make_domain
 
 
 @dataclass
@@ -42,17 +41,11 @@ async def _world(tmp_path: Path, **config: Any) -> AsyncIterator[World]:
     client = offline_client(tmp_path)
     cfg = make_config(**config)
     caches = Caches(client, cfg)
-    stores: dict[type[Any], Any] = {
-        ComputeDomain: caches.domains.store,
-        ResourceClaimTemplate: caches.templates.store,
-    }
-    if caches.daemon_sets:
-        stores[DaemonSetMeta] = caches.daemon_sets[0].store
     cd: ComputeDomain = make_domain()
     assert cd.metadata is not None
     cd.metadata.resourceVersion = "1"
     caches.domains.store.upsert(cd)
-    writes, events = FakeWrites(stores), Events()
+    writes, events = fake_writes(caches), Events()
     reconciler = Reconciler(cfg, caches, writes, events, DomainStatusMetrics())  # type: ignore[arg-type]
     yield World(caches, writes, events, reconciler, object_key(cd))
     await client.close()
@@ -100,7 +93,7 @@ async def test_an_api_error_is_an_event_and_raised(world: World) -> None:
     world.writes.fail("add_finalizer", 422)
     with pytest.raises(PermanentError):
         await world.reconciler.reconcile(world.key)
-    assert [reason for _, reason, _ in world.events.recorded] == [reasons.RECONCILE_FAILED] * 2
+    assert world.events.reasons() == [reasons.RECONCILE_FAILED] * 2
     assert world.writes.log == []
 
 

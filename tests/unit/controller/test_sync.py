@@ -7,7 +7,6 @@ and a writer that applies each write to them and counts it. A manual clock repla
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
@@ -15,7 +14,7 @@ from imexdra.api.constants import ComputeDomainStatusValue
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.sync import MembershipSync
-from tests.unit.controller.support import UID, make_config, make_domain, member
+from tests.unit.controller.support import UID, Events, make_config, make_domain, member
 from tests.unit.controller.syncfakes import Caches, Clock, Writer
 
 READY = ComputeDomainStatusValue.READY
@@ -54,16 +53,11 @@ def harness() -> Harness:
         config,
         caches,  # type: ignore[arg-type]
         writer,  # type: ignore[arg-type]
-        events=_NoEvents(),  # type: ignore[arg-type]
+        events=Events(),  # type: ignore[arg-type]
         metrics=DomainStatusMetrics(),
         clock=clock,
     )
     return Harness(sync, caches, writer, clock, config)
-
-
-class _NoEvents:
-    def record(self, *_: Any, **__: Any) -> None:
-        pass
 
 
 async def test_a_fabric_node_joining_goes_out_in_its_clique_and_the_status_follows_on_the_rollup(
