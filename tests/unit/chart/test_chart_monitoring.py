@@ -12,11 +12,12 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
 from prometheus_client import REGISTRY
+from prometheus_client.metrics import MetricWrapperBase
 
 import imexdra.controller.imexhealth
 import imexdra.controller.metrics
@@ -123,8 +124,8 @@ def test_rules_name_only_exported_series(values: dict[str, Any]) -> None:
         assert metrics and metrics <= registered, (
             f"unknown series in {rule['expr']!r}: {metrics - registered}"
         )
-        families = [REGISTRY._names_to_collectors[m] for m in metrics]
-        labels = {label for family in families for label in getattr(family, "_labelnames")} | TARGET_LABELS
+        families = [cast(MetricWrapperBase, REGISTRY._names_to_collectors[m]) for m in metrics]
+        labels = {label for family in families for label in family._labelnames} | TARGET_LABELS
         used = {m for text in rule["annotations"].values() for m in re.findall(r"\$labels\.(\w+)", text)}
         assert used <= labels, f"{rule['alert']} uses labels its series lack: {used - labels}"
         anchor = rule["annotations"]["runbook_url"].split("#")[1]
@@ -223,7 +224,7 @@ TESTS = [
 
 
 def test_promtool_fires_and_clears_every_rendered_alert(tmp_path: Path) -> None:
-    """``promtool check rules``, then ``test rules`` over the rendered groups: each alert fires, then clears."""
+    """``promtool check rules``, then ``test rules`` on the rendered groups: each alert fires, then clears."""
     promtool = _promtool()
     groups = rule_groups({**ALL_ON, **CHANNEL_ISOLATION})
     tested = {t["alertname"] for t in TESTS}
