@@ -7,23 +7,20 @@ after its ``for:`` and clears when the series recover.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import REGISTRY
-from prometheus_client.metrics import MetricWrapperBase
 
-import imexdra.controller.imexhealth
-import imexdra.controller.metrics
-import imexdra.kubeletplugin.metrics  # noqa: F401  (registers the plugin's families)
-from imexdra_sim.localcluster.binaries import cache_root
-from tests.unit.chart.helm import Object, render
+from imexdra.common.errors import ConfigError
+from imexdra_sim.localcluster.binaries import prometheus_tool
+from tests.support.prometheus import pod_monitor_jobs, pod_targets
+from tests.unit.chart.helm import Object, merge, render
+from tests.unit.chart.promql import families, labels_of, named_metrics
 
 ALL_ON = {
     "metrics": {
@@ -40,23 +37,6 @@ CHANNEL_ISOLATION = {
 }
 MONITORING_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
 DOCS = Path(__file__).parents[3] / "docs" / "monitoring.md"
-IDENTIFIER = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\b(?!\s*\()")
-PROMQL_WORDS = {
-    "and",
-    "or",
-    "unless",
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "bool",
-    "offset",
-    "status",
-    "rate",
-    "sum",
-}
-# Labels Prometheus itself gives every scraped series.
-TARGET_LABELS = {"instance", "job"}
 
 
 def rule_groups(values: dict[str, Any]) -> list[Object]:
@@ -69,12 +49,6 @@ def rule_groups(values: dict[str, Any]) -> list[Object]:
 def alerts(values: dict[str, Any]) -> list[Object]:
     """Every alerting rule the chart renders with ``values``."""
     return [rule for group in rule_groups(values) for rule in group["rules"]]
-
-
-def named_metrics(expr: str) -> set[str]:
-    """Series names in a PromQL expression (label matchers, ranges and function names dropped)."""
-    bare = re.sub(r"\[[^\]]*\]", "", re.sub(r"\{[^}]*\}", "", re.sub(r"\([a-z_, ]*\)\s*\(", "(", expr)))
-    return {w for w in IDENTIFIER.findall(bare) if w not in PROMQL_WORDS and not w[0].isdigit()}
 
 
 def test_nothing_renders_by_default() -> None:
@@ -114,7 +88,7 @@ def test_monitors_select_the_metrics_ports_of_both_components() -> None:
 @pytest.mark.parametrize("values", [ALL_ON, {**ALL_ON, **CHANNEL_ISOLATION}], ids=["domain", "channel"])
 def test_rules_name_only_exported_series(values: dict[str, Any]) -> None:
     """Shape of each alert, its series are registered families, its labels theirs, its runbook in docs/."""
-    registered = set(REGISTRY._names_to_collectors)
+    registered = set(families())
     docs = DOCS.read_text()
     for rule in alerts(values):
         assert re.fullmatch(r"\d+[smh]", rule["for"])
@@ -124,8 +98,7 @@ def test_rules_name_only_exported_series(values: dict[str, Any]) -> None:
         assert metrics and metrics <= registered, (
             f"unknown series in {rule['expr']!r}: {metrics - registered}"
         )
-        families = [cast(MetricWrapperBase, REGISTRY._names_to_collectors[m]) for m in metrics]
-        labels = {label for family in families for label in family._labelnames} | TARGET_LABELS
+        labels = labels_of(metrics)
         used = {m for text in rule["annotations"].values() for m in re.findall(r"\$labels\.(\w+)", text)}
         assert used <= labels, f"{rule['alert']} uses labels its series lack: {used - labels}"
         anchor = rule["annotations"]["runbook_url"].split("#")[1]
@@ -138,21 +111,43 @@ def test_channel_pool_alert_only_under_channel_isolation() -> None:
     (pool,) = [
         r for r in alerts({**ALL_ON, **CHANNEL_ISOLATION}) if r["alert"] == "IMEXChannelPoolNearlyExhausted"
     ]
-    assert pool["expr"].endswith(">= 9")  # floor(0.9 * (11 - 1))
+    assert pool["expr"].endswith(">= 0.9")
+    assert "of the 10 IMEX channels" in pool["annotations"]["description"]  # channelCount 11 - channel 0
 
 
-#: Debian's prometheus package, unpacked (not installed) into the build cache (tools/debs.sh).
-PROMETHEUS_DEB = "prometheus-2.42.0+ds-5+deb12u1"
+def test_each_alert_takes_its_for_and_severity_from_values_or_is_left_out() -> None:
+    """metrics.prometheusRule.alerts.<name>: ``for`` and ``severity`` replace the defaults (the text
+    says the new duration), ``enabled: false`` drops the alert and a group left empty; the rest as before."""
+    overrides = {
+        "IMEXPeerNotConnected": {"for": "30s", "severity": "critical"},
+        "ComputeDomainPrepareErrors": {"enabled": False},
+    }
+    values = merge(ALL_ON, {"metrics": {"prometheusRule": {"alerts": overrides}}})
+    rules = {rule["alert"]: rule for rule in alerts(values)}
+    defaults = {rule["alert"]: rule for rule in alerts(ALL_ON)}
+    changed = rules["IMEXPeerNotConnected"]
+    assert (changed["for"], changed["labels"]["severity"]) == ("30s", "critical")
+    assert "for 30s." in changed["annotations"]["description"]
+    assert defaults["IMEXPeerNotConnected"]["for"] == "5m"
+    assert set(rules) == set(defaults) - {"ComputeDomainPrepareErrors"}
+    assert "imexdra-kubelet-plugin" not in {group["name"] for group in rule_groups(values)}
+    for name in set(rules) - {"IMEXPeerNotConnected"}:
+        assert rules[name] == defaults[name]
+    every = {name: {"enabled": False} for name in defaults}
+    assert not render(merge(ALL_ON, {"metrics": {"prometheusRule": {"alerts": every}}})).of_kind(
+        "PrometheusRule"
+    )
 
 
 def _promtool() -> Path:
-    on_path = shutil.which("promtool")
-    cached = cache_root() / PROMETHEUS_DEB / "usr" / "bin" / "promtool"
-    if on_path:
+    """Debian's promtool as ``make k8s`` unpacks it (tools/k8s/prometheus.sh), else one on PATH."""
+    try:
+        return prometheus_tool("promtool")
+    except ConfigError as missing:
+        on_path = shutil.which("promtool")
+        if on_path is None:
+            pytest.skip(f"promtool unavailable, not on PATH either: {missing}")
         return Path(on_path)
-    if not os.access(cached, os.X_OK):
-        pytest.skip(f"promtool unavailable: not on PATH and not at {cached} (unpack {PROMETHEUS_DEB} there)")
-    return cached
 
 
 def _firing(alert: str, at: str, labels: dict[str, str], severity: str, value: str = "") -> dict[str, Any]:
@@ -161,7 +156,8 @@ def _firing(alert: str, at: str, labels: dict[str, str], severity: str, value: s
 
     def expand(text: str) -> str:
         text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
-        return text.replace("{{ $value }}", value)
+        # ``value`` as the alert's text shows it (humanized where the template pipes it so).
+        return re.sub(r"\{\{ \$value( \| \w+)? \}\}", lambda _: value, text)
 
     annotations = {key: expand(text) for key, text in rule["annotations"].items()}
     expected = {"exp_labels": {**labels, "severity": severity}, "exp_annotations": annotations}
@@ -187,6 +183,9 @@ def _series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
 SERIES = [
     _series("nvidia_dra_compute_domain_info", {"status": "NotReady", **CONTROLLER}, "1x30 0x30"),
     _series("nvidia_dra_compute_domain_info", {"status": "Ready", **CONTROLLER}, "8x60"),
+    # A pool of 10: 9 taken (90 %) for half an hour, then 5.
+    _series("imexdra_imex_channel_pool_size", CONTROLLER, "10x60"),
+    _series("imexdra_imex_channels_in_use", CONTROLLER, "9x30 5x30"),
     _series(
         "nvidia_dra_node_prepare_errors_total",
         {"driver": "compute-domain.nvidia.com", "error_type": "prepare_devices", **PLUGIN},
@@ -202,7 +201,8 @@ TESTS = [
     _cleared("ComputeDomainsNotReady", "10m"),
     _firing("ComputeDomainsNotReady", "20m", {"status": "NotReady", **CONTROLLER}, "warning", "1"),
     _cleared("ComputeDomainsNotReady", "40m"),
-    _firing("IMEXChannelPoolNearlyExhausted", "20m", CONTROLLER, "warning", "9"),
+    _cleared("IMEXChannelPoolNearlyExhausted", "5m"),
+    _firing("IMEXChannelPoolNearlyExhausted", "20m", CONTROLLER, "warning", "90%"),
     _cleared("IMEXChannelPoolNearlyExhausted", "45m"),
     _cleared("ComputeDomainPrepareErrors", "10m"),
     _firing(
@@ -231,7 +231,6 @@ def test_promtool_fires_and_clears_every_rendered_alert(tmp_path: Path) -> None:
     assert tested == {r["alert"] for g in groups for r in g["rules"]}, "every rendered alert is tested"
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump({"groups": groups}))
-    # This render's pool is 10 numbers, its threshold 9: 8 Ready + 1 NotReady domains reach it, 8 do not.
     cases = {
         "rule_files": [rules.name],
         "evaluation_interval": "1m",
@@ -243,3 +242,48 @@ def test_promtool_fires_and_clears_every_rendered_alert(tmp_path: Path) -> None:
             [str(promtool), *args], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_e2e_scrape_jobs_of_the_rendered_pod_monitors_are_a_valid_config(tmp_path: Path) -> None:
+    """The jobs tests/support/prometheus.py makes of each rendered PodMonitor (as the Prometheus Operator
+    would) pass ``promtool check config``, and each keeps exactly its component's pods' metrics port."""
+    promtool = _promtool()
+    rendered = render(ALL_ON)
+    monitors = rendered.of_kind("PodMonitor")
+    jobs = [job for monitor in monitors for job in pod_monitor_jobs(monitor, tmp_path)]
+    assert [job["job_name"] for job in jobs] == [
+        "podMonitor/imexdra/imexdra-controller/0",
+        "podMonitor/imexdra/imexdra-kubelet-plugin/0",
+    ]
+    assert all(job["honor_labels"] for job in jobs)
+    # The chart's own pods, as the API would show them running.
+    pods = []
+    for kind, name, ip in (
+        ("Deployment", "imexdra-controller", "10.0.0.1"),
+        ("DaemonSet", "imexdra-kubelet-plugin", "10.0.0.2"),
+    ):
+        template = rendered.get(kind, name)["spec"]["template"]
+        meta = {**template["metadata"], "name": f"{name}-x", "namespace": "imexdra"}
+        pods.append({"metadata": meta, "spec": template["spec"], "status": {"podIP": ip, "phase": "Running"}})
+    expected = {"imexdra-controller": "10.0.0.1:8080", "imexdra-kubelet-plugin": "10.0.0.2:8081"}
+    for monitor in monitors:
+        [group] = pod_targets(monitor, 0, pods)
+        name = monitor["metadata"]["name"]
+        assert group["targets"] == [expected[name]]
+        assert group["labels"] == {
+            "namespace": "imexdra",
+            "pod": f"{name}-x",
+            "container": "compute-domain" if name == "imexdra-controller" else "compute-domains",
+            "endpoint": "metrics",
+            "job": f"imexdra/{name}",
+        }
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({"scrape_configs": jobs}))
+    result = subprocess.run(
+        [str(promtool), "check", "config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
