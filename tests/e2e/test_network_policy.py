@@ -13,13 +13,17 @@ rule for the target pod counts the refused packets in its node's filter table.
 Then a real network fault (docs/imex-health.md): the two daemons' IMEX traffic (TCP 50000) dropped on
 gb200-01's forwarding path, both daemons staying Ready, each reports the other not connected, the
 domain's IMEXPeersConnected turns False and ``imexdra diagnose`` names both directions; with the
-packets flowing again it all clears.
+packets flowing again it all clears. A real Prometheus beside the rack (``tests.support.prometheus``)
+scrapes the driver's pods as the chart's PodMonitors select them and evaluates the chart's
+PrometheusRule: IMEXPeerNotConnected fires for both nodes during the fault and clears after, each
+within the bound docs/imex-health.md §5 states.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,16 +36,36 @@ from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster import enforcer, netfault
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.e2e.helpers import PLUGIN_SELECTOR, driver_pods, is_ready, pod_phase
+from tests.e2e.racks import NETWORK_POLICY
+from tests.support import prometheus
 from tests.support.builders import channel_pod
 from tests.support.cli import imexdra
 from tests.support.kubectl import apply, get_json
+from tests.support.session import progress
 from tests.support.waiting import wait_until
+from tests.unit.chart.helm import merge, render
 
 TEAM, OTHER = "team", "other-team"
 OUTSIDER_NODE = "gb200-00"
 STAND_IN = "docker.io/library/ubuntu:22.04"
 HEALTH_PORT, METRICS_PORT = 51515, 8081
 """The plugin's gRPC health port (chart default) and its metrics port (the rack's values)."""
+ALERT = "IMEXPeerNotConnected"
+ALERT_FOR = "30s"
+"""The alert's ``for`` here (the chart's default is 5m), set through the chart's own per-alert value."""
+MONITORING_VALUES = {
+    "metrics": {
+        "podMonitor": {"enabled": True, "interval": "5s"},
+        "prometheusRule": {"enabled": True, "alerts": {ALERT: {"for": ALERT_FOR}}},
+    }
+}
+"""The chart's monitoring, on: rendered for the Prometheus beside the rack (the rack has no operator)."""
+FIRING_BOUND = 150.0
+"""Seconds from the fault to the alert firing: the daemons' poll (10 s) and report spacing (30 s), the
+controller's roll-up (2 s), a scrape and two evaluations (5 s each), the rule's 30 s ``for``, and the
+fake IMEX noticing the silent peer (docs/imex-health.md §5)."""
+CLEARED_BOUND = 120.0
+"""Seconds from the repair to the alert gone: the same path without the ``for``."""
 CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()"
 """A TCP connect in the project's image (the daemons have python3, no nc)."""
 
@@ -272,16 +296,72 @@ def cut_off(cluster: LocalCluster) -> dict[str, Any] | None:
     return condition if lost and named and condition.get("status") == "False" else None
 
 
+def monitoring_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The PodMonitors and the rule groups of the PrometheusRule the rack's release renders with
+    monitoring on (the same release name, namespace and values, so selectors and ports match)."""
+    values = merge(rack.chart_values(NETWORK_POLICY), MONITORING_VALUES)
+    rendered = render(values, release=rack.RELEASE, namespace=rack.DRIVER_NAMESPACE)
+    groups = [group for rule in rendered.of_kind("PrometheusRule") for group in rule["spec"]["groups"]]
+    return rendered.of_kind("PodMonitor"), groups
+
+
+def scraped(server: prometheus.Prometheus, cluster: LocalCluster) -> bool:
+    """Whether the controller and every node's kubelet plugin are healthy targets, and the peer
+    gauges of both nodes are in."""
+    pods = sorted(pod for pods in server.targets_up().values() for pod in pods)
+    plugins = [pod for pod in pods if "kubelet-plugin" in pod]
+    controllers = [pod for pod in pods if "controller" in pod]
+    gauges = server.query(f'imexdra_imex_peers_expected{{namespace="{TEAM}", compute_domain="train"}}')
+    return len(plugins) == len(cluster.nodes) and len(controllers) == 1 and len(gauges) == len(cluster.nodes)
+
+
+def alert_nodes(server: prometheus.Prometheus, state: str) -> set[str]:
+    """The nodes of the team's domain for which the alert is in ``state``."""
+    return {
+        labels["node"]
+        for labels in server.alerts(ALERT, state)
+        if (labels.get("namespace"), labels.get("compute_domain")) == (TEAM, "train")
+    }
+
+
 def test_a_dropped_link_between_the_daemons_shows_and_heals(
-    network_policy_rack: LocalCluster, domain: Domain
+    pytestconfig: pytest.Config, network_policy_rack: LocalCluster, domain: Domain
 ) -> None:
     """IMEX traffic between the two daemons dropped: each reports the other, the condition is False and
-    diagnose names the pairs while both daemons stay Ready; restored, all Connected and True again."""
+    diagnose names the pairs while both daemons stay Ready, and Prometheus fires IMEXPeerNotConnected
+    for both nodes; restored, all Connected and True again and the alert gone."""
     cluster = network_policy_rack
     assert cluster.binaries is not None
     wait_until("both daemons report their peer connected", lambda: all_connected(cluster), timeout=180)
+    pod_monitors, rule_groups = monitoring_objects()
+    with prometheus.running(cluster, pod_monitors=pod_monitors, rule_groups=rule_groups) as server:
+        wait_until("Prometheus scraping the driver's pods", lambda: scraped(server, cluster), timeout=60)
+        assert alert_nodes(server, "pending") | alert_nodes(server, "firing") == set()
+        healed = _drop_the_link(cluster, domain, server, pytestconfig)
+        wait_until(
+            f"{ALERT} cleared for both nodes",
+            lambda: not alert_nodes(server, "pending") | alert_nodes(server, "firing"),
+            timeout=CLEARED_BOUND,
+        )
+        progress(pytestconfig, f"{ALERT} cleared {time.monotonic() - healed:.0f} s after the repair")
+    wait_until("both daemons report their peer connected again", lambda: all_connected(cluster), timeout=180)
+
+
+def _drop_the_link(
+    cluster: LocalCluster, domain: Domain, server: prometheus.Prometheus, config: pytest.Config
+) -> float:
+    """The fault and what it must show; returns when (monotonic) the link came back."""
+    assert cluster.binaries is not None
     victim, peer = domain.daemons["gb200-01"], domain.daemons["gb200-00"]
     with netfault.dropped(cluster.node(victim.node), cluster.binaries, victim.ip, peer.ip, IMEX_SERVER_PORT):
+        dropped = time.monotonic()
+        nodes = {node.name for node in cluster.nodes}
+        wait_until(
+            f"{ALERT} firing for both nodes",
+            lambda: alert_nodes(server, "firing") == nodes,
+            timeout=FIRING_BOUND,
+        )
+        progress(config, f"{ALERT} firing {time.monotonic() - dropped:.0f} s after the fault")
         condition = wait_until(
             "each daemon reports the other not connected", lambda: cut_off(cluster), timeout=180
         )
@@ -292,5 +372,6 @@ def test_a_dropped_link_between_the_daemons_shows_and_heals(
         assert diagnosis.returncode == 1
         for a, b in (("gb200-00", "gb200-01"), ("gb200-01", "gb200-00")):
             assert f"IMEX daemon on {a} cannot reach {b}" in diagnosis.stdout
+    healed = time.monotonic()
     assert from_daemon(cluster, peer, victim.ip, IMEX_SERVER_PORT)
-    wait_until("both daemons report their peer connected again", lambda: all_connected(cluster), timeout=180)
+    return healed

@@ -7,6 +7,7 @@
 #   host-local and loopback (docs/node-runtime.md); coredns, the cluster DNS of containerd clusters;
 #   kube-router-netpol and ipset, the NetworkPolicy enforcer of clusters that run one;
 #   oci-registry and crane, the cluster's container registry and the release's pusher;
+#   Debian's prometheus and promtool, unpacked into .../prometheus-<version>/bin (tools/k8s/prometheus.sh);
 #   first, tools/nvml-mock/build.sh builds the mock libnvidia-ml.so.1 into .../nvml-mock/ (C, seconds);
 #   last, tools/image/build.sh builds the nodes' container images into .../images/
 # Idempotent: a component is rebuilt only when the stamp of its inputs (versions + go.mod/go.sum/sources)
@@ -86,6 +87,8 @@ cat > "$bin/ipset" <<WRAPPER
 LD_LIBRARY_PATH=$ipset_dir/usr/lib/x86_64-linux-gnu:$ipt/usr/lib/x86_64-linux-gnu exec $ipset_dir/usr/sbin/ipset "\$@"
 WRAPPER
 chmod 0755 "$bin/ipset"
+# Prometheus and promtool (Debian's), for the tests of the chart's alerting rules (docs/monitoring.md §4).
+"$here/prometheus.sh"
 # Cluster DNS for containerd clusters: CoreDNS with the plugins kubeadm's default Corefile uses
 # (tools/k8s/coredns/main.go); tools/image/build.sh packs it as the CoreDNS image.
 build_step coredns coredns "$COREDNS_VERSION" coredns -- -ldflags="-s -w" -o "$bin/coredns" .

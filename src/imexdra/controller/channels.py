@@ -172,6 +172,11 @@ class ChannelBook:
         """Every domain that has a number, with its number (for events that say who holds the pool)."""
         return {uid: domain.channel for uid, domain in self._domains.items() if domain.channel is not None}
 
+    def taken(self) -> int:
+        """How many numbers of the pool cannot be handed out: recorded by a live domain or held by a claim."""
+        taken = self._owners.keys() | self._holders.keys()
+        return sum(1 for n in taken if FIRST_CHANNEL <= n < self.pool_size)
+
     def holders(self, channel: int) -> frozenset[str]:
         """The claims still holding ``channel``."""
         return frozenset(self._holders.get(channel, ()))

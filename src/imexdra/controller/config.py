@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from imexdra.api.featuregates import FeatureGates, Gate
 from imexdra.api.flags.common import DEFAULT_IMEX_CHANNEL_COUNT, ImexIsolation, ImexSettings, LogFormat
 from imexdra.api.flags.controller import ControllerSettings
+from imexdra.api.flags.daemon import DEFAULT_IMEX_PEERS_POLL_INTERVAL
 
 #: Field manager and Event ``reportingController`` of every write the controller makes.
 CONTROLLER_NAME = "compute-domain.nvidia.com/controller"
@@ -63,6 +64,8 @@ class ControllerConfig:
     daemon_network_policy: bool = True
     #: The controller's own ``--logging-format``, handed to the daemons so one install logs one way.
     daemon_logging_format: LogFormat = LogFormat.TEXT
+    #: The daemons' ``IMEX_PEERS_POLL_INTERVAL`` (docs/imex-health.md §3); 0: they do not report.
+    daemon_imex_peers_poll_interval: float = DEFAULT_IMEX_PEERS_POLL_INTERVAL
     debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
     min_publish_interval: float = DEFAULT_MIN_PUBLISH_INTERVAL_SECONDS
     status_rollup_interval: float = DEFAULT_STATUS_ROLLUP_INTERVAL_SECONDS
@@ -104,6 +107,7 @@ class ControllerConfig:
             max_compute_domains_per_namespace=controller.max_compute_domains_per_namespace,
             daemon_network_policy=controller.compute_domain_daemon_network_policy,
             daemon_logging_format=logging_format,
+            daemon_imex_peers_poll_interval=controller.cd_daemon_imex_peers_poll_interval,
         )
 
     @property

@@ -31,6 +31,7 @@ from imexdra.common.machinery.events import and_more
 from imexdra.controller import reasons
 from imexdra.controller.channels import FIRST_CHANNEL, ChannelBook, LiveDomain
 from imexdra.controller.claimholds import ChannelClaim, claim_uid
+from imexdra.controller.metrics import publish_channel_book
 from imexdra.controller.render import domain_uid
 
 #: The condition type channel isolation sets on every domain.
@@ -84,6 +85,7 @@ class ChannelAssigner:
         self, pool_size: int, *, name_of: Callable[[str], str | None], requeue: Callable[[str], None]
     ) -> None:
         self.book = ChannelBook(pool_size)
+        publish_channel_book(self.book)
         self._name_of = name_of
         self._requeue = requeue
         #: Domains without a number, by UID, with their creation time: requeued oldest first.

@@ -6,6 +6,10 @@
   when its finalizer is removed.
 - ``imexdra_controller_api_writes_total{resource,verb,code}``: every write the controller sends, by
   outcome, so writes per domain lifecycle and conflicts (code 409) can be read off directly.
+- ``imexdra_imex_channel_pool_size`` and ``imexdra_imex_channels_in_use``: under channel isolation, the
+  numbers the controller hands out (``1 .. channelCount - 1``) and how many of them are taken, read
+  off the channel book at each scrape (docs/channel-isolation.md §4); both 0 under domain isolation.
+  A pool that runs out leaves new domains NotReady, so this is what an operator alerts on before.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections import Counter as Tally
 from prometheus_client import Counter, Gauge
 
 from imexdra.api.constants import ComputeDomainStatusValue
+from imexdra.controller.channels import FIRST_CHANNEL, ChannelBook
 
 DOMAIN_INFO = Gauge(
     "nvidia_dra_compute_domain_info",
@@ -26,6 +31,21 @@ API_WRITES = Counter(
     "API writes by the controller: resource, verb (create, patch, update, delete) and HTTP status code.",
     ["resource", "verb", "code"],
 )
+
+CHANNEL_POOL_SIZE = Gauge(
+    "imexdra_imex_channel_pool_size",
+    "IMEX channels the controller hands out to ComputeDomains under channel isolation; 0 otherwise.",
+)
+CHANNELS_IN_USE = Gauge(
+    "imexdra_imex_channels_in_use",
+    "IMEX channels of the pool recorded by a live ComputeDomain or still held by a claim's allocation.",
+)
+
+
+def publish_channel_book(book: ChannelBook) -> None:
+    """Export ``book``'s pool and the numbers taken in it (read at each scrape, never stale)."""
+    CHANNEL_POOL_SIZE.set(book.pool_size - FIRST_CHANNEL)
+    CHANNELS_IN_USE.set_function(book.taken)
 
 
 class DomainStatusMetrics:

@@ -71,6 +71,7 @@ from imexdra.api.constants import (
     daemon_object_name,
 )
 from imexdra.api.flags.common import LogFormat
+from imexdra.api.flags.daemon import DEFAULT_IMEX_PEERS_POLL_INTERVAL
 from imexdra.api.opaque import (
     ComputeDomainChannelConfig,
     ComputeDomainDaemonConfig,
@@ -197,7 +198,8 @@ def daemon_env(config: ControllerConfig) -> list[EnvVar]:
     """The daemon container's environment: upstream's, in its order.
 
     ``LOGGING_FORMAT`` follows when the controller logs JSON (docs/logging.md), so that one install logs
-    one way; with text, the default, the list is exactly upstream's.
+    one way, and ``IMEX_PEERS_POLL_INTERVAL`` when the install sets another than the daemon's default
+    (docs/imex-health.md §3); with neither, the list is exactly upstream's.
     """
     env = [
         EnvVar(name="LOG_VERBOSITY", value=str(config.daemon_log_verbosity)),
@@ -212,6 +214,9 @@ def daemon_env(config: ControllerConfig) -> list[EnvVar]:
     ]
     if config.daemon_logging_format is not LogFormat.TEXT:
         env.append(EnvVar(name="LOGGING_FORMAT", value=config.daemon_logging_format.value))
+    if config.daemon_imex_peers_poll_interval != DEFAULT_IMEX_PEERS_POLL_INTERVAL:
+        interval = f"{config.daemon_imex_peers_poll_interval:g}"
+        env.append(EnvVar(name="IMEX_PEERS_POLL_INTERVAL", value=interval))
     return env
 
 

@@ -203,6 +203,14 @@ def test_daemon_network_policy_reaches_the_controller(value: bool | None, expect
     assert render(values).env(*CONTROLLER)["COMPUTE_DOMAIN_DAEMON_NETWORK_POLICY"] == expected
 
 
+@pytest.mark.parametrize(("value", "expected"), [(None, None), (10, "10"), (2.5, "2.5"), (0, "0")])
+def test_imex_peers_poll_interval_reaches_the_controller(value: float | None, expected: str | None) -> None:
+    """imex.peersPollIntervalSeconds is CD_DAEMON_IMEX_PEERS_POLL_INTERVAL (0 included: reports off);
+    without the key (--reuse-values from an older release) it is left out and the binary's default holds."""
+    values = nested("resources.computeDomains.imex.peersPollIntervalSeconds", value)
+    assert render(values).env(*CONTROLLER).get("CD_DAEMON_IMEX_PEERS_POLL_INTERVAL") == expected
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [(None, "0"), (0, "0"), (3, "3"), (2047, "2047")],
@@ -266,6 +274,7 @@ def test_controller_env_wiring() -> None:
         "COMPUTE_DOMAIN_IN_USE_PROTECTION": "true",
         "MAX_COMPUTE_DOMAINS_PER_NAMESPACE": "0",
         "COMPUTE_DOMAIN_DAEMON_NETWORK_POLICY": "true",
+        "CD_DAEMON_IMEX_PEERS_POLL_INTERVAL": "10",
         "CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "a,b",
         "HTTP_ENDPOINT": "$(POD_IP):9090",
         "METRICS_PATH": "/m",

@@ -294,3 +294,16 @@ class BookMachine(RuleBasedStateMachine):
 
 BookMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 test_book_against_model = BookMachine.TestCase
+
+
+def test_taken_counts_each_number_of_the_pool_once() -> None:
+    """Recorded and held numbers count once each; a number outside the pool does not count."""
+    book = ChannelBook(4)
+    book.record(domain("a", 1))
+    book.record(domain("b", 2))
+    book.hold("c1", hold(2, 3, domain="b"))
+    book.record(domain("old", 9))
+    assert book.taken() == 3
+    book.release("c1")
+    book.forget("a")
+    assert book.taken() == 1

@@ -4,7 +4,8 @@ Aspects covered: a new domain gets the lowest free number and keeps it; ``All`` 
 exhausted pool names the holders and requeues waiting domains oldest first when a number frees up; a
 younger duplicate no claim uses gets a new number, one in use is a conflict for both; an out-of-pool
 number is reported, not moved; domains made under ``domain`` isolation are refused and hold new ones
-back; a failed status write releases the reservation; conditions keep their transition time.
+back; a failed status write releases the reservation; conditions keep their transition time; the
+pool's gauges follow the book.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from lightkube.models.meta_v1 import ObjectMeta
+from prometheus_client import REGISTRY
 
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
 from imexdra.api.constants import AllocationMode, ComputeDomainStatusValue, ConditionStatus
@@ -210,3 +212,25 @@ def test_condition_keeps_its_transition_time_while_its_status_holds() -> None:
     )
     assert (allocated.status, allocated.reason) == (ConditionStatus.TRUE, reasons.CHANNEL_ALLOCATED)
     assert allocated.last_transition_time == later.replace(microsecond=0)
+
+
+def channel_gauges() -> tuple[float | None, float | None]:
+    """``imexdra_imex_channel_pool_size`` and ``imexdra_imex_channels_in_use`` as a scrape reads them."""
+    return (
+        REGISTRY.get_sample_value("imexdra_imex_channel_pool_size"),
+        REGISTRY.get_sample_value("imexdra_imex_channels_in_use"),
+    )
+
+
+def test_the_pool_gauges_count_numbers_taken_by_domains_or_claims() -> None:
+    """Pool 1..4; a number counts while a live domain records it or a claim still holds it, once."""
+    a, b = domain("a"), domain("b")
+    book, _ = assigner(5, a, b)
+    assert channel_gauges() == (4, 0)
+    assert [decide(book, cd).channel for cd in (a, b)] == [1, 2]
+    book.claim_seen(claim("c1", 2, 3, domain="b"))
+    assert channel_gauges() == (4, 3)
+    book.domain_gone(b)
+    assert channel_gauges() == (4, 3), "b is gone, but the claim still holds 2 and 3"
+    book.claim_gone(claim("c1", 2, 3, domain="b"))
+    assert channel_gauges() == (4, 1)

@@ -205,3 +205,15 @@ def test_daemons_log_in_the_controllers_format(log_format: LogFormat, expected: 
     config = dataclasses.replace(make_config(), daemon_logging_format=log_format)
     env = {e.name: e.value for e in render.daemon_env(config)}
     assert env.get("LOGGING_FORMAT") == expected
+
+
+@pytest.mark.parametrize(
+    ("interval", "expected"), [(10.0, None), (2.5, "2.5"), (30.0, "30"), (0.0, "0")], ids=str
+)
+def test_daemons_poll_imex_peers_at_the_installs_interval(interval: float, expected: str | None) -> None:
+    """``--cd-daemon-imex-peers-poll-interval`` reaches the daemons as IMEX_PEERS_POLL_INTERVAL; at the
+    daemon's own default (10 s) the env stays upstream's."""
+    env = {
+        e.name: e.value for e in render.daemon_env(make_config(cd_daemon_imex_peers_poll_interval=interval))
+    }
+    assert env.get("IMEX_PEERS_POLL_INTERVAL") == expected

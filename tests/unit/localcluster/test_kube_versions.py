@@ -34,6 +34,11 @@ def test_the_harness_knows_the_versions_the_build_script_builds() -> None:
     assert tuple(COMPAT_VERSIONS) == binaries.KUBE_COMPAT_VERSIONS
 
 
+def test_the_harness_knows_the_prometheus_package_the_build_script_unpacks() -> None:
+    """binaries.py looks for the prometheus package tools/k8s/prometheus.sh unpacks."""
+    assert versions_env()["PROMETHEUS_DEB"] == f"prometheus={binaries.PROMETHEUS_DEB_VERSION}"
+
+
 def minor(version: str) -> int:
     """The minor of ``1.<minor>[.<patch>...]``."""
     return int(version.split(".")[1])

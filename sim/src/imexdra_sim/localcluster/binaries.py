@@ -1,6 +1,7 @@
 """Where the binaries built by tools/k8s/build.sh live, and checking that they are there.
 
-Besides the cluster binaries that is the mock ``libnvidia-ml.so.1`` (tools/nvml-mock, docs/nvml-mock.md).
+Besides the cluster binaries that is the mock ``libnvidia-ml.so.1`` (tools/nvml-mock, docs/nvml-mock.md)
+and Debian's ``prometheus`` and ``promtool`` (tools/k8s/prometheus.sh, docs/monitoring.md §4).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ REQUIRED = (
 )
 
 NVML_MOCK_LIBRARY = "libnvidia-ml.so.1"
+
+PROMETHEUS_DEB_VERSION = "2.42.0+ds-5+deb12u1"
+"""Debian's prometheus package: PROMETHEUS_DEB in tools/k8s/versions.env (a unit test keeps them equal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,4 +101,12 @@ def nvml_mock_library() -> Path:
     path = cache_root() / "nvml-mock" / NVML_MOCK_LIBRARY
     if not path.is_file():
         raise ConfigError(f"mock NVML library missing: {path}; run `make k8s` first")
+    return path
+
+
+def prometheus_tool(name: str) -> Path:
+    """``prometheus`` or ``promtool`` as tools/k8s/prometheus.sh unpacked it, or explain how to get it."""
+    path = cache_root() / f"prometheus-{PROMETHEUS_DEB_VERSION}" / "bin" / name
+    if not os.access(path, os.X_OK):
+        raise ConfigError(f"{name} missing: {path}; run `make k8s` (or tools/k8s/prometheus.sh) first")
     return path

@@ -12,6 +12,7 @@ from datetime import timedelta
 import click
 
 from imexdra.api.constants import DEFAULT_MAX_NODES_PER_IMEX_DOMAIN
+from imexdra.api.flags.daemon import DEFAULT_IMEX_PEERS_POLL_INTERVAL
 from imexdra.api.flags.groups import (
     CommaSeparated,
     GoDuration,
@@ -44,6 +45,8 @@ class ControllerSettings:
     max_compute_domains_per_namespace: int = 0
     #: Give each domain's IMEX daemons a NetworkPolicy admitting only each other (docs/tenancy.md).
     compute_domain_daemon_network_policy: bool = True
+    #: The daemons' ``IMEX_PEERS_POLL_INTERVAL`` (docs/imex-health.md §3). Ours: upstream has no such flag.
+    cd_daemon_imex_peers_poll_interval: float = DEFAULT_IMEX_PEERS_POLL_INTERVAL
 
     def __post_init__(self) -> None:
         """Check the names the controller will write into objects."""
@@ -116,6 +119,14 @@ controller_options = OptionGroup(
         default=True,
         help="Create a NetworkPolicy per ComputeDomain: its IMEX daemons accept IMEX traffic from each "
         "other only (false: none, as upstream).",
+    ),
+    option(
+        "--cd-daemon-imex-peers-poll-interval",
+        envvar="CD_DAEMON_IMEX_PEERS_POLL_INTERVAL",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_IMEX_PEERS_POLL_INTERVAL,
+        help="Seconds between the daemons' reads of IMEX's peer connections (their "
+        "IMEX_PEERS_POLL_INTERVAL); 0 turns the report off.",
     ),
 )
 
