@@ -246,6 +246,14 @@ def add_controller_rate_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def feature_gates(*, host_managed: bool, binding_conditions: bool = False) -> str:
+    """The FEATURE_GATES value our controller and plugins run with, in one of the benches' modes."""
+    gates = ["HostManagedIMEX=true"] if host_managed else []
+    if binding_conditions:
+        gates.append("ComputeDomainBindingConditions=true")
+    return ",".join(gates)
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
@@ -263,6 +271,8 @@ class ControllerProcess:
     qps: float = 5.0
     burst: int = 10
     command: str = OUR_CONTROLLER_COMMAND
+    #: Gate ComputeDomainBindingConditions (docs/binding-conditions.md; ours only).
+    binding_conditions: bool = False
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -274,7 +284,9 @@ class ControllerProcess:
         return {
             "kubeconfig": str(self.kubeconfig),
             "namespace": DRIVER_NAMESPACE,
-            "feature_gates": "HostManagedIMEX=true" if self.host_managed else "",
+            "feature_gates": feature_gates(
+                host_managed=self.host_managed, binding_conditions=self.binding_conditions
+            ),
             "imex_mode": "hostManaged" if self.host_managed else "driverManaged",
             "imex_isolation": self.isolation,
             "http_endpoint": f"127.0.0.1:{self.port}",

@@ -69,7 +69,11 @@ write their own clique entries, as upstream's daemons do (``daemonsim``), so ups
 be measured driver-managed with daemons present.
 
 Targets: 18-node job ≤ 10 s; 256 pods ≤ 60 s with 0 × 429 and 0 × 409. Output: JSON on stdout and in
-``bench/results/jobstart_bench.json``, plot in ``bench/results/jobstart_bench.png``.
+``bench/results/jobstart_bench.json``, plot in ``bench/results/jobstart_bench.png`` (``--results-name``
+names others). ``--binding-conditions both`` adds a driver-managed series with gate
+ComputeDomainBindingConditions on beside the one with it off (docs/binding-conditions.md): per run,
+``daemons.workers_bound_before_daemon_ready`` and ``daemons.worker_bound_to_prepared_s`` say whether a
+worker was bound before its node's daemon was Ready and how long a bound worker then waited.
 
 Run: ``.venv/bin/python bench/jobstart_bench.py [--nodes 4,18,64,144,256] [--mode both] [--quick]``
 after ``make bench`` (``--quick``: 4 and 18 nodes, no kubelet series). One plugin process holds
@@ -153,10 +157,19 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         with LocalCluster(nodes_specs=[], keep_run_dir=args.keep) as cluster:
             results["simulated"] = await series(cluster, args.nodes, args, kubelets=False)
     if args.mode in ("both", "driver-managed"):
-        with LocalCluster(nodes_specs=[], keep_run_dir=args.keep) as cluster:
-            results["simulated_driver_managed"] = await series(
-                cluster, args.nodes, args, kubelets=False, host_managed=False
-            )
+        results["binding_conditions"] = args.binding_conditions
+        gate_values = {"off": (False,), "on": (True,), "both": (False, True)}[args.binding_conditions]
+        for binding_conditions in gate_values:
+            with LocalCluster(nodes_specs=[], keep_run_dir=args.keep) as cluster:
+                key = "simulated_driver_managed_binding" if binding_conditions else "simulated_driver_managed"
+                results[key] = await series(
+                    cluster,
+                    args.nodes,
+                    args,
+                    kubelets=False,
+                    host_managed=False,
+                    binding_conditions=binding_conditions,
+                )
     results["load_average_at_end"] = os.getloadavg()
     results["verdict"] = verdict(results)
     return results
@@ -192,6 +205,18 @@ def main() -> None:
         "publishes them)",
     )
     parser.add_argument(
+        "--binding-conditions",
+        choices=("off", "on", "both"),
+        default="off",
+        help="driver-managed: gate ComputeDomainBindingConditions in our controller and plugins; both: "
+        "a series with it off, then one with it on, each on a cluster of its own (ours only)",
+    )
+    parser.add_argument(
+        "--results-name",
+        default="jobstart_bench",
+        help="bench/results/<name>.json and .png (another name keeps the committed results)",
+    )
+    parser.add_argument(
         "--max-kubelets", type=int, default=18, help="largest size also run on real kubelets (0: none)"
     )
     parser.add_argument(
@@ -211,8 +236,8 @@ def main() -> None:
         args.nodes, args.max_kubelets = list(QUICK_NODES), 0
     results = asyncio.run(main_async(args))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "jobstart_bench.json").write_text(json.dumps(results, indent=1))
-    write_jobstart_plot(results, RESULTS / "jobstart_bench.png", targets_s=TARGETS_S)
+    (RESULTS / f"{args.results_name}.json").write_text(json.dumps(results, indent=1))
+    write_jobstart_plot(results, RESULTS / f"{args.results_name}.png", targets_s=TARGETS_S)
     printable = {**results}
     for series_key in SERIES:
         if series_key in printable:

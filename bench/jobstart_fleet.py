@@ -30,6 +30,7 @@ from benchlib import (
     PLUGIN_BIN,
     HostImex,
     cpu_seconds,
+    feature_gates,
     install_crds,
     kubectl_apply,
     peak_rss_mib,
@@ -150,6 +151,8 @@ class Fleet:
     state_dir: Path
     kubelets: bool
     host_managed: bool = True
+    #: Gate ComputeDomainBindingConditions in the plugins (their channel devices carry the conditions).
+    binding_conditions: bool = False
     #: One plugin process per node; without, the node's daemon ResourceSlice is published for it.
     plugins: bool = True
     #: How often each Lease is renewed (a kubelet: every 10 s; the node lifecycle's grace is 50 s).
@@ -282,10 +285,12 @@ class Fleet:
             env["KUBELET_REGISTRAR_DIRECTORY_PATH"] = str(kubelet_node.registry_dir)
             env["KUBELET_PLUGINS_DIRECTORY_PATH"] = str(kubelet_node.plugins_dir)
         env |= {"KUBECONFIG": str(self.cluster.kubeconfig)}
-        if self.host_managed:
-            env |= {"FEATURE_GATES": "HostManagedIMEX=true", "IMEX_MODE": "hostManaged"}
-        else:
-            env |= {"FEATURE_GATES": "", "IMEX_MODE": "driverManaged"}
+        env |= {
+            "FEATURE_GATES": feature_gates(
+                host_managed=self.host_managed, binding_conditions=self.binding_conditions
+            ),
+            "IMEX_MODE": "hostManaged" if self.host_managed else "driverManaged",
+        }
         with (base / "plugin.log").open("ab") as log:
             process = subprocess.Popen(
                 [str(PLUGIN_BIN)], env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT

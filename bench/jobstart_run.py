@@ -253,6 +253,7 @@ async def series(
     *,
     kubelets: bool,
     host_managed: bool = True,
+    binding_conditions: bool = False,
 ) -> list[dict[str, Any]]:
     """Job starts for each size on one cluster, growing the fleet; per size ours, then the other."""
     assert cluster.run_dir is not None
@@ -260,11 +261,19 @@ async def series(
     api = Api(cluster)
     runs = []
     commands = [("ours", OUR_CONTROLLER_COMMAND)]
-    if args.controller_command:
+    if args.controller_command and not binding_conditions:  # our gate: our controller only
         commands.append(("other", args.controller_command))
     with tempfile.TemporaryDirectory(prefix="jsb-", dir=args.state_dir) as tmp:
-        fleet = Fleet(cluster, Path(tmp), kubelets=kubelets, host_managed=host_managed)
-        name = series_name(kubelets=kubelets, host_managed=host_managed)
+        fleet = Fleet(
+            cluster,
+            Path(tmp),
+            kubelets=kubelets,
+            host_managed=host_managed,
+            binding_conditions=binding_conditions,
+        )
+        name = series_name(
+            kubelets=kubelets, host_managed=host_managed, binding_conditions=binding_conditions
+        )
         try:
             for size in sizes:
                 if not memory_fits(size - len(fleet.nodes), host_managed=host_managed):
@@ -283,13 +292,15 @@ async def series(
                         qps=args.controller_qps,
                         burst=args.controller_burst,
                         command=command,
+                        binding_conditions=binding_conditions,
                     )
                     controller.start()
                     try:
                         await controller.wait_ready()
                         await asyncio.sleep(1)  # caches synced; the apiserver quiet again
                         profile = label == "ours" and size in args.profile_nodes and not kubelets
-                        namespace = f"job-{name[0]}{'d' if not host_managed else ''}{size}-{label}"
+                        mode = ("d" if not host_managed else "") + ("b" if binding_conditions else "")
+                        namespace = f"job-{name[0]}{mode}{size}-{label}"
                         per_size[label] = await job_start(
                             cluster,
                             api,
@@ -321,14 +332,16 @@ async def series(
     return runs
 
 
-def series_name(*, kubelets: bool, host_managed: bool) -> str:
+def series_name(*, kubelets: bool, host_managed: bool, binding_conditions: bool = False) -> str:
     """``kubelets`` and ``simulated`` are host-managed (their names predate the driver-managed series)."""
     if kubelets:
         return "kubelets"
-    return "simulated" if host_managed else "simulated_driver_managed"
+    if host_managed:
+        return "simulated"
+    return "simulated_driver_managed_binding" if binding_conditions else "simulated_driver_managed"
 
 
-SERIES = ("kubelets", "simulated", "simulated_driver_managed")
+SERIES = ("kubelets", "simulated", "simulated_driver_managed", "simulated_driver_managed_binding")
 
 
 def ratios(ours: dict[str, Any], other: dict[str, Any]) -> dict[str, float | None]:

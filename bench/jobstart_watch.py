@@ -355,7 +355,28 @@ def daemon_breakdown(state: JobStart, daemons: DaemonKubelet) -> dict[str, Any]:
         }
         for node, pod in worker_node.items()
     }
+    bound_before_ready = [
+        node
+        for node, steps in per_node.items()
+        if steps["worker_bound"] is not None
+        and steps["ready"] is not None
+        and steps["worker_bound"] < steps["ready"]
+    ]
+    bound_to_prepared = [
+        steps["worker_prepared"] - steps["worker_bound"]
+        for steps in per_node.values()
+        if steps["worker_bound"] is not None and steps["worker_prepared"] is not None
+    ]
     return {
+        # Issue 42's figures of merit: a worker bound before its node's daemon was Ready waits, bound,
+        # for the daemon (ContainerCreating on a real node); under binding conditions none should.
+        "workers_bound_before_daemon_ready": len(bound_before_ready),
+        "worker_bound_to_prepared_s": {
+            "p50": round(percentile(bound_to_prepared, 0.5), 3),
+            "max": round(max(bound_to_prepared), 3),
+        }
+        if bound_to_prepared
+        else None,
         "stages": stage_spans(times, state.pods),
         "steps_per_node": step_lags(per_node, ("worker_bound", *DAEMON_STAGES, "worker_prepared")),
         "daemon_claim_prepare_calls": daemons.prepare_calls,

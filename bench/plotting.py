@@ -244,7 +244,12 @@ def write_controller_plot(
     figure.savefig(path, dpi=110)
 
 
-SERIES_COLOURS = {"simulated": "tab:blue", "kubelets": "tab:orange", "simulated_driver_managed": "tab:green"}
+SERIES_COLOURS = {
+    "simulated": "tab:blue",
+    "kubelets": "tab:orange",
+    "simulated_driver_managed": "tab:green",
+    "simulated_driver_managed_binding": "tab:purple",
+}
 STAGES = (
     ("domain_ready_s", "domain Ready"),
     ("all_pods_created_s", "all pods created"),
