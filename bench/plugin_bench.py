@@ -48,9 +48,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -59,19 +56,38 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
-from benchlib import CLIQUE, DRIVER, DRIVER_NAMESPACE, PLUGIN_BIN, RESULTS, ROOT, install_crds, kubectl_apply
+import steptiming
+from benchlib import (
+    CLIQUE,
+    DRIVER,
+    DRIVER_NAMESPACE,
+    RESULTS,
+    Profiler,
+    install_crds,
+    kubectl_apply,
+)
 from benchlib import percentile as nearest_rank
 from plotting import write_plugin_plot
+from plugin_processes import (
+    NodeFiles,
+    Plugin,
+    on_cpu_by_thread,
+    our_plugin,
+    process_tree,
+    thread_count,
+    tree_cpu_seconds,
+    tree_on_cpu_seconds,
+    tree_rss_mib,
+    upstream_commit,
+    upstream_plugin,
+)
 
 from imexdra.common.kube.client import ApiStatusError
 from imexdra.common.kube.connection import connect
 from imexdra.common.kube.transport import Transport
 from imexdra_sim.builders import channel_template, compute_domain
-from imexdra_sim.devices import driverroot_fake
-from imexdra_sim.localcluster.binaries import nvml_mock_library
 from imexdra_sim.localcluster.cluster import LocalCluster
-from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, Node, NodeSpec
-from imexdra_sim.localcluster.processes import free_port
+from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
 from imexdra_sim.promtext import Samples, parse_metrics
 
 T = TypeVar("T")
@@ -81,10 +97,7 @@ NAMESPACE = "bench"
 DOMAIN = "bench"
 TEMPLATE = "bench-channel"
 POD_IMAGE = "registry.k8s.io/pause:3.10"
-UPSTREAM_SH = ROOT / "bench" / "upstream.sh"
 DEFAULT_CHECKOUT = Path("/tmp/upstream-src")
-#: Where upstream is told its CDI hook lives: a path that does not exist (docs/upstream-plugin.md).
-CDI_HOOK = "/usr/local/bin/nvidia-cdi-hook"
 KUBELET_HISTOGRAM = "dra_grpc_operations_duration_seconds"
 PREPARE, UNPREPARE = "NodePrepareResources", "NodeUnprepareResources"
 #: Upstream's exact CEL selectors of its two DeviceClasses (its chart's; ours are the same).
@@ -108,164 +121,6 @@ async def until(what: str, check: Callable[[], Awaitable[T | None]], within: flo
             raise TimeoutError(f"timed out after {within:.0f} s waiting for {what}")
         await asyncio.sleep(POLL_S)
     return found
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (children of every thread), as /proc has them now."""
-    pids, pending = [], [pid]
-    while pending:
-        current = pending.pop()
-        pids.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            try:
-                pending += [int(child) for child in (task / "children").read_text().split()]
-            except OSError:
-                continue
-    return pids
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """The utime + stime of every thread of ``pid``'s process tree."""
-    total = 0.0
-    for member in process_tree(pid):
-        fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def tree_on_cpu_seconds(pid: int) -> float:
-    """Time on CPU of every live thread of ``pid``'s tree (schedstat: nanoseconds, not 10 ms ticks)."""
-    total = 0
-    for member in process_tree(pid):
-        for task in Path(f"/proc/{member}/task").iterdir():
-            try:
-                total += int((task / "schedstat").read_text().split()[0])
-            except OSError:
-                continue  # a thread that ended meanwhile
-    return total / 1e9
-
-
-def thread_count(pid: int) -> int:
-    """Threads of ``pid``'s process tree."""
-    return sum(len(list(Path(f"/proc/{member}/task").iterdir())) for member in process_tree(pid))
-
-
-def tree_rss_mib(pid: int) -> dict[str, float]:
-    """VmRSS and VmHWM summed over ``pid``'s process tree, in MiB."""
-    sums = {"VmRSS": 0.0, "VmHWM": 0.0}
-    for member in process_tree(pid):
-        for line in Path(f"/proc/{member}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in sums:
-                sums[key] += int(value.split()[0]) / 1024
-    return {key: round(value, 1) for key, value in sums.items()}
-
-
-@dataclass
-class Plugin:
-    """One plugin implementation as a host process on the node."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            tail = self.log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(
-                f"{self.name} plugin exited ({self.process.returncode}); its log ends:\n{tail}"
-            )
-        return self.process.pid
-
-    def stop(self) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            code = self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            code = self.process.wait()
-        self.process = None
-        return code
-
-
-@dataclass(frozen=True)
-class NodeFiles:
-    """The node's kubelet directories and stand-in hardware, as both plugins are pointed at them."""
-
-    node: Node
-    driver_root: Path
-    proc_devices: Path
-    cdi_root: Path
-
-    @classmethod
-    def write(cls, node: Node) -> NodeFiles:
-        base = node.host_dir / "imexdra"
-        tray = driverroot_fake.Tray(node.name, driverroot_fake.Fabric.parse(CLIQUE))
-        hardware = driverroot_fake.write_node_hardware(base, tray, nvml_library=nvml_mock_library())
-        return cls(node, hardware.driver_root, hardware.proc_devices, base / "cdi")
-
-    def reset(self) -> None:
-        """A fresh node for the next plugin: no plugin directory, an empty CDI root."""
-        shutil.rmtree(self.node.plugins_dir / DRIVER, ignore_errors=True)
-        shutil.rmtree(self.cdi_root, ignore_errors=True)
-        self.cdi_root.mkdir(parents=True)
-
-
-def our_plugin(files: NodeFiles, kubeconfig: Path, log: Path) -> Plugin:
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "NODE_NAME": files.node.name,
-        "NAMESPACE": DRIVER_NAMESPACE,
-        "KUBECONFIG": str(kubeconfig),
-        "KUBELET_REGISTRAR_DIRECTORY_PATH": str(files.node.registry_dir),
-        "KUBELET_PLUGINS_DIRECTORY_PATH": str(files.node.plugins_dir),
-        "CDI_ROOT": str(files.cdi_root),
-        "DRIVER_ROOT_CTR_PATH": str(files.driver_root),
-        "NVIDIA_DRIVER_ROOT": str(files.driver_root),
-        "ALT_PROC_DEVICES_PATH": str(files.proc_devices),
-        "HEALTHCHECK_PORT": str(free_port()),
-        "HTTP_ENDPOINT": f"127.0.0.1:{free_port()}",
-        "LOGGING_FORMAT": "json",
-    }
-    return Plugin("imexdra", [str(PLUGIN_BIN)], env, log)
-
-
-def upstream_plugin(files: NodeFiles, kubeconfig: Path, checkout: Path, log: Path) -> Plugin:
-    argv = [
-        str(UPSTREAM_SH),
-        "run-plugin",
-        str(checkout),
-        f"--kubeconfig={kubeconfig}",
-        f"--node-name={files.node.name}",
-        f"--namespace={DRIVER_NAMESPACE}",
-        f"--nvidia-driver-root={files.driver_root}",
-        f"--container-driver-root={files.driver_root}",
-        f"--cdi-root={files.cdi_root}",
-        f"--kubelet-plugins-directory-path={files.node.plugins_dir}",
-        f"--kubelet-registrar-directory-path={files.node.registry_dir}",
-        f"--nvidia-cdi-hook-path={CDI_HOOK}",
-        f"--http-endpoint=127.0.0.1:{free_port()}",
-        f"--healthcheck-port={free_port()}",
-    ]
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root")}
-    env["ALT_PROC_DEVICES_PATH"] = str(files.proc_devices)
-    return Plugin("upstream", argv, env, log)
-
-
-def upstream_commit(checkout: Path) -> str:
-    return subprocess.run(
-        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
 
 
 def install_api(cluster: LocalCluster) -> str:
@@ -463,11 +318,21 @@ async def run_plugin(
         first = await cycles.cycle()
         rss_after_first = tree_rss_mib(plugin.pid)
         ticks_before, on_cpu_before = tree_cpu_seconds(plugin.pid), tree_on_cpu_seconds(plugin.pid)
+        threads_before = on_cpu_by_thread(plugin.pid)
         window = time.monotonic()
         await asyncio.sleep(args.idle_seconds)  # the measurement interval itself: no work on the node
         window = time.monotonic() - window
         idle_cpu_ms_per_s = (tree_on_cpu_seconds(plugin.pid) - on_cpu_before) * 1e3 / window
         idle_ticks_ms_per_s = (tree_cpu_seconds(plugin.pid) - ticks_before) * 1e3 / window
+        idle_by_thread = {
+            thread: round((seconds - threads_before.get(thread, 0.0)) * 1e3 / window, 3)
+            for thread, seconds in on_cpu_by_thread(plugin.pid).items()
+        }
+        profiler = None
+        if args.profile and plugin.name == "imexdra":
+            assert plugin.process is not None
+            profiler = Profiler(plugin.pid, files.node.host_dir / "imexdra-cycles.pyspy")
+            profiler.start()
         rss_idle = tree_rss_mib(plugin.pid)
         cycles_cpu_before = tree_cpu_seconds(plugin.pid)
         runs = []
@@ -480,6 +345,7 @@ async def run_plugin(
                     file=sys.stderr,
                 )
         cycles_cpu_ms = (tree_cpu_seconds(plugin.pid) - cycles_cpu_before) * 1e3
+        profile = profiler.stop() if profiler is not None else None
         rss_after = tree_rss_mib(plugin.pid)
         threads = thread_count(plugin.pid)
         processes = len(process_tree(plugin.pid))
@@ -495,6 +361,7 @@ async def run_plugin(
         "idle_window_s": args.idle_seconds,
         "idle_cpu_ms_per_s": round(idle_cpu_ms_per_s, 3),
         "idle_cpu_ms_per_s_from_ticks": round(idle_ticks_ms_per_s, 3),
+        "idle_cpu_ms_per_s_by_thread": dict(sorted(idle_by_thread.items(), key=lambda item: -item[1])),
         "cpu_ms_per_cycle_mean_from_ticks": round(cycles_cpu_ms / max(1, args.cycles), 2),
         "rss_mib": {"after_first_cycle": rss_after_first, "idle": rss_idle, "after_cycles": rss_after},
         "threads": threads,
@@ -508,6 +375,7 @@ async def run_plugin(
         "calls_per_cycle_not_one": sum(
             1 for c in runs if c["prepare_calls"] != 1 or c["unprepare_calls"] != 1
         ),
+        **({"cycles_profile": profile} if profile is not None else {}),
         "cycles": runs,
     }
 
@@ -544,8 +412,14 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
     install_api(cluster)
     files = NodeFiles.write(cluster.node(NODE))
     assert cluster.run_dir is not None
+    step_record = cluster.run_dir / "imexdra-steps.txt"
     makers = {
-        "imexdra": lambda: our_plugin(files, cluster.kubeconfig, cluster.run_dir / "imexdra-plugin.log"),
+        "imexdra": lambda: our_plugin(
+            files,
+            cluster.kubeconfig,
+            cluster.run_dir / "imexdra-plugin.log",
+            step_record if args.step_timing else None,
+        ),
         "upstream": lambda: upstream_plugin(
             files, cluster.kubeconfig, args.upstream_checkout, cluster.run_dir / "upstream-plugin.log"
         ),
@@ -554,6 +428,8 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
     runs = {}
     for name in args.order.split(","):
         runs[name] = await run_plugin(makers[name](), cluster, files, transport, args)
+        if name == "imexdra" and args.step_timing:
+            runs[name]["plugin_steps_p50_ms"] = steptiming.steps(step_record)
         print(f"[plugin-bench] {name}: {json.dumps({k: v for k, v in runs[name].items() if k != 'cycles'})}",
               flush=True, file=sys.stderr)  # fmt: skip
     transport.close()
@@ -580,6 +456,10 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=30.0, help="the quiet window for idle CPU")
     parser.add_argument("--upstream-checkout", type=Path, default=DEFAULT_CHECKOUT)
     parser.add_argument("--order", default="imexdra,upstream", help="which plugins, in turn order")
+    parser.add_argument(
+        "--step-timing", action="store_true", help="run ours through steptiming.py: its prepares' steps timed"
+    )
+    parser.add_argument("--profile", action="store_true", help="py-spy records ours during its cycles")
     parser.add_argument("--output", type=Path, default=RESULTS / "plugin_bench.json")
     args = parser.parse_args()
     spec = NodeSpec(
