@@ -99,6 +99,7 @@ TEMPLATE = "bench-channel"
 POD_IMAGE = "registry.k8s.io/pause:3.10"
 DEFAULT_CHECKOUT = Path("/tmp/upstream-src")
 KUBELET_HISTOGRAM = "dra_grpc_operations_duration_seconds"
+OWN_HISTOGRAM = "nvidia_dra_request_duration_seconds"
 PREPARE, UNPREPARE = "NodePrepareResources", "NodeUnprepareResources"
 #: Upstream's exact CEL selectors of its two DeviceClasses (its chart's; ours are the same).
 DEVICE_CLASSES = {
@@ -249,6 +250,7 @@ class Cycles:
         name = f"{self.plugin.name}-{self.serial}"
         pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
         before = await self.kubelet.samples()
+        own_before = parse_metrics(await asyncio.to_thread(self.plugin.own_metrics))
         cpu_before = tree_on_cpu_seconds(self.plugin.pid)
         created = time.monotonic()
         await self.transport.request("POST", pods, body=pod(name))
@@ -275,6 +277,7 @@ class Cycles:
         claims = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
         await until(f"claim {claim} gone", lambda: self._gone(f"{claims}/{claim}"))
         gone_s = time.monotonic() - deleted
+        own_after = parse_metrics(await asyncio.to_thread(self.plugin.own_metrics))
         figures: dict[str, Any] = {
             "pod_running_s": round(running_s, 4),
             "delete_to_gone_s": round(gone_s, 4),
@@ -285,10 +288,21 @@ class Cycles:
             count_after, sum_after = self.kubelet.calls(after, method)
             figures[f"{key}_calls"] = int(count_after - count_before)
             figures[f"{key}_ms"] = round((sum_after - sum_before) * 1e3, 3)
+            own = own_seconds(own_after, key) - own_seconds(own_before, key)
+            figures[f"{key}_own_ms"] = round(own * 1e3, 3)
         return figures
 
     async def _gone(self, path: str) -> bool:
         return not await self._exists(path)
+
+
+def own_seconds(samples: Samples, operation: str) -> float:
+    """The plugin's own ``nvidia_dra_request_duration_seconds`` sum for ``operation`` (its handler's time)."""
+    return sum(
+        value
+        for (name, labels), value in samples.items()
+        if name == OWN_HISTOGRAM + "_sum" and dict(labels).get("operation") == operation
+    )
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -370,6 +384,8 @@ async def run_plugin(
         "node_labels_after": {k: v for k, v in labels.get("labels", {}).items() if "computeDomain" in k},
         "prepare_ms": summary([c["prepare_ms"] for c in runs]),
         "unprepare_ms": summary([c["unprepare_ms"] for c in runs]),
+        "prepare_own_ms": summary([c["prepare_own_ms"] for c in runs]),
+        "unprepare_own_ms": summary([c["unprepare_own_ms"] for c in runs]),
         "pod_running_s": summary([c["pod_running_s"] for c in runs]),
         "cpu_ms_per_cycle": summary([c["cpu_ms"] for c in runs]),
         "calls_per_cycle_not_one": sum(

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +105,8 @@ class Plugin:
     argv: list[str]
     env: dict[str, str]
     log: Path
+    #: Its own /metrics (both serve ``nvidia_dra_request_duration_seconds``, the same name and labels).
+    metrics_port: int
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -119,6 +122,11 @@ class Plugin:
                 f"{self.name} plugin exited ({self.process.returncode}); its log ends:\n{tail}"
             )
         return self.process.pid
+
+    def own_metrics(self) -> str:
+        """Its own /metrics text."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as response:
+            return str(response.read().decode())
 
     def stop(self) -> int:
         assert self.process is not None
@@ -158,6 +166,7 @@ class NodeFiles:
 
 def our_plugin(files: NodeFiles, kubeconfig: Path, log: Path, step_record: Path | None = None) -> Plugin:
     """Ours, as the image runs it; with ``step_record``, through ``steptiming.py`` (prepare's steps timed)."""
+    port = free_port()
     env = {
         "PATH": os.environ.get("PATH", ""),
         "NODE_NAME": files.node.name,
@@ -170,16 +179,18 @@ def our_plugin(files: NodeFiles, kubeconfig: Path, log: Path, step_record: Path 
         "NVIDIA_DRIVER_ROOT": str(files.driver_root),
         "ALT_PROC_DEVICES_PATH": str(files.proc_devices),
         "HEALTHCHECK_PORT": str(free_port()),
-        "HTTP_ENDPOINT": f"127.0.0.1:{free_port()}",
+        "HTTP_ENDPOINT": f"127.0.0.1:{port}",
         "LOGGING_FORMAT": "json",
     }
     argv = [str(PLUGIN_BIN)]
     if step_record is not None:
         argv = [str(RUNTIME_BIN / "python"), str(Path(__file__).with_name("steptiming.py")), str(step_record)]
-    return Plugin("imexdra", argv, env, log)
+    return Plugin("imexdra", argv, env, log, port)
 
 
 def upstream_plugin(files: NodeFiles, kubeconfig: Path, checkout: Path, log: Path) -> Plugin:
+    """Upstream's, built from ``checkout`` (``bench/upstream.sh``), with its own flags for the node."""
+    port = free_port()
     argv = [
         str(UPSTREAM_SH),
         "run-plugin",
@@ -193,12 +204,12 @@ def upstream_plugin(files: NodeFiles, kubeconfig: Path, checkout: Path, log: Pat
         f"--kubelet-plugins-directory-path={files.node.plugins_dir}",
         f"--kubelet-registrar-directory-path={files.node.registry_dir}",
         f"--nvidia-cdi-hook-path={CDI_HOOK}",
-        f"--http-endpoint=127.0.0.1:{free_port()}",
+        f"--http-endpoint=127.0.0.1:{port}",
         f"--healthcheck-port={free_port()}",
     ]
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root")}
     env["ALT_PROC_DEVICES_PATH"] = str(files.proc_devices)
-    return Plugin("upstream", argv, env, log)
+    return Plugin("upstream", argv, env, log, port)
 
 
 def upstream_commit(checkout: Path) -> str:
