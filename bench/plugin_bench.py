@@ -31,10 +31,17 @@ work measures idle CPU, then ``--cycles`` cycles.
 
 Measured per cycle: the kubelet's own ``dra_grpc_operations_duration_seconds`` (its /metrics through
 the apiserver's node proxy, deltas of the histogram's sum and count per method, so a cycle with one
-call each gives that call's time exactly), pod create → Running seen by the bench (polling the pod),
-the plugin's CPU (utime + stime of every thread, summed over its process tree) from cycle start to
-cycle end. Per plugin: RSS (VmRSS, VmHWM; summed over the process tree) after the idle window and
-after the cycles, idle CPU per second.
+call each gives that call's time exactly), beside the plugin's own ``nvidia_dra_request_duration_seconds``
+(its handler's time, without the gRPC and the claim GET around it); pod create → Running seen by the
+bench (polling the pod); the CDI devices fakecri's CreateContainer got; the plugin's time on CPU
+(``schedstat`` of every thread, ns, summed over its process tree) from cycle start to cycle end. Per
+plugin: RSS (VmRSS, VmHWM; summed over the process tree) after the idle window and after the cycles;
+idle CPU per second, in all and by thread name; ``utime + stime`` over all cycles as a check (it also
+counts threads that ended).
+
+``--step-timing`` runs ours through ``steptiming.py`` (its prepares' steps timed from inside);
+``--profile`` records ours with py-spy during its cycles. Both change what they measure a little:
+the committed side-by-side runs without them.
 
 Run: ``flock /tmp/imexdra-heavy.lock .venv/bin/python bench/plugin_bench.py [--cycles 50]
 [--upstream-checkout /tmp/upstream-src] [--order imexdra,upstream]`` after ``make bench``.
@@ -87,7 +94,7 @@ from imexdra.common.kube.connection import connect
 from imexdra.common.kube.transport import Transport
 from imexdra_sim.builders import channel_template, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
-from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
+from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, Node, NodeSpec
 from imexdra_sim.promtext import Samples, parse_metrics
 
 T = TypeVar("T")
@@ -232,6 +239,7 @@ class Cycles:
     plugin: Plugin
     kubelet: Kubelet
     transport: Transport
+    node: Node
     cycles: list[dict[str, Any]] = field(default_factory=list)
     serial: int = 0
 
@@ -264,6 +272,13 @@ class Cycles:
         found = await until(f"pod {name} Running", running)
         running_s = time.monotonic() - created
         claim = found["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        pod_uid = found["metadata"]["uid"]
+        cdi_devices = [
+            device
+            for record in self.node.cri_records("CreateContainer")
+            if record.get("pod_uid") == pod_uid
+            for device in record.get("cdi_devices") or []
+        ]
         deleted = time.monotonic()
         await self.transport.request("DELETE", f"{pods}/{name}")
         prepared = self.kubelet.calls(before, UNPREPARE)[0]
@@ -281,6 +296,7 @@ class Cycles:
         figures: dict[str, Any] = {
             "pod_running_s": round(running_s, 4),
             "delete_to_gone_s": round(gone_s, 4),
+            "cdi_devices": cdi_devices,
             "cpu_ms": round((tree_on_cpu_seconds(self.plugin.pid) - cpu_before) * 1e3, 2),
         }
         for method, key in ((PREPARE, "prepare"), (UNPREPARE, "unprepare")):
@@ -328,7 +344,7 @@ async def run_plugin(
             f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={NODE},spec.driver={DRIVER}"
         )
         await until("the plugin's ResourceSlice", lambda: _listed(transport, slices))
-        cycles = Cycles(plugin, kubelet, transport)
+        cycles = Cycles(plugin, kubelet, transport, files.node)
         first = await cycles.cycle()
         rss_after_first = tree_rss_mib(plugin.pid)
         ticks_before, on_cpu_before = tree_cpu_seconds(plugin.pid), tree_on_cpu_seconds(plugin.pid)
