@@ -18,14 +18,20 @@ every step the node's invariants are checked:
 - driver-managed: the node carries the ComputeDomain label exactly while a claim of that domain is
   prepared.
 
+The two modes run at the same time, each on its own node with its own plugin, domains and kill windows:
+almost all of a cycle is the kubelet waiting to retry the pod after the kill (its pod workers' fixed
+10 s backoff, twice a cycle), so one mode's kills land while the other's kubelet waits, and neither
+mode does fewer kills or checks less than alone. (One after the other they took 159 s here.)
+
 Size: ``IMEXDRA_PLUGIN_KILLS`` kills per mode (default 6 in CI; ``make soak`` runs >= 100). The seed is
-random unless ``IMEXDRA_SEED`` is set, and is in every failure message.
+random unless ``IMEXDRA_SEED`` is set, and is in every failure message, with the mode.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import os
 import random
@@ -72,8 +78,9 @@ THROTTLED_CLIENT = {"KUBE_API_QPS": "2", "KUBE_API_BURST": "1"}
 
 @dataclasses.dataclass(frozen=True)
 class Mode:
-    """Where and how the plugin runs in one parametrization."""
+    """Where and how the plugin runs in one of the two modes."""
 
+    name: str
     node: str
     channel_isolation: bool
 
@@ -82,10 +89,10 @@ class Mode:
         return self.channel_isolation  # channel isolation needs host-managed IMEX
 
 
-MODES = {
-    "driver-managed": Mode(node="node-0", channel_isolation=False),
-    "channel-isolation": Mode(node="node-1", channel_isolation=True),
-}
+MODES = (
+    Mode(name="driver-managed", node="node-0", channel_isolation=False),
+    Mode(name="channel-isolation", node="node-1", channel_isolation=True),
+)
 
 
 @dataclasses.dataclass
@@ -97,17 +104,9 @@ class Domain:
     channel: int | None
 
 
-@pytest.fixture(scope="module", params=list(MODES.values()), ids=list(MODES))
-def mode(request: pytest.FixtureRequest) -> Mode:
-    """The mode of this parametrization."""
-    chosen: Mode = request.param
-    return chosen
-
-
-@pytest.fixture(scope="module")
-def plugin(cluster: LocalCluster, mode: Mode) -> Iterator[PluginProcess]:
+@contextlib.contextmanager
+def running_plugin(cluster: LocalCluster, mode: Mode) -> Iterator[PluginProcess]:
     """The plugin on the mode's node (which has an NVLink clique; host-managed: and a host IMEX)."""
-    install_api(cluster)
     node = cluster.node(mode.node)
     sim = SimulatedNode(node, CLIQUE)
     env = {**THROTTLED_CLIENT, "IMEX_ISOLATION": "channel" if mode.channel_isolation else "domain"}
@@ -117,31 +116,43 @@ def plugin(cluster: LocalCluster, mode: Mode) -> Iterator[PluginProcess]:
     if host_imex is not None:
         host_imex.start()
     process.start()
-    yield process
-    if process.process is not None:
-        process.stop()
-    if host_imex is not None:
-        host_imex.stop()
+    try:
+        yield process
+    finally:
+        if process.process is not None:
+            process.stop()
+        if host_imex is not None:
+            host_imex.stop()
+
+
+@pytest.fixture(scope="module")
+def plugins(cluster: LocalCluster) -> Iterator[dict[Mode, PluginProcess]]:
+    """Each mode's plugin, running on its node."""
+    install_api(cluster)
+    with contextlib.ExitStack() as stack:
+        yield {mode: stack.enter_context(running_plugin(cluster, mode)) for mode in MODES}
 
 
 @pytest.fixture
-def domains(cluster: LocalCluster, mode: Mode) -> Iterator[list[Domain]]:
-    """Two namespaces, each with a ComputeDomain ``train``: its daemon on the node Ready (driver-managed)
-    or channels 1 and 2 recorded (channel isolation)."""
-    created = []
-    for index in range(2):
-        namespace = f"kp-crash-{uuid.uuid4().hex[:6]}"
-        cluster.create_namespace(namespace)
-        channel = index + 1 if mode.channel_isolation else None
-        domain_uid = create_domain(cluster, namespace, channel=channel)
-        if not mode.channel_isolation:
-            mark_daemon_ready(cluster, domain_uid, mode.node)
-        created.append(Domain(namespace, domain_uid, channel))
+def domains(cluster: LocalCluster) -> Iterator[dict[Mode, list[Domain]]]:
+    """Per mode, two namespaces, each with a ComputeDomain ``train``: its daemon on the node Ready
+    (driver-managed) or channels 1 and 2 recorded (channel isolation)."""
+    created: dict[Mode, list[Domain]] = {}
+    for mode in MODES:
+        created[mode] = []
+        for index in range(2):
+            namespace = f"kp-crash-{uuid.uuid4().hex[:6]}"
+            cluster.create_namespace(namespace)
+            channel = index + 1 if mode.channel_isolation else None
+            domain_uid = create_domain(cluster, namespace, channel=channel)
+            if not mode.channel_isolation:
+                mark_daemon_ready(cluster, domain_uid, mode.node)
+            created[mode].append(Domain(namespace, domain_uid, channel))
     yield created
-    # Wait until they are gone (the plugin still runs to unprepare their pods): a domain recording a
+    # Wait until they are gone (the plugins still run to unprepare their pods): a domain recording a
     # channel left in the API makes a later module's domain-isolation controller hold new domains
     # back (IsolationSwitchPending, docs/channel-isolation.md §7).
-    namespaces = [domain.namespace for domain in created]
+    namespaces = [domain.namespace for mode_domains in created.values() for domain in mode_domains]
     cluster.kubectl("delete", "namespace", *namespaces, "--timeout=150s", check=False, timeout=180)
 
 
@@ -180,7 +191,9 @@ def invariant_violations(cluster: LocalCluster, sim: SimulatedNode, domains: lis
     return problems
 
 
-async def converged(cluster: LocalCluster, sim: SimulatedNode, domains: list[Domain], what: str) -> None:
+async def converged(
+    cluster: LocalCluster, sim: SimulatedNode, domains: list[Domain], what: str, mode: Mode
+) -> None:
     """Wait until no invariant is violated (a restarted plugin may still be finishing its work)."""
     last: list[str] = []
 
@@ -191,7 +204,7 @@ async def converged(cluster: LocalCluster, sim: SimulatedNode, domains: list[Dom
     try:
         await eventually(f"invariants after {what}", clean, within=60)
     except BaseException:
-        pytest.fail(f"seed {SEED}: invariants violated after {what}: {last}")
+        pytest.fail(f"seed {SEED}, {mode.name}: invariants violated after {what}: {last}")
 
 
 def claim_state(sim: SimulatedNode, claim_uid: str | None) -> str:
@@ -227,12 +240,24 @@ class KillWindow:
 
 async def test_plugin_survives_sigkill_during_prepare_and_unprepare(
     cluster: LocalCluster,
+    plugins: dict[Mode, PluginProcess],
+    domains: dict[Mode, list[Domain]],
+    pytestconfig: pytest.Config,
+) -> None:
+    """In both modes at once: after every kill the pod reaches its goal and the node's invariants hold."""
+    async with asyncio.TaskGroup() as modes:
+        for mode in MODES:
+            modes.create_task(survive_kills(cluster, plugins[mode], mode, domains[mode], pytestconfig))
+
+
+async def survive_kills(
+    cluster: LocalCluster,
     plugin: PluginProcess,
     mode: Mode,
     domains: list[Domain],
     pytestconfig: pytest.Config,
 ) -> None:
-    """After every kill the pod reaches its goal and the node's invariants hold."""
+    """``KILLS`` kills of one mode's plugin, half during prepare and half during unprepare."""
     rng = random.Random(SEED)
     await plugin.wait_registered()
     states: collections.Counter[str] = collections.Counter()
@@ -242,7 +267,7 @@ async def test_plugin_survives_sigkill_during_prepare_and_unprepare(
         resident = domains[1]
         apply(cluster, channel_pod("resident", resident.namespace, "train-channel", node=mode.node))
         await eventually(
-            "the resident pod Running",
+            f"{mode.name}: the resident pod Running",
             lambda: pod_field(cluster, resident.namespace, "resident", "{.status.phase}") == "Running",
             within=180,
         )
@@ -250,16 +275,17 @@ async def test_plugin_survives_sigkill_during_prepare_and_unprepare(
     cycle = 0
     while 2 * cycle < KILLS:
         domain = cycling[cycle % len(cycling)]
-        await one_cycle(cluster, plugin, rng, windows, states, domains, domain, f"worker-{cycle}")
+        await one_cycle(cluster, plugin, mode, rng, windows, states, domains, domain, f"worker-{cycle}")
         cycle += 1
-        progress(pytestconfig, f"plugin crash seed {SEED}: {2 * cycle}/{KILLS} kills survived")
+        progress(pytestconfig, f"plugin crash seed {SEED}, {mode.name}: {2 * cycle}/{KILLS} kills survived")
     seen = dict(sorted(states.items()))
-    progress(pytestconfig, f"plugin crash seed {SEED}: claim state at each kill: {seen}")
+    progress(pytestconfig, f"plugin crash seed {SEED}, {mode.name}: claim state at each kill: {seen}")
 
 
 async def one_cycle(
     cluster: LocalCluster,
     plugin: PluginProcess,
+    mode: Mode,
     rng: random.Random,
     windows: dict[str, KillWindow],
     states: collections.Counter[str],
@@ -276,15 +302,15 @@ async def one_cycle(
     windows["create"].landed(early=state == ABSENT, late=state == ClaimState.PREPARE_COMPLETED)
     states[f"create:{state}"] += 1
     await eventually(
-        f"seed {SEED}: {pod} Running after a kill",
+        f"seed {SEED}, {mode.name}: {pod} Running after a kill",
         lambda: pod_field(cluster, namespace, pod, "{.status.phase}") == "Running",
         within=180,
     )
     claim_uid = pod_claim_uid(cluster, namespace, pod)
-    await converged(cluster, plugin.sim, domains, f"prepare of {pod}")
-    assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_COMPLETED
+    await converged(cluster, plugin.sim, domains, f"prepare of {pod}", mode)
+    assert plugin.sim.checkpoint().claims[claim_uid].state == ClaimState.PREPARE_COMPLETED, mode.name
     if labelled:
-        assert node_labels(cluster, node).get(LABEL) == domain.uid
+        assert node_labels(cluster, node).get(LABEL) == domain.uid, mode.name
 
     cluster.kubectl("delete", "pod", pod, "-n", namespace, "--wait=false")
     await windows["delete"].kill_and_restart(plugin, rng)
@@ -294,13 +320,15 @@ async def one_cycle(
     )
     states[f"delete:{state}"] += 1
     await eventually(
-        f"seed {SEED}: {pod} gone after a kill", lambda: pod_gone(cluster, namespace, pod), within=180
+        f"seed {SEED}, {mode.name}: {pod} gone after a kill",
+        lambda: pod_gone(cluster, namespace, pod),
+        within=180,
     )
-    await converged(cluster, plugin.sim, domains, f"unprepare of {pod}")
-    assert claim_state(plugin.sim, claim_uid) in (ABSENT, ClaimState.PREPARE_ABORTED)
-    assert not plugin.sim.claim_spec(claim_uid).exists()
+    await converged(cluster, plugin.sim, domains, f"unprepare of {pod}", mode)
+    assert claim_state(plugin.sim, claim_uid) in (ABSENT, ClaimState.PREPARE_ABORTED), mode.name
+    assert not plugin.sim.claim_spec(claim_uid).exists(), mode.name
     if labelled:
-        await eventually("node label removed", lambda: LABEL not in node_labels(cluster, node))
+        await eventually(f"{mode.name}: node label removed", lambda: LABEL not in node_labels(cluster, node))
 
 
 def _claim_uid_or_none(cluster: LocalCluster, namespace: str, pod: str) -> str | None:
