@@ -46,7 +46,7 @@ async def eventually(
 async def stays_true(
     what: str, check: Callable[[], Any | Awaitable[Any]], for_seconds: float, interval: float = 0.05
 ) -> None:
-    """Poll a sync or async predicate for at least ``for_seconds``; fail as soon as it returns something falsy.
+    """Poll a sync or async predicate for at least ``for_seconds``; fail as soon as it returns a falsy value.
 
     The last check comes at the end of the window or up to one ``interval`` after it.
     """

@@ -129,7 +129,9 @@ async def test_shutdown_drains_then_raises_and_refuses_new_items() -> None:
     assert await queue.get() == "a"
     with pytest.raises(ShutDownError):
         await asyncio.wait_for(queue.get(), 1)
-    await stays_true("the delayed item stays dropped", lambda: len(queue) == 0, for_seconds=0.1, interval=0.005)
+    await stays_true(
+        "the delayed item stays dropped", lambda: len(queue) == 0, for_seconds=0.1, interval=0.005
+    )
 
 
 async def test_shutdown_wakes_idle_getters() -> None:

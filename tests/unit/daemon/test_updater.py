@@ -55,7 +55,10 @@ def updater(tmp_path: Path, supervisor: ImexSupervisor, *, dns_names: bool, max_
 async def started(fake: FakeImex, count: int = 1) -> int:
     """Wait until the supervisor has started IMEX ``count`` times and it runs; return its PID."""
     return await eventually(
-        f"IMEX started {count} time(s)", lambda: len(fake.starts) == count and fake.pid, within=5, interval=0.01
+        f"IMEX started {count} time(s)",
+        lambda: len(fake.starts) == count and fake.pid,
+        within=5,
+        interval=0.01,
     )
 
 

@@ -3,7 +3,6 @@ safety."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess

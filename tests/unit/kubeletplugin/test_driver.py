@@ -103,9 +103,12 @@ async def test_lock_held_elsewhere_is_retried_and_counted(tmp_path: Path) -> Non
     driver = ImexDriver(
         state, lock, policy=RetryPolicy(budget=5.0, retry_base=0.01, retry_cap=0.01), lock_timeout=0.05
     )
+
     def lock_timeouts() -> float:
         return sample(
-            "nvidia_dra_node_prepare_errors_total", driver="compute-domain.nvidia.com", error_type="lock_acquire"
+            "nvidia_dra_node_prepare_errors_total",
+            driver="compute-domain.nvidia.com",
+            error_type="lock_acquire",
         )
 
     before = lock_timeouts()
