@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
@@ -60,6 +61,20 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if option is not None and not config.getoption(option):
         return True
     return None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[None]:
+    """Make the loop an async test runs on the current event loop (before looptime looks for it).
+
+    A sync test that called ``asyncio.run`` (the fuzz tests do) leaves no current loop behind; looptime
+    finds a test's loop as the current one, and without it would run a ``looptime`` test on the real
+    clock (docs/testing.md, "Waiting in tests").
+    """
+    runners = [v for k, v in pyfuncitem.funcargs.items() if k.endswith("_scoped_runner")]
+    if runners and isinstance(runners[0], asyncio.Runner):
+        asyncio.set_event_loop(runners[0].get_loop())
+    return (yield)
 
 
 @pytest.hookimpl(wrapper=True)

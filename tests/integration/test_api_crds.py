@@ -346,8 +346,8 @@ async def test_list_watch_and_apply(kube: AsyncClient, namespace: str) -> None:
                 return obj
         raise AssertionError("watch ended")
 
+    # The watch starts at the list's resourceVersion: it sees the apply whenever it connects.
     watcher = asyncio.create_task(first_added())
-    await asyncio.sleep(0.5)
     applied = await kube.apply(
         compute_domain_model(applied_name, namespace, mode=AllocationMode.ALL),
         field_manager="imexdra-api-test",

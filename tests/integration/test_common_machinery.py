@@ -37,7 +37,7 @@ from imexdra.common.machinery.leaderelection import LeaderElectionConfig, Leader
 from imexdra.common.machinery.store import index_by_label
 from imexdra.common.machinery.workqueue import WorkQueue, run_workers
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, stays_true
 
 pytestmark = pytest.mark.integration
 
@@ -202,9 +202,10 @@ async def test_one_leader_and_failover_on_release(client: KubeClient, namespace:
     tasks = [asyncio.create_task(e.run(lambda e=e: work_of(e))) for e in electors]
     try:
         await eventually("a leader", lambda: any(e.is_leader for e in electors), within=10)
-        await asyncio.sleep(2)  # several renew periods: still exactly one
+        await stays_true(  # several renew periods (retry_period 0.5 s)
+            "exactly one leader", lambda: sum(e.is_leader for e in electors) == 1, for_seconds=2, interval=0.1
+        )
         leaders = [e for e in electors if e.is_leader]
-        assert len(leaders) == 1
         first = leaders[0]
         standby = next(e for e in electors if e is not first)
         assert await lease_holder(client, namespace, "release") == first.config.identity
@@ -284,7 +285,7 @@ async def test_event_recorder_creates_and_aggregates(
         recorder.record(target, type="Normal", reason="Reconciled", note="all good", action="Reconcile")
         for _ in range(3):
             recorder.record(target, type="Warning", reason="SyncFailed", note="it broke", action="Reconcile")
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # repeats spread over the recorder's ticks
 
         async def warnings() -> list[CoreEvent]:
             fields = {"involvedObject.uid": target.metadata.uid, "reason": "SyncFailed"}
@@ -301,7 +302,9 @@ async def test_event_recorder_creates_and_aggregates(
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
     recorder.record(target, type="Warning", reason="SyncFailed", note="it broke", action="Reconcile")
-    await asyncio.sleep(0.5)
+    await eventually(
+        "the repeat due (flush interval passed)", recorder.aggregator.due, within=5, interval=0.05
+    )
     await recorder.flush()  # what a main does on shutdown: counts seen since the last write land too
     described = cluster.kubectl("describe", "configmap", "evented", "-n", namespace).stdout
     assert "SyncFailed" in described and "(x4 over" in described
@@ -358,6 +361,7 @@ async def age_out(client: KubeClient, resource_version: str, *, churn: str, with
     kube_system = await client.get(Namespace, "kube-system")
     assert kube_system.metadata is not None and kube_system.metadata.creationTimestamp is not None
     stale_at = kube_system.metadata.creationTimestamp + dt.timedelta(seconds=80)
+    # The condition is the server's age itself: sleep until then, no polling can make it sooner.
     await asyncio.sleep(max(0.0, (stale_at - dt.datetime.now(dt.UTC)).total_seconds()))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within

@@ -205,7 +205,7 @@ async def create_burst(kube: AsyncClient, prefix: str) -> dict[str, str]:
     objects."""
     names = [f"burst-{prefix}-{i}" for i in range(BURST)]
     uids = await asyncio.gather(*(create_domain(kube, name) for name in names))
-    await asyncio.sleep(BURST_TO_KILL)
+    await asyncio.sleep(BURST_TO_KILL)  # the kill that follows lands among the controller's writes
     return dict(zip(names, uids, strict=True))
 
 
@@ -341,10 +341,10 @@ async def test_etcd_and_apiserver_restarts_under_load_miss_nothing_and_write_not
     await eventually("victims Ready", lambda: converged(cluster, victims), within=60)
     t0 = loop.time()
     load = asyncio.create_task(create_load(kube, [f"load-{i:02d}" for i in range(LOAD)]))
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # the load is under way when the faults begin
     bursts = await create_burst(kube, "etcd")  # so that the kill cuts writes in flight
     etcd = asyncio.create_task(outage(cluster, "etcd", ETCD_DOWN))
-    await asyncio.sleep(0.5)  # etcd is down by now
+    await eventually("etcd down", lambda: not cluster.component_running("etcd"), within=10, interval=0.05)
     await delete_domain(kube, "gone-in-etcd-outage")
     etcd_seconds = await etcd
     # The apiserver's counters die with it: read them now (a 409 in the half second until the kill is

@@ -3,6 +3,13 @@
 ``eventually`` is for async tests (it sleeps on the event loop, so the controller or stand-ins running
 there keep going); ``wait_until`` is for the blocking e2e tests, which drive a cluster through
 ``kubectl`` only. Both return the first truthy result and fail the test naming what they waited for.
+
+``stays_true`` is the other side: a deliberate negative window ("still one leader after several renew
+periods", "no write after a restart"). It checks throughout a stated, bounded window instead of
+sleeping blindly and asserting once, so it fails the moment the condition breaks and says when.
+
+In a module on looptime's virtual clock (``pytest.mark.looptime``, docs/testing.md) all three poll
+on that clock: the windows and intervals cost no real time.
 """
 
 from __future__ import annotations
@@ -33,6 +40,27 @@ async def eventually(
             return result
         if loop.time() > deadline:
             _timed_out(what, within)
+        await asyncio.sleep(interval)
+
+
+async def stays_true(
+    what: str, check: Callable[[], Any | Awaitable[Any]], for_seconds: float, interval: float = 0.05
+) -> None:
+    """Poll a sync or async predicate for at least ``for_seconds``; fail as soon as it returns a falsy value.
+
+    The last check comes at the end of the window or up to one ``interval`` after it.
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+            result = await result
+        elapsed = loop.time() - started
+        if not result:
+            pytest.fail(f"{what} stopped holding {elapsed:.2f}s into a {for_seconds:g}s window")
+        if elapsed >= for_seconds:
+            return
         await asyncio.sleep(interval)
 
 

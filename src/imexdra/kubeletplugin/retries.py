@@ -77,9 +77,10 @@ async def run_until_done(
 
     A change fired on ``wake`` after an attempt started makes every waiting retry due at once.
     """
-    backoff = ItemBackoff(base=policy.retry_base, cap=policy.retry_cap, jitter=0.0)
-    bucket = TokenBucket(rate=policy.bucket_rate, burst=policy.bucket_burst)
     loop = asyncio.get_running_loop()
+    backoff = ItemBackoff(base=policy.retry_base, cap=policy.retry_cap, jitter=0.0)
+    # The bucket's tokens refill on the loop's clock, the one the budget and the retry times are on.
+    bucket = TokenBucket(rate=policy.bucket_rate, burst=policy.bucket_burst, clock=loop.time)
     order = itertools.count()
     pending: list[tuple[float, int, str, Attempt[T]]] = [
         (loop.time(), next(order), key, attempt) for key, attempt in attempts
@@ -89,13 +90,13 @@ async def run_until_done(
     try:
         async with asyncio.timeout(policy.budget):
             while pending:
+                # Once its wait is slept (or a change made every retry due), the first entry is due:
+                # looking at the clock again could find it a rounding error short of its time.
                 wait = pending[0][0] - loop.time()
-                if wait > 0:
-                    if await _woken(wake, seen, wait):
-                        now = loop.time()
-                        pending = [(min(at, now), n, k, a) for at, n, k, a in pending]
-                        heapq.heapify(pending)
-                    continue
+                if wait > 0 and await _woken(wake, seen, wait):
+                    now = loop.time()
+                    pending = [(min(at, now), n, k, a) for at, n, k, a in pending]
+                    heapq.heapify(pending)
                 _, _, key, attempt = heapq.heappop(pending)
                 seen = wake.generation if wake is not None else 0
                 outcome = await attempt()

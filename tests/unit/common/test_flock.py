@@ -10,6 +10,7 @@ import pytest
 
 from imexdra.common.errors import RetryableError
 from imexdra.common.files.flock import LockError, LockTimeoutError, hold
+from tests.support.waiting import stays_true
 
 
 async def test_second_holder_waits_for_first(tmp_path: Path) -> None:
@@ -23,7 +24,7 @@ async def test_second_holder_waits_for_first(tmp_path: Path) -> None:
 
     async with hold(path):
         task = asyncio.create_task(second())
-        await asyncio.sleep(0.05)
+        await stays_true("the second holder kept out", lambda: order == [], for_seconds=0.1, interval=0.01)
         order.append("first-done")
     await task
     assert order == ["first-done", "second"]
@@ -42,21 +43,32 @@ async def test_timeout_when_held(tmp_path: Path) -> None:
 async def test_excludes_other_processes(tmp_path: Path) -> None:
     """A lock held by another process blocks us until that process lets go."""
     path = tmp_path / "pu.lock"
-    code = (
-        "import fcntl,os,sys,time;"
+    code = (  # holds the lock until its stdin closes
+        "import fcntl,os,sys;"
         f"fd=os.open({str(path)!r},os.O_RDWR|os.O_CREAT);fcntl.flock(fd,fcntl.LOCK_EX);"
-        "print('locked',flush=True);time.sleep(0.3)"
+        "print('locked',flush=True);sys.stdin.read()"
     )
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
     try:
-        assert proc.stdout is not None
+        assert proc.stdin is not None and proc.stdout is not None
         assert await proc.stdout.readline() == b"locked\n"
         with pytest.raises(LockTimeoutError):
             async with hold(path, acquire_timeout=0.05, poll_interval=0.01):
                 pass
-        async with hold(path, acquire_timeout=5, poll_interval=0.01):
-            pass
+
+        async def take() -> None:
+            async with hold(path, acquire_timeout=5, poll_interval=0.01):
+                pass
+
+        waiting = asyncio.create_task(take())
+        await stays_true("kept out while the other process holds it", lambda: not waiting.done(), 0.1, 0.01)
+        proc.stdin.close()
+        await asyncio.wait_for(waiting, 5)
     finally:
+        if proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.close()
         await asyncio.wait_for(proc.wait(), timeout=10)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -11,8 +12,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from imexdra.common.observability.metrics import Probes, start_http_server
-from imexdra.common.observability.pprof import MAX_PROFILE_SECONDS
+from imexdra.common.observability.pprof import MAX_PROFILE_SECONDS, sample_stacks
 from tests.support.http import http_get
+from tests.support.waiting import eventually
 
 PPROF = "/debug/pprof"
 
@@ -81,6 +83,17 @@ async def test_threads_show_every_thread_s_stack(port: int) -> None:
     assert "thread 'MainThread'" in body
 
 
+def sampling() -> bool:
+    """Tell whether a profile is being taken: some thread is inside the sampler."""
+    for frame in sys._current_frames().values():
+        walk = frame
+        while walk is not None:
+            if walk.f_code is sample_stacks.__code__:
+                return True
+            walk = walk.f_back
+    return False
+
+
 def spin(stop: threading.Event) -> None:
     """Busy work for the profiler to find."""
     while not stop.is_set():
@@ -94,7 +107,7 @@ async def test_profile_returns_collapsed_stacks_without_blocking_the_loop(port: 
     thread.start()
     try:
         profile = asyncio.create_task(http_get(port, f"{PPROF}/profile?seconds=0.5"))
-        await asyncio.sleep(0.1)
+        await eventually("the profile being taken", sampling, within=5, interval=0.01)
         started = time.monotonic()
         assert (await http_get(port, "/healthz"))[0] == 200
         assert time.monotonic() - started < 0.3, "the profile must not hold the event loop"
@@ -114,7 +127,7 @@ async def test_profile_returns_collapsed_stacks_without_blocking_the_loop(port: 
 async def test_a_second_concurrent_profile_is_refused(port: int) -> None:
     """One profile at a time: a second request meanwhile gets 409; afterwards profiling works again."""
     first = asyncio.create_task(http_get(port, f"{PPROF}/profile?seconds=0.5"))
-    await asyncio.sleep(0.1)
+    await eventually("the first profile being taken", sampling, within=5, interval=0.01)
     status, _, body = await http_get(port, f"{PPROF}/profile?seconds=0.1")
     assert status == 409 and "already" in body
     assert (await first)[0] == 200

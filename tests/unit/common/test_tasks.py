@@ -1,4 +1,8 @@
-"""Service supervision (what ends a component, failures, bounded shutdown, stop signals) and settle."""
+"""Service supervision (what ends a component, failures, bounded shutdown, stop signals) and settle.
+
+On looptime's virtual clock (but for the test of a real signal): the stand-ins' short delays, which
+order their endings, and the grace period cost no real time.
+"""
 
 import asyncio
 import os
@@ -7,12 +11,20 @@ import signal
 import pytest
 
 from imexdra.common.process.tasks import settle, stop_on_signals, supervise
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.looptime
+
+#: looptime's clock resolution: virtual timings are exact up to it.
+TICK = 1e-6
 
 
-async def forever(cancelled: list[str], name: str) -> None:
-    """A service that runs until cancelled and records that it was."""
+async def forever(cancelled: list[str], name: str, running: list[str] | None = None) -> None:
+    """A service that runs until cancelled and records that it ran and was cancelled."""
+    if running is not None:
+        running.append(name)
     try:
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()
     except asyncio.CancelledError:
         cancelled.append(name)
         raise
@@ -22,10 +34,10 @@ async def test_stop_event_cancels_all_services() -> None:
     """Setting the stop event cancels every service and returns normally."""
     stop = asyncio.Event()
     cancelled: list[str] = []
-    runner = asyncio.create_task(
-        supervise({"a": forever(cancelled, "a"), "b": forever(cancelled, "b")}, stop=stop, grace=1)
-    )
-    await asyncio.sleep(0.01)
+    running: list[str] = []
+    services = {"a": forever(cancelled, "a", running), "b": forever(cancelled, "b", running)}
+    runner = asyncio.create_task(supervise(services, stop=stop, grace=1))
+    await eventually("both services running", lambda: len(running) == 2, within=1, interval=0.001)
     stop.set()
     await asyncio.wait_for(runner, 2)
     assert sorted(cancelled) == ["a", "b"]
@@ -36,7 +48,7 @@ async def test_failing_service_cancels_the_others_and_raises() -> None:
     cancelled: list[str] = []
 
     async def fails() -> None:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # "good" is running by then
         raise RuntimeError("informer died")
 
     with pytest.raises(RuntimeError, match="informer died"):
@@ -51,7 +63,7 @@ async def test_service_returning_ends_the_others() -> None:
     cancelled: list[str] = []
 
     async def finishes() -> None:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # "other" is running by then
 
     await asyncio.wait_for(
         supervise({"done": finishes(), "other": forever(cancelled, "other")}, stop=asyncio.Event()), 2
@@ -67,7 +79,7 @@ async def test_grace_bounds_slow_cleanup() -> None:
     async def stubborn() -> None:
         while not release.is_set():
             try:
-                await asyncio.sleep(3600)
+                await asyncio.Event().wait()  # until cancelled
             except asyncio.CancelledError:
                 await release.wait()
 
@@ -75,10 +87,11 @@ async def test_grace_bounds_slow_cleanup() -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     await supervise({"stubborn": stubborn()}, stop=stop, grace=0.1)
-    assert loop.time() - started < 1
+    assert loop.time() - started == pytest.approx(0.1, abs=TICK)
     release.set()
 
 
+@pytest.mark.looptime(False)  # a real signal arrives through the loop's self-pipe, on the real clock
 async def test_sigterm_sets_the_stop_event() -> None:
     """SIGTERM sets the stop event instead of killing the process."""
     loop = asyncio.get_running_loop()
@@ -99,7 +112,7 @@ async def test_settle_raises_only_once_every_step_has_ended() -> None:
         raise RuntimeError("create DaemonSet: 500")
 
     async def slow_write() -> int:
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # ends after the failure
         finished.append("claim template created")
         return 1
 
@@ -112,11 +125,11 @@ async def test_settle_returns_results_in_order_and_raises_the_first_failure_in_o
     """Results and the raised failure follow argument order, not completion order."""
 
     async def later(value: str) -> str:
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # completes after the one that follows it
         return value
 
     async def fails_later() -> str:
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # fails after the one that follows it
         raise ValueError("first")
 
     async def fails_at_once() -> str:

@@ -1,5 +1,8 @@
 """Work queue semantics (client-go's): de-duplication while queued and while processing, delayed and
-rate-limited adds, forget, shutdown; and the worker loop's success, retry, give-up and requeue paths."""
+rate-limited adds, forget, shutdown; and the worker loop's success, retry, give-up and requeue paths.
+
+On looptime's virtual clock: delays and backoffs elapse exactly and at no real cost.
+"""
 
 import asyncio
 import itertools
@@ -13,6 +16,12 @@ from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.common.kube.client import RetryableApiError
 from imexdra.common.machinery.workqueue import ControllerRateLimiter, ShutDownError, WorkQueue, run_workers
 from imexdra.common.pacing.ratelimit import ItemBackoff
+from tests.support.waiting import stays_true
+
+pytestmark = pytest.mark.looptime
+
+#: looptime's clock resolution: virtual timings are exact up to it.
+TICK = 1e-6
 
 _names = itertools.count()
 
@@ -107,7 +116,7 @@ async def test_rate_limited_honours_at_least() -> None:
     start = loop.time()
     queue.add_rate_limited("a", at_least=0.1)
     await asyncio.wait_for(queue.get(), 1)
-    assert loop.time() - start >= 0.09
+    assert loop.time() - start == pytest.approx(0.1, abs=TICK)
 
 
 async def test_shutdown_drains_then_raises_and_refuses_new_items() -> None:
@@ -120,8 +129,9 @@ async def test_shutdown_drains_then_raises_and_refuses_new_items() -> None:
     assert await queue.get() == "a"
     with pytest.raises(ShutDownError):
         await asyncio.wait_for(queue.get(), 1)
-    await asyncio.sleep(0.03)
-    assert len(queue) == 0
+    await stays_true(
+        "the delayed item stays dropped", lambda: len(queue) == 0, for_seconds=0.1, interval=0.005
+    )
 
 
 async def test_shutdown_wakes_idle_getters() -> None:
@@ -150,7 +160,8 @@ async def test_metrics_track_depth_adds_and_retries() -> None:
 
 
 async def run_until_idle(queue: WorkQueue[str], reconcile, *, workers: int = 1, settle: float = 0.2) -> None:
-    """Run workers for a while, then shut the queue down and wait for them."""
+    """Run workers for ``settle`` seconds (virtual: every backoff here ends well inside), then shut the
+    queue down and wait for them."""
     runner = asyncio.create_task(run_workers(queue, reconcile, workers=workers))
     await asyncio.sleep(settle)
     queue.shut_down()
@@ -261,7 +272,7 @@ async def test_workers_respect_retry_after() -> None:
     queue.add("a")
     await run_until_idle(queue, reconcile, settle=0.4)
     assert len(times) == 2
-    assert times[1] - times[0] >= 0.14
+    assert times[1] - times[0] == pytest.approx(0.15, abs=TICK)
 
 
 async def test_workers_requeue_after_returned_delay() -> None:
@@ -325,7 +336,7 @@ async def test_cancelling_workers_stops_them() -> None:
 
     async def reconcile(key: str) -> None:
         started.set()
-        await asyncio.sleep(10)
+        await asyncio.Event().wait()  # until cancelled
 
     queue.add("a")
     runner = asyncio.create_task(run_workers(queue, reconcile, workers=2))

@@ -1,4 +1,7 @@
-"""Latest-value publishing and the membership watcher's filtering (informer stubbed at its store)."""
+"""Latest-value publishing and the membership watcher's filtering (informer stubbed at its store).
+
+On looptime's virtual clock: the windows in which nothing may arrive cost no real time.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ from imexdra.common.machinery.informer import EventHandler
 from imexdra.common.machinery.store import Store
 from imexdra.daemon.membership import Identity, Membership, belongs_to, membership_from_clique
 from imexdra.daemon.peers import Latest, MembershipWatcher
+from tests.support.waiting import stays_true
+
+pytestmark = pytest.mark.looptime
 
 ME = Identity(node_name="node-a", pod_ip="10.0.0.1", clique_id="u.1", compute_domain_uid="cd-uid")
 NAME = "cd-uid.u.1"
@@ -54,8 +60,7 @@ async def test_latest_skips_equal_values_and_returns_newest() -> None:
     assert (version, value) == (1, 1)
     box.publish(1)
     waiter = asyncio.create_task(box.next(version))
-    await asyncio.sleep(0.01)
-    assert not waiter.done()
+    await stays_true("an equal value wakes no waiter", lambda: not waiter.done(), for_seconds=1.0)
     box.publish(2)
     box.publish(3)
     assert await waiter == (3, 3)

@@ -1,5 +1,9 @@
 """ImexSupervisor against FakeImex: restart backoff, reload pacing and coalescing, restarts, shutdown,
-and giving up when the node's IMEX role is taken (NV_ERR_IN_USE)."""
+and giving up when the node's IMEX role is taken (NV_ERR_IN_USE).
+
+On looptime's virtual clock: the supervisor's timers fire at once and at their exact time, so the
+delays are asserted exactly and the windows in which nothing may happen cost no real time.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +17,15 @@ import pytest
 from imexdra.common.pacing.ratelimit import Backoff
 from imexdra.daemon.supervisor import ImexInUseError, ImexSupervisor
 from imexdra_sim.devices.imex_fake import FakeImex
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, stays_true
+
+pytestmark = pytest.mark.looptime
 
 BASE = 0.1
 INTERVAL = 0.3
+STABLE_AFTER = 1.0
+#: looptime's clock resolution: virtual timings are exact up to it.
+TICK = 1e-6
 
 
 #: Waits on the event loop with a 5 ms poll: the supervisor's timings here are tenths of a second.
@@ -30,7 +39,7 @@ async def supervised() -> AsyncIterator[tuple[FakeImex, ImexSupervisor]]:
     supervisor = ImexSupervisor(
         imex,
         restart_backoff=Backoff(base=BASE, cap=BASE * 8, jitter=0.0),
-        stable_after=1.0,
+        stable_after=STABLE_AFTER,
         reload_interval=INTERVAL,
         stop_grace=1.0,
     )
@@ -48,29 +57,29 @@ def usr1(imex: FakeImex) -> list[float]:
 async def test_nothing_runs_before_start(supervised: tuple[FakeImex, ImexSupervisor]) -> None:
     """IMEX is not started until the first start() (the daemon waits for its own entry)."""
     imex, supervisor = supervised
-    await asyncio.sleep(0.05)
-    assert imex.starts == []
+    await stays_true("no start before start()", lambda: imex.starts == [], for_seconds=STABLE_AFTER)
     supervisor.reload()
     supervisor.restart()
     assert imex.signals == []
     supervisor.start()
     supervisor.start()
     await until("started", lambda: imex.pid is not None)
-    await asyncio.sleep(0.05)
-    assert len(imex.starts) == 1
+    await stays_true("one start for two start()s", lambda: len(imex.starts) == 1, for_seconds=STABLE_AFTER)
 
 
 async def test_crash_restarts_with_growing_backoff(supervised: tuple[FakeImex, ImexSupervisor]) -> None:
     """Each crash of a short-lived IMEX waits twice as long as the previous one before the restart."""
     imex, supervisor = supervised
+    loop = asyncio.get_running_loop()
     supervisor.start()
+    crashed_at = []
     for crashes in range(1, 4):
         await until(f"start {crashes}", lambda n=crashes: len(imex.starts) == n and imex.pid is not None)
+        crashed_at.append(loop.time())
         imex.exit(1)
     await until("fourth start", lambda: len(imex.starts) == 4)
-    gaps = [b.at - a.at for a, b in zip(imex.starts, imex.starts[1:], strict=False)]
-    for gap, expected in zip(gaps, (BASE, 2 * BASE, 4 * BASE), strict=True):
-        assert expected <= gap < expected + 0.15
+    delays = [start.at - crash for start, crash in zip(imex.starts[1:], crashed_at, strict=True)]
+    assert delays == pytest.approx([BASE, 2 * BASE, 4 * BASE], abs=TICK)
     assert supervisor.exits == 3
 
 
@@ -82,11 +91,11 @@ async def test_backoff_resets_after_a_stable_run(supervised: tuple[FakeImex, Ime
         await until(f"start {n}", lambda n=n: len(imex.starts) == n and imex.pid is not None)
         if n < 3:
             imex.exit(1)
-    await asyncio.sleep(1.05)  # stable_after
+    await asyncio.sleep(STABLE_AFTER)  # the third process runs that long: a stable run
     exited_at = asyncio.get_running_loop().time()
     imex.exit(1)
     await until("restart after stable run", lambda: len(imex.starts) == 4)
-    assert imex.starts[3].at - exited_at < 3 * BASE, "without the reset this would wait 4 x BASE"
+    assert imex.starts[3].at - exited_at == pytest.approx(BASE, abs=TICK), "without the reset: 4 x BASE"
 
 
 async def test_failed_starts_are_retried(supervised: tuple[FakeImex, ImexSupervisor]) -> None:
@@ -108,8 +117,9 @@ async def test_reload_waits_after_start_then_goes_at_once(
     supervisor.reload()
     assert usr1(imex) == []
     await until("deferred reload", lambda: len(usr1(imex)) == 1, within=2)
-    assert usr1(imex)[0] - imex.starts[0].at >= INTERVAL
-    await asyncio.sleep(INTERVAL)
+    assert usr1(imex)[0] - imex.starts[0].at == pytest.approx(INTERVAL, abs=TICK)
+    await asyncio.sleep(INTERVAL + TICK)  # the interval after that signal passes (its end exactly
+    # is a rounding error away on either side)
     supervisor.reload()
     assert len(usr1(imex)) == 2, "a reload after the interval is sent synchronously"
 
@@ -119,16 +129,16 @@ async def test_reloads_inside_the_window_coalesce(supervised: tuple[FakeImex, Im
     imex, supervisor = supervised
     supervisor.start()
     await until("started", lambda: imex.pid is not None)
-    await asyncio.sleep(INTERVAL)
+    await asyncio.sleep(INTERVAL)  # past the window after the start: the first reload goes at once
     supervisor.reload()
     for _ in range(5):
         supervisor.reload()
-        await asyncio.sleep(INTERVAL / 10)
+        await asyncio.sleep(INTERVAL / 10)  # requests spread over the window
     await until("second signal", lambda: len(usr1(imex)) == 2, within=2)
-    await asyncio.sleep(INTERVAL)
+    await stays_true("two signals only", lambda: len(usr1(imex)) == 2, for_seconds=3 * INTERVAL)
     times = usr1(imex)
-    assert len(times) == 2 and supervisor.reloads == 2
-    assert times[1] - times[0] >= INTERVAL
+    assert supervisor.reloads == 2
+    assert times[1] - times[0] == pytest.approx(INTERVAL, abs=TICK)
 
 
 async def test_restart_is_immediate_and_drops_pending_reload(
@@ -143,8 +153,9 @@ async def test_restart_is_immediate_and_drops_pending_reload(
     await until("restarted", lambda: len(imex.starts) == 2 and imex.pid is not None)
     assert imex.starts[1].at - imex.starts[0].at < BASE
     assert [r.pid for r in imex.stops] == [imex.starts[0].pid]
-    await asyncio.sleep(INTERVAL * 1.5)
-    assert usr1(imex) == [] and supervisor.exits == 0
+    await stays_true(
+        "no SIGUSR1 and no exit", lambda: usr1(imex) == [] and supervisor.exits == 0, for_seconds=3 * INTERVAL
+    )
 
 
 async def test_cancel_forwards_termination() -> None:

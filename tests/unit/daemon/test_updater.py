@@ -1,4 +1,7 @@
-"""The update loop end to end on files and a FakeImex: DNS mode reloads, IP mode restarts."""
+"""The update loop end to end on files and a FakeImex: DNS mode reloads, IP mode restarts.
+
+On looptime's virtual clock: the supervisor's reload interval passes at no real cost.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from imexdra.daemon.planning import Action
 from imexdra.daemon.supervisor import ImexSupervisor
 from imexdra.daemon.updater import Updater
 from imexdra_sim.devices.imex_fake import FakeImex
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.looptime
 
 A, B, C = Peer("node-a", "10.0.0.1", 0), Peer("node-b", "10.0.0.2", 1), Peer("node-c", "10.0.0.3", 2)
 UID = "4c1d2a8e-7f3b-4e0a-9b6d-2e5f8a1c3d70"  # its hash, 64f89983, is checked in test_imexconfig
@@ -46,8 +52,14 @@ def updater(tmp_path: Path, supervisor: ImexSupervisor, *, dns_names: bool, max_
     )
 
 
-async def settle() -> None:
-    await asyncio.sleep(0.05)
+async def started(fake: FakeImex, count: int = 1) -> int:
+    """Wait until the supervisor has started IMEX ``count`` times and it runs; return its PID."""
+    return await eventually(
+        f"IMEX started {count} time(s)",
+        lambda: len(fake.starts) == count and fake.pid,
+        within=5,
+        interval=0.01,
+    )
 
 
 async def test_dns_mode_start_then_reload(tmp_path: Path, imex: tuple[FakeImex, ImexSupervisor]) -> None:
@@ -58,16 +70,14 @@ async def test_dns_mode_start_then_reload(tmp_path: Path, imex: tuple[FakeImex, 
     assert (await loop.apply(Membership(peers=(A,), own=None))).action is Action.NONE
     assert fake.starts == [] and "compute-domain-daemon" not in (tmp_path / "hosts").read_text()
     assert (await loop.apply(Membership(peers=(A, B), own=B))).action is Action.START
-    await settle()
-    pid = fake.pid
-    assert pid is not None
+    pid = await started(fake)
     mappings = managed_mappings((tmp_path / "hosts").read_text())
     assert len(mappings) == 18
     assert mappings["compute-domain-daemon-64f89983-0000"] == "10.0.0.1"
     assert mappings["compute-domain-daemon-64f89983-0001"] == "10.0.0.2"
     assert mappings["compute-domain-daemon-64f89983-0002"] == "127.0.0.2"
     assert (await loop.apply(Membership(peers=(A, B, C), own=B))).action is Action.RELOAD
-    await asyncio.sleep(0.3)
+    await eventually("the SIGUSR1", lambda: fake.signals, within=5, interval=0.01)
     assert [(r.pid, r.signum) for r in fake.signals] == [(pid, signal.SIGUSR1)]
     assert len(fake.starts) == 1
     assert "10.0.0.3\tcompute-domain-daemon-64f89983-0002\n" in (tmp_path / "hosts").read_text()
@@ -103,13 +113,13 @@ async def test_ip_mode_writes_nodes_and_restarts(
     (tmp_path / "imexd").mkdir()
     loop = updater(tmp_path, supervisor, dns_names=False)
     await loop.apply(Membership(peers=(A, B), own=B, expected=2))
-    await settle()
+    await started(fake)
     nodes = tmp_path / "imexd" / "nodes.cfg"
     assert nodes.read_text() == "10.0.0.1\n10.0.0.2\n"
     await loop.apply(Membership(peers=(A, B, C), own=B, expected=0))
-    await settle()
+    await started(fake, 2)
     assert nodes.read_text() == "10.0.0.1\n10.0.0.2\n10.0.0.3\n"
-    assert len(fake.starts) == 2 and len(fake.stops) == 1 and fake.signals == []
+    assert len(fake.stops) == 1 and fake.signals == []
     assert not (tmp_path / "hosts").exists()
 
 
@@ -123,8 +133,11 @@ async def test_run_follows_the_newest_membership(
     task = asyncio.create_task(loop.run(box))
     for peers in ((B,), (A, B), (A, B, C)):
         box.publish(Membership(peers=peers, own=B))
-    await settle()
+    await eventually(
+        "the newest membership applied",
+        lambda: (loop.applied.hosts or {}).get("compute-domain-daemon-64f89983-0002") == "10.0.0.3",
+        within=5,
+        interval=0.01,
+    )
+    await started(fake)
     task.cancel()
-    assert loop.applied.hosts is not None
-    assert loop.applied.hosts["compute-domain-daemon-64f89983-0002"] == "10.0.0.3"
-    assert len(fake.starts) == 1

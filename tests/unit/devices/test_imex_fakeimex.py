@@ -190,10 +190,11 @@ async def test_lost_peer_degrades_the_domain_and_leaves_the_survivor_ready(domai
     assert await domain.state(1) == "READY"
     assert (await domain.status(1))["domainState"] == "DEGRADED"
     domain.set_nodes([domain.address(1)])
-    await asyncio.sleep(0.5)
-    assert (await domain.status(1))["domainState"] == "DEGRADED", (
-        "no re-read of the node list without SIGUSR1"
-    )
+
+    async def degraded() -> bool:
+        return (await domain.status(1))["domainState"] == "DEGRADED"
+
+    await waiting.stays_true("DEGRADED: no re-read of the node list without SIGUSR1", degraded, 0.5, 0.1)
     domain.signal(1)
     await eventually("UP after reload", lambda: _field(domain, 1, "domainState", "UP"))
     status = await domain.status(1)

@@ -3,19 +3,17 @@ safety."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from imexdra.devices.imex import ImexError
 from imexdra.devices.imex_real import SubprocessImex
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, wait_until
 
 
 def script(path: Path, body: str) -> str:
@@ -94,9 +92,25 @@ async def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
     """A child ignoring SIGTERM is killed once the grace period is over."""
     stubborn = script(tmp_path / "stubborn", "trap '' TERM\nwhile true; do sleep 0.05; done")
     imex = SubprocessImex(tmp_path / "c", imex_binary=stubborn)
-    await imex.start()
-    await asyncio.sleep(0.3)  # let the shell install its trap
+    pid = await imex.start()
+    await eventually("the shell ignoring SIGTERM", lambda: ignores_sigterm(pid), within=10, interval=0.01)
     assert await imex.stop(grace=0.5) == -signal.SIGKILL
+
+
+def ignores_sigterm(pid: int) -> bool:
+    """Tell whether ``pid`` has SIGTERM ignored (its ``SigIgn`` mask in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    return bool(ignored & (1 << (signal.SIGTERM - 1)))
+
+
+def alive(pid: int) -> bool:
+    """Tell whether ``pid`` exists (a zombie still does, until it is reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 async def test_start_failure_is_an_imex_error(tmp_path: Path) -> None:
@@ -142,25 +156,19 @@ def test_child_dies_with_its_parent(tmp_path: Path, imex_script: str) -> None:
         "async def main():\n"
         f"    imex = SubprocessImex(pathlib.Path('c'), imex_binary={imex_script!r})\n"
         f"    pathlib.Path({str(pid_file)!r}).write_text(str(await imex.start()))\n"
-        "    await asyncio.sleep(60)\n"
+        "    await asyncio.sleep(60)\n"  # the parent lives until the test kills it
         "asyncio.run(main())\n"
     )
     parent = subprocess.Popen([sys.executable, "-c", parent_code])
     try:
-        for _ in range(200):
-            if pid_file.exists() and pid_file.read_text():
-                break
-            time.sleep(0.05)
+        wait_until("the IMEX child's PID", lambda: pid_file.exists() and pid_file.read_text(), 10, 0.05)
         child = int(pid_file.read_text())
-        os.kill(child, 0)
+        assert alive(child)
     finally:
         parent.kill()
         parent.wait()
-    for _ in range(100):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    os.kill(child, signal.SIGKILL)
-    pytest.fail("the IMEX child outlived its killed parent")
+    try:
+        wait_until("the IMEX child to end with its killed parent", lambda: not alive(child), 5, 0.05)
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)

@@ -11,6 +11,7 @@ from imexdra.dra.driver import Device
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, resource_claim
 from imexdra.kubeletplugin.driver import ImexDriver
 from imexdra.kubeletplugin.retries import RetryPolicy
+from tests.support.waiting import eventually
 from tests.unit.kubeletplugin.support import Node, channel_claim
 
 FAST = RetryPolicy(budget=1.0, retry_base=0.01, retry_cap=0.02, bucket_rate=1000.0, bucket_burst=100)
@@ -102,23 +103,31 @@ async def test_lock_held_elsewhere_is_retried_and_counted(tmp_path: Path) -> Non
     driver = ImexDriver(
         state, lock, policy=RetryPolicy(budget=5.0, retry_base=0.01, retry_cap=0.01), lock_timeout=0.05
     )
-    before = sample(
-        "nvidia_dra_node_prepare_errors_total", driver="compute-domain.nvidia.com", error_type="lock_acquire"
-    )
+
+    def lock_timeouts() -> float:
+        return sample(
+            "nvidia_dra_node_prepare_errors_total",
+            driver="compute-domain.nvidia.com",
+            error_type="lock_acquire",
+        )
+
+    before = lock_timeouts()
+    taken, release = asyncio.Event(), asyncio.Event()
 
     async def holder() -> None:
         async with flock.hold(lock):
-            await asyncio.sleep(0.3)
+            taken.set()
+            await release.wait()
 
     held = asyncio.create_task(holder())
-    await asyncio.sleep(0.02)
-    results = await driver.prepare([claim("u1")])
+    await asyncio.wait_for(taken.wait(), 5)
+    preparing = asyncio.create_task(driver.prepare([claim("u1")]))
+    await eventually("a lock timeout counted", lambda: lock_timeouts() > before, within=5, interval=0.01)
+    assert not preparing.done()
+    release.set()
+    results = await preparing
     await held
     assert results["u1"].error is None
-    after = sample(
-        "nvidia_dra_node_prepare_errors_total", driver="compute-domain.nvidia.com", error_type="lock_acquire"
-    )
-    assert after > before
 
 
 async def test_unprepare_outcomes(tmp_path: Path) -> None:

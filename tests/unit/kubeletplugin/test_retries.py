@@ -1,10 +1,21 @@
-"""Per-call retries (docs/errors.md §3.3): attempts, backoff, the budget, left-out claims, wake-ups."""
+"""Per-call retries (docs/errors.md §3.3): attempts, backoff, the budget, left-out claims, wake-ups.
+
+On looptime's virtual clock: backoffs, the bucket's refill and the budget elapse exactly and at no
+real cost, so their delays are asserted exactly.
+"""
 
 import asyncio
 import itertools
 
+import pytest
+
 from imexdra.common.pacing.pulse import Pulse
 from imexdra.kubeletplugin.retries import Done, Retry, RetryPolicy, run_until_done
+
+pytestmark = pytest.mark.looptime
+
+#: looptime's clock resolution: virtual timings are exact up to it.
+TICK = 1e-6
 
 FAST = RetryPolicy(budget=2.0, retry_base=0.01, retry_cap=0.04, bucket_rate=1000.0, bucket_burst=100)
 
@@ -23,7 +34,7 @@ async def test_first_attempt_runs_at_once() -> None:
     log: list[tuple[str, float]] = []
     start = asyncio.get_running_loop().time()
     assert await run_until_done([("a", scripted(["ok"], log, "a"))]) == {"a": "ok"}
-    assert log[0][1] - start < 0.05
+    assert log[0][1] == start
 
 
 async def test_retries_back_off_exponentially_up_to_the_cap() -> None:
@@ -33,8 +44,7 @@ async def test_retries_back_off_exponentially_up_to_the_cap() -> None:
     policy = RetryPolicy(budget=5.0, retry_base=0.05, retry_cap=0.2, bucket_rate=1000.0, bucket_burst=100)
     assert await run_until_done([("a", scripted(outcomes, log, "a"))], policy) == {"a": "ok"}
     gaps = [b[1] - a[1] for a, b in itertools.pairwise(log)]
-    for gap, expected in zip(gaps, [0.05, 0.1, 0.2, 0.2], strict=True):
-        assert expected <= gap < expected + 0.045
+    assert gaps == pytest.approx([0.05, 0.1, 0.2, 0.2], abs=TICK)
 
 
 def test_default_policy_is_upstreams() -> None:
@@ -56,7 +66,7 @@ async def test_claims_run_one_at_a_time_and_interleave_retries() -> None:
             running += 1
             overlap |= running > 1
             order.append(key)
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)  # the attempt takes a while: another one could start meanwhile
             running -= 1
             outcome = outcomes.pop(0)
             return outcome if isinstance(outcome, Retry) else Done(outcome)
@@ -85,11 +95,14 @@ async def test_budget_cancels_a_hanging_attempt() -> None:
     """An attempt still running when the budget ends is cancelled and its claim left out."""
 
     async def hang() -> Done[object] | Retry:
-        await asyncio.sleep(10)
+        await asyncio.Event().wait()  # until cancelled
         return Done("late")
 
     policy = RetryPolicy(budget=0.1)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
     assert await run_until_done([("h", hang)], policy) == {}
+    assert loop.time() - start == pytest.approx(0.1, abs=TICK)
 
 
 async def test_token_bucket_spaces_retries_of_many_claims() -> None:
@@ -99,8 +112,10 @@ async def test_token_bucket_spaces_retries_of_many_claims() -> None:
     attempts = [(k, scripted([Retry("x"), "ok"], log, k)) for k in ("a", "b", "c")]
     start = asyncio.get_running_loop().time()
     assert await run_until_done(attempts, policy) == {"a": "ok", "b": "ok", "c": "ok"}
-    retries = [t for _, t in log[3:]]
-    assert retries[-1] - start >= 0.09  # three retries through a 20/s bucket with burst 1
+    retries = [t - start for _, t in log[3:]]
+    # The first retry takes the burst (after its 1 ms backoff); each further one waits for the next
+    # token, one per 50 ms.
+    assert retries == pytest.approx([0.001, 0.05, 0.1], abs=TICK)
 
 
 SLOW = RetryPolicy(budget=5.0, retry_base=3.0, retry_cap=3.0, bucket_rate=1000.0, bucket_burst=100)
@@ -115,7 +130,7 @@ async def test_a_change_fired_during_the_wait_makes_the_retry_due_at_once() -> N
     start = loop.time()
     results = await run_until_done([("a", scripted([Retry("not ready"), "ok"], log, "a"))], SLOW, wake=wake)
     assert results == {"a": "ok"}
-    assert log[1][1] - start < 1.0
+    assert log[1][1] - start == pytest.approx(0.05, abs=TICK)
 
 
 async def test_a_change_fired_during_the_attempt_is_not_lost() -> None:
@@ -133,7 +148,7 @@ async def test_a_change_fired_during_the_attempt_is_not_lost() -> None:
         return Done(outcome)
 
     assert await run_until_done([("a", attempt)], SLOW, wake=wake) == {"a": "ok"}
-    assert times[1] - times[0] < 1.0
+    assert times[1] - times[0] < SLOW.retry_base
 
 
 async def test_without_a_change_the_backoff_holds() -> None:
@@ -142,4 +157,4 @@ async def test_without_a_change_the_backoff_holds() -> None:
     policy = RetryPolicy(budget=2.0, retry_base=0.2, retry_cap=0.2, bucket_rate=1000.0, bucket_burst=100)
     results = await run_until_done([("a", scripted([Retry("x"), "ok"], log, "a"))], policy, wake=Pulse())
     assert results == {"a": "ok"}
-    assert log[1][1] - log[0][1] >= 0.2
+    assert log[1][1] - log[0][1] == pytest.approx(0.2, abs=TICK)

@@ -364,6 +364,10 @@ class LocalCluster:
         restarted = self._supervisor.restart(process)
         wait_until(f"{name} healthy after a restart", self._health[name], timeout=timeout, process=restarted)
 
+    def component_running(self, name: str) -> bool:
+        """Tell whether control-plane process ``name`` runs (not while ``restart_component`` has it down)."""
+        return any(p.alive() for p in self._supervisor.processes if p.name == name)
+
     def start_process(self, name: str, argv: list[str], *, pass_fds: Sequence[int] = ()) -> ManagedProcess:
         """Run an extra cluster process (an add-on such as an operator) under the cluster's supervision."""
         return self._supervisor.start(name, argv, pass_fds=pass_fds)
