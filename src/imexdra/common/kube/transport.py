@@ -51,9 +51,9 @@ _requests_log = logging.getLogger(REQUEST_LOGGER)
 _MAX_CONNECTIONS = 16
 #: asyncio's TLS read buffer per connection (``SSLProtocol.max_size``). Python 3.11 allocates and zeroes
 #: 256 KiB per connection at connect, resident for the connection's life: about 290 KiB per TLS
-#: connection in all, so ~3.5 MiB of an idle controller's watches and pooled connections. TLS records
-#: carry at most 16 KiB, so 32 KiB still takes two records per read; the whole connection then holds
-#: about 65 KiB (bench/README.md, "Controller against upstream v0.5.0").
+#: connection in all: 3.5 MiB of an idle controller's watches and pooled connections. A TLS record
+#: carries at most 16 KiB, so 32 KiB still takes two records per read; the whole connection then holds
+#: about 65 KiB (bench/README.md, "Controller side by side with upstream v0.5.0").
 TLS_READ_BUFFER = 32 * 1024
 _TRANSPORT_ERRORS = (
     OSError,
