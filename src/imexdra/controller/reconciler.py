@@ -5,7 +5,8 @@ Live domain (docs/data-path.md §2; §10 under HostManagedIMEX):
 1. add the finalizer ``resource.nvidia.com/computeDomain`` unless the domain already has it;
 2. ensure, concurrently, the workload ResourceClaimTemplate and (driver-managed only) the daemon
    ResourceClaimTemplate and the DaemonSet (found by the CD label, create-if-absent, never updated);
-3. publish membership and status (``sync``).
+3. publish membership and status (``sync``) and, concurrently, (driver-managed only) ensure the
+   daemons' NetworkPolicy, which names the DaemonSet as its owner.
 
 Under channel isolation (docs/channel-isolation.md §4) step 2 waits for the domain's number: the
 verdict of ``isolation.ChannelAssigner`` is taken synchronously (the number reserved in memory), then
@@ -180,7 +181,14 @@ class Reconciler:
         retry: float | None = None
         for result in await tasks.settle(*steps):
             retry = _sooner_retry(retry, result)
-        return _sooner_retry(retry, await self._sync.sync(cd))
+        # The daemons' NetworkPolicy names the DaemonSet as its owner, so it follows the DaemonSet; it
+        # has no bearing on the status, so the two writes share one round trip instead of two.
+        finishing: list[Awaitable[float | None]] = [self._sync.sync(cd)]
+        if self._policies is not None and not self._config.host_managed:
+            finishing.append(self._ensure_policy(home))
+        for result in await tasks.settle(*finishing):
+            retry = _sooner_retry(retry, result)
+        return retry
 
     async def _ensure_channel(self, cd: ComputeDomain, assigner: ChannelAssigner) -> float | None:
         """The number first (recorded in status), then the template, then the status (§4 write order)."""
@@ -329,9 +337,12 @@ class Reconciler:
         retry: float | None = None
         for result in await tasks.settle(*steps):
             retry = _sooner_retry(retry, result)
-        if self._policies is not None:  # after the DaemonSet: the policy names it as its owner
-            await self._policies.ensure(uid, caches.daemon_sets_of(home), self._writer)
         return retry
+
+    async def _ensure_policy(self, home: Home) -> None:
+        """The daemons' NetworkPolicy, once the DaemonSet it names as its owner exists."""
+        assert self._policies is not None
+        await self._policies.ensure(home.uid, self._caches.daemon_sets_of(home), self._writer)
 
     # -- terminating domain --------------------------------------------------------------------
 

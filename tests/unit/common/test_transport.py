@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import base64
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,7 +18,8 @@ from prometheus_client import REGISTRY
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.common.kube.client import PermanentApiError, RetryableApiError
-from imexdra.common.kube.transport import _MAX_CONNECTIONS, Transport, resource_path
+from imexdra.common.kube.transport import _MAX_CONNECTIONS, TLS_READ_BUFFER, Transport, resource_path
+from imexdra_sim.localcluster.pki import ClusterPKI
 from tests.support.connectproxy import connect_proxy
 from tests.support.httpscript import ScriptedServer, chunked, close_without_answer, reply, serving
 
@@ -45,6 +48,31 @@ async def test_keeps_connections_alive_and_sends_json(server: ScriptedServer) ->
     assert b"Authorization: Bearer s3cr3t\r\n" in first and first.endswith(b'\r\n\r\n{"k":"v"}')
     assert b"Content-Type: application/json-patch+json" in server.requests[1]
     client.close()
+
+
+async def test_tls_connections_read_through_the_bounded_buffer(tmp_path: Path) -> None:
+    """Over TLS, with asyncio's read buffer bounded, a body many times the buffer arrives whole."""
+    authority = ClusterPKI(tmp_path)
+    serving_cert = authority.issue("api", common_name="api", ip_addresses=("127.0.0.1",), server=True)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(serving_cert.cert, serving_cert.key)
+    body = b'{"items":"' + b"x" * (40 * TLS_READ_BUFFER) + b'"}'
+    scripted = ScriptedServer(replies=[reply(200, body), reply(200, body)])
+    listener = await asyncio.start_server(scripted.handle, "127.0.0.1", 0, ssl=server_tls)  # type: ignore[arg-type]
+    port = listener.sockets[0].getsockname()[1]
+    config = SingleConfig(
+        context_name="t", context=Context(cluster="c"), cluster=Cluster(server=f"https://127.0.0.1:{port}")
+    )
+    client_tls = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    try:
+        client = Transport(config, tls=client_tls)
+        assert asyncio.sslproto.SSLProtocol.max_size == TLS_READ_BUFFER
+        for _ in range(2):
+            assert (await client.request("GET", "/big")).body == body
+        assert scripted.connections == 1
+        client.close()
+    finally:
+        listener.close()
 
 
 async def test_reads_chunked_bodies(server: ScriptedServer) -> None:

@@ -1,9 +1,9 @@
 """The reconciler's decisions on the real caches and the in-memory writer seam (``ApiWrites``).
 
 Aspects covered: a new domain gets its finalizer first, then its workload template, and (driver-managed)
-its daemon template and DaemonSet; a second reconcile sees the first's writes and creates nothing
-again; host-managed makes the workload template only; an
-API error surfaces as a ``ReconcileFailed`` event and is raised for the work queue to judge.
+its daemon template and DaemonSet, then its status beside the daemons' NetworkPolicy; a second
+reconcile sees the first's writes and creates nothing again; host-managed makes the workload template
+only; an API error surfaces as a ``ReconcileFailed`` event and is raised for the work queue to judge.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from imexdra.common.machinery.store import object_key
 from imexdra.controller import reasons, render
 from imexdra.controller.caches import Caches
 from imexdra.controller.metrics import DomainStatusMetrics
+from imexdra.controller.netpolicy import DaemonPolicies
+from imexdra.controller.placement import home_of
 from imexdra.controller.reconciler import Reconciler
 from tests.support.apiwrites import FakeWrites
 from tests.support.offline import offline_client
@@ -73,6 +75,35 @@ async def test_driver_managed_creates_templates_and_daemonset(world: World) -> N
     assert sorted(created) == sorted(
         [f"team-a/{render.workload_template_name(make_domain())}", daemon, daemon]
     )
+
+
+async def test_the_daemons_policy_follows_the_daemonset_in_the_status_round(tmp_path: Path) -> None:
+    """The daemons' NetworkPolicy is created after the DaemonSet it names as owner, beside the status
+    write rather than before it, in the same first reconcile."""
+    client = offline_client(tmp_path)
+    cfg = make_config()
+    caches = Caches(client, cfg)
+    caches.domains.store.upsert(make_domain())
+    policies = DaemonPolicies(client, cfg)
+    writes = fake_writes(caches)
+    reconciler = Reconciler(
+        cfg,
+        caches,
+        writes,
+        Events(),
+        DomainStatusMetrics(),
+        policies=policies,  # type: ignore[arg-type]
+    )
+    await reconciler.reconcile(object_key(make_domain()))
+    uid = render.domain_uid(make_domain())
+    daemon = f"nvidia-dra/{daemon_object_name(uid)}"
+    daemon_creates = [i for i, (verb, key) in enumerate(writes.log) if (verb, key) == ("create", daemon)]
+    assert len(daemon_creates) == 3  # the daemon template and the DaemonSet, then the policy
+    assert daemon_creates[1] < writes.verbs().index("write_status")
+    (policy,) = policies.view.by_domain(uid)
+    (ds,) = caches.daemon_sets_of(home_of(make_domain()))
+    assert policy.metadata.ownerReferences[0].uid == ds.metadata.uid
+    await client.close()
 
 
 async def test_a_second_reconcile_sees_the_first_writes(world: World) -> None:

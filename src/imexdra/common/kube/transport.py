@@ -22,6 +22,7 @@ connection's ``--kube-api-qps``/``--kube-api-burst`` token bucket and recorded i
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import logging
 import ssl
 import time
@@ -46,8 +47,14 @@ from imexdra.common.observability.logging import REQUEST_LOGGER
 _requests_log = logging.getLogger(REQUEST_LOGGER)
 
 #: Connections open at once; a request beyond them waits for one to come free, as each TLS connection
-#: holds asyncio's 256 KiB read buffer and OpenSSL's state (docs/architecture.md §6).
+#: holds asyncio's read buffer and OpenSSL's state (docs/architecture.md §6).
 _MAX_CONNECTIONS = 16
+#: asyncio's TLS read buffer per connection (``SSLProtocol.max_size``). Python 3.11 allocates and zeroes
+#: 256 KiB per connection at connect, resident for the connection's life: about 290 KiB per TLS
+#: connection in all: 3.5 MiB of an idle controller's watches and pooled connections. A TLS record
+#: carries at most 16 KiB, so 32 KiB still takes two records per read; the whole connection then holds
+#: about 65 KiB (bench/README.md, "Controller side by side with upstream v0.5.0").
+TLS_READ_BUFFER = 32 * 1024
 _TRANSPORT_ERRORS = (
     OSError,
     TimeoutError,
@@ -100,6 +107,8 @@ class Transport:
         self._ssl = tls
         if url.scheme == "https" and tls is None:
             raise ValueError(f"{config.cluster.server}: an https server needs the connection's TLS context")
+        if tls is not None:
+            bound_tls_read_buffer()
         self._credentials = credentials or Credentials(config.user, config.abs_file)
         self._generation = self._credentials.certificate_generation
         self._metrics = metrics or RestClientMetrics(server_host(config.cluster.server))
@@ -307,6 +316,17 @@ class Transport:
                 self._idle.append(connection)
             else:
                 connection.writer.close()
+
+
+def bound_tls_read_buffer() -> None:
+    """Make asyncio's TLS connections read into ``TLS_READ_BUFFER`` bytes, not 256 KiB.
+
+    The size is a class attribute of asyncio's TLS protocol, so it holds for every TLS connection of
+    the process; ours are the API server's (and its proxy's). Never raised: a smaller one set
+    elsewhere is kept.
+    """
+    if asyncio.sslproto.SSLProtocol.max_size > TLS_READ_BUFFER:
+        asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 
 
 def _transport_error(action: str, error: BaseException) -> RetryableApiError:
