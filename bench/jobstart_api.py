@@ -18,6 +18,7 @@ from benchlib import (
 
 from imexdra.common.kube.client import ApiStatusError
 from imexdra.common.kube.connection import connect
+from imexdra.common.kube.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
 
 # -- the workload ---------------------------------------------------------------------------------
@@ -87,13 +88,7 @@ class Api:
 
     async def exists(self, path: str) -> bool:
         """Whether a GET of ``path`` finds something (False on 404)."""
-        try:
-            await self.http.request("GET", path)
-        except ApiStatusError as error:
-            if error.code == 404:
-                return False
-            raise
-        return True
+        return await exists(self.http, path)
 
     async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         response = await self.http.request("POST", path, body=body)
@@ -160,3 +155,14 @@ class Api:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(listing['items'])} of {count} ResourceSlices published")
             await asyncio.sleep(0.5)
+
+
+async def exists(http: Transport, path: str) -> bool:
+    """Whether a GET of ``path`` finds something (False on 404)."""
+    try:
+        await http.request("GET", path)
+    except ApiStatusError as error:
+        if error.code == 404:
+            return False
+        raise
+    return True

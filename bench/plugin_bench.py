@@ -74,6 +74,7 @@ from benchlib import (
     kubectl_apply,
 )
 from benchlib import percentile as nearest_rank
+from jobstart_api import exists
 from plotting import write_plugin_plot
 from plugin_processes import (
     NodeFiles,
@@ -89,7 +90,6 @@ from plugin_processes import (
     upstream_plugin,
 )
 
-from imexdra.common.kube.client import ApiStatusError
 from imexdra.common.kube.connection import connect
 from imexdra.common.kube.transport import Transport
 from imexdra_sim.builders import channel_template, compute_domain
@@ -243,15 +243,6 @@ class Cycles:
     cycles: list[dict[str, Any]] = field(default_factory=list)
     serial: int = 0
 
-    async def _exists(self, path: str) -> bool:
-        try:
-            await self.transport.request("GET", path)
-        except ApiStatusError as error:
-            if error.code == 404:
-                return False
-            raise
-        return True
-
     async def cycle(self) -> dict[str, Any]:
         """Pod create → Running → delete → unprepared, pod and claim gone; this cycle's figures."""
         self.serial += 1
@@ -309,7 +300,7 @@ class Cycles:
         return figures
 
     async def _gone(self, path: str) -> bool:
-        return not await self._exists(path)
+        return not await exists(self.transport, path)
 
 
 def own_seconds(samples: Samples, operation: str) -> float:
