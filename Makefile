@@ -81,6 +81,7 @@ bench: venv k8s
 	$(BIN)/python bench/controller_bench.py
 	$(BIN)/python bench/jobstart_bench.py
 	$(BIN)/python bench/rack_bench.py
+	$(BIN)/python bench/import_rss.py
 
 # Reliability soak (not CI; about an hour on 2 cores): >= 100 000 fuzz inputs, >= 100 plugin SIGKILLs,
 # 20 daemon SIGKILLs (bounded by the kubelet's restart backoff), 20 rounds of controller SIGKILLs
