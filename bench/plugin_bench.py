@@ -86,9 +86,9 @@ from plugin_processes import (
     tree_cpu_seconds,
     tree_on_cpu_seconds,
     tree_rss_mib,
-    upstream_commit,
     upstream_plugin,
 )
+from upstream_build import binary_commit, upstream_binary
 
 from imexdra.common.kube.connection import connect
 from imexdra.common.kube.transport import Transport
@@ -432,6 +432,9 @@ def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
 
 
 async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
+    order = args.order.split(",")
+    # The commit of the binary run-plugin runs (built first if missing), read before any turn: fails fast.
+    commit = binary_commit(upstream_binary("plugin", args.upstream_checkout)) if "upstream" in order else None
     install_api(cluster)
     files = NodeFiles.write(cluster.node(NODE))
     assert cluster.run_dir is not None
@@ -463,7 +466,7 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
         "node": NODE,
         "cycles_per_plugin": args.cycles,
         "order": args.order.split(","),
-        "upstream_commit": upstream_commit(args.upstream_checkout),
+        "upstream_commit": commit,
         "kubelet_metric": KUBELET_HISTOGRAM,
         "load_average_at_end": os.getloadavg(),
         "plugins": runs,

@@ -210,9 +210,3 @@ def upstream_plugin(files: NodeFiles, kubeconfig: Path, checkout: Path, log: Pat
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root")}
     env["ALT_PROC_DEVICES_PATH"] = str(files.proc_devices)
     return Plugin("upstream", argv, env, log, port)
-
-
-def upstream_commit(checkout: Path) -> str:
-    return subprocess.run(
-        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
