@@ -58,8 +58,8 @@ Run: ``flock /tmp/imexdra-heavy.lock .venv/bin/python bench/plugin_bench.py [--c
 bench``. Output: JSON on stdout and in ``bench/results/plugin_bench.json`` (``--output`` names
 another): ``upstream_commit`` (read off the binary that ran, ``upstream_build``), and per mode under
 ``by_mode.<mode>`` the plugins' turns (``plugins.<name>``) and ``ours_over_upstream``; one plot per
-mode beside it (``<name>_<mode>.png``). Files of runs before 2026-12-03 13:00 hold one driver-managed
-run with ``plugins`` at the top. One plugin's turn is ``plugin_turn``, its processes
+mode beside it (``<name>_<mode>.png``). ``plugin_bench.json`` and ``plugin_bench_400.json``, from
+before ``--mode``, hold one driver-managed run with ``mode`` and ``plugins`` at the top. One plugin's turn is ``plugin_turn``, its processes
 ``plugin_processes``.
 """
 
