@@ -59,8 +59,8 @@ bench``. Output: JSON on stdout and in ``bench/results/plugin_bench.json`` (``--
 another): ``upstream_commit`` (read off the binary that ran, ``upstream_build``), and per mode under
 ``by_mode.<mode>`` the plugins' turns (``plugins.<name>``) and ``ours_over_upstream``; one plot per
 mode beside it (``<name>_<mode>.png``). ``plugin_bench.json`` and ``plugin_bench_400.json``, from
-before ``--mode``, hold one driver-managed run with ``mode`` and ``plugins`` at the top. One plugin's turn is ``plugin_turn``, its processes
-``plugin_processes``.
+before ``--mode``, hold one driver-managed run with ``mode`` and ``plugins`` at the top. One plugin's
+turn is ``plugin_turn``, its processes ``plugin_processes``.
 """
 
 from __future__ import annotations
