@@ -78,6 +78,7 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap
 from lightkube.resources.networking_v1 import NetworkPolicy
 from plotting import write_controller_plot
+from upstream_build import command_upstream_commit
 
 from imexdra.common.kube.connection import connect
 from imexdra.common.kube.transport import resource_path
@@ -350,8 +351,10 @@ async def owned_objects_collected(cluster: LocalCluster, within: float = 600) ->
 
 
 async def run_all(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
+    upstream_commit = command_upstream_commit(args.controller_command)  # before the runs: fails fast
     results = await run(cluster, args, OUR_CONTROLLER_COMMAND)
     if args.controller_command:
+        results["upstream_commit"] = upstream_commit
         await owned_objects_collected(cluster)
         try:
             other = await run(cluster, args, args.controller_command)

@@ -102,6 +102,7 @@ from benchlib import (
 )
 from jobstart_run import SERIES, series, short
 from plotting import write_jobstart_plot
+from upstream_build import command_upstream_commit
 
 from imexdra_sim.localcluster.cluster import LocalCluster
 
@@ -145,6 +146,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "plugin_rate_limit": {"qps": 5, "burst": 10},
         "targets_s": {str(k): v for k, v in TARGETS_S.items()},
         "controller_command": args.controller_command,
+        "upstream_commit": command_upstream_commit(args.controller_command),
     }
     results["mode"] = args.mode
     results["imex_formation_seconds"] = args.imex_formation_seconds

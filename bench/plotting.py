@@ -28,6 +28,8 @@ def other_name(results: dict[str, Any]) -> str:
     command = results.get("controller_command") or (results.get("other_controller") or {}).get(
         "controller_command"
     )
+    if results.get("upstream_commit"):
+        return f"upstream's controller ({results['upstream_commit'][:8]})"
     return "upstream's controller" if "upstream" in str(command or "") else "other controller"
 
 
@@ -434,7 +436,7 @@ def write_plugin_plot(results: dict[str, Any], path: Path) -> None:
     runs = results["plugins"]
     figure, (series, distribution, running, costs) = _figure(
         f"Kubelet plugin through the real kubelet, {results['mode']}, one node "
-        f"(upstream {results['upstream_commit'][:8]})",
+        f"(upstream {(results.get('upstream_commit') or 'not run')[:8]})",
         panels=4,
     )
     for name, run in runs.items():

@@ -11,7 +11,16 @@ Both run as host processes on the node, as the integration tier runs ours: ours 
 ``compute-domain-kubelet-plugin`` of ``runtimevenv`` (what the image installs), upstream's is its
 binary built from a checkout by ``bench/upstream.sh run-plugin`` (docs/upstream-plugin.md has its
 flags and what it needs of a node). Both get the admin kubeconfig and their default client rate limit
-(5 QPS, burst 10), driver-managed IMEX mode.
+(5 QPS, burst 10).
+
+IMEX modes (``--mode``, default ``both``: driver-managed, then host-managed, every plugin of
+``--order`` in each). Driver-managed: the binaries' defaults (no gate, no mode). Host-managed: ours
+with gate ``HostManagedIMEX`` and ``IMEX_MODE=hostManaged``, upstream's (v0.5.0 has the mode) with
+its own gate ``HostManagedIMEXDaemon`` and ``--imex-mode=hostManaged``; both pointed at the node's
+host ``nvidia-imex`` (``benchlib.HostImex``, started before the first turn, as a host's service is up
+before any plugin), whose ``nvidia-imex-ctl -q`` each runs before every channel prepare. Upstream
+runs it chrooted into its container driver root, so its turn gets a root view as that root
+(``plugin_processes.ROOT_VIEW``, docs/upstream-plugin.md "Host-managed").
 
 The daemon side: driver-managed, a channel prepare waits until the node's IMEX daemon is Ready in
 the domain. No daemon runs here: before the cycles the bench writes what the controller writes once
@@ -20,7 +29,8 @@ the node's daemon is Ready, the ComputeDomainClique ``<domain UID>.<clique>`` wi
 and the domain's ``status.nodes`` with the node ``Ready`` (upstream's fallback). Every cycle uses
 that one domain, so a prepare finds the daemon Ready: what is measured is the steady state of a
 node whose daemon is up, not the daemon's start. The bench also stands in for the controller's
-workload ResourceClaimTemplate (``imexdra_sim.builders.channel_template``).
+workload ResourceClaimTemplate (``imexdra_sim.builders.channel_template``). Host-managed, no daemon
+is asked for: the same domain and template serve.
 
 A cycle: create a pod referencing the template (nodeSelector: the node) → the resourceclaim
 controller makes its claim, the scheduler allocates channel 0 → the kubelet's NodePrepareResources →
@@ -44,9 +54,13 @@ counts threads that ended).
 the committed side-by-side runs without them.
 
 Run: ``flock /tmp/imexdra-heavy.lock .venv/bin/python bench/plugin_bench.py [--cycles 50]
-[--upstream-checkout /tmp/upstream-src] [--order imexdra,upstream]`` after ``make bench``.
-Output: JSON on stdout and in ``bench/results/plugin_bench.json`` (``--output`` names another),
-plot beside it (``.png``).
+[--mode both] [--upstream-checkout /tmp/upstream-src] [--order imexdra,upstream]`` after ``make
+bench``. Output: JSON on stdout and in ``bench/results/plugin_bench.json`` (``--output`` names
+another): ``upstream_commit`` (read off the binary that ran, ``upstream_build``), and per mode under
+``by_mode.<mode>`` the plugins' turns (``plugins.<name>``) and ``ours_over_upstream``; one plot per
+mode beside it (``<name>_<mode>.png``). ``plugin_bench.json`` and ``plugin_bench_400.json``, from
+before ``--mode``, hold one driver-managed run with ``mode`` and ``plugins`` at the top. One plugin's
+turn is ``plugin_turn``, its processes ``plugin_processes``.
 """
 
 from __future__ import annotations
@@ -57,57 +71,41 @@ import json
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import msgspec
 import steptiming
 from benchlib import (
     CLIQUE,
     DRIVER,
     DRIVER_NAMESPACE,
     RESULTS,
-    Profiler,
+    HostImex,
     install_crds,
     kubectl_apply,
 )
-from benchlib import percentile as nearest_rank
-from jobstart_api import exists
 from plotting import write_plugin_plot
-from plugin_processes import (
-    NodeFiles,
-    Plugin,
-    on_cpu_by_thread,
-    our_plugin,
-    process_tree,
-    thread_count,
-    tree_cpu_seconds,
-    tree_on_cpu_seconds,
-    tree_rss_mib,
-    upstream_commit,
-    upstream_plugin,
-)
+from plugin_processes import NodeFiles, Plugin, our_plugin, upstream_plugin
+from plugin_turn import KUBELET_HISTOGRAM, NAMESPACE, NODE, TEMPLATE, run_plugin
+from upstream_build import binary_commit, upstream_binary
 
 from imexdra.common.kube.connection import connect
-from imexdra.common.kube.transport import Transport
 from imexdra_sim.builders import channel_template, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
-from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, Node, NodeSpec
-from imexdra_sim.promtext import Samples, parse_metrics
+from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
+from imexdra_sim.localcluster.processes import free_port
 
-T = TypeVar("T")
-
-NODE = "bench-node"
-NAMESPACE = "bench"
 DOMAIN = "bench"
-TEMPLATE = "bench-channel"
-POD_IMAGE = "registry.k8s.io/pause:3.10"
 DEFAULT_CHECKOUT = Path("/tmp/upstream-src")
-KUBELET_HISTOGRAM = "dra_grpc_operations_duration_seconds"
-OWN_HISTOGRAM = "nvidia_dra_request_duration_seconds"
-PREPARE, UNPREPARE = "NodePrepareResources", "NodeUnprepareResources"
+#: ``--mode``: the IMEX modes a run measures, in turn order, as the plugins' ``IMEX_MODE`` spells them.
+MODES = {
+    "driver-managed": ("driverManaged",),
+    "host-managed": ("hostManaged",),
+    "both": ("driverManaged", "hostManaged"),
+}
+#: The node's host nvidia-imex (host-managed): its own address in the node's pod range.
+HOST_IMEX_ADDRESS = "127.100.1.250"
 #: Upstream's exact CEL selectors of its two DeviceClasses (its chart's; ours are the same).
 DEVICE_CLASSES = {
     "compute-domain-default-channel.nvidia.com": (
@@ -118,17 +116,6 @@ DEVICE_CLASSES = {
         f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'daemon'"
     ),
 }
-POLL_S = 0.02
-
-
-async def until(what: str, check: Callable[[], Awaitable[T | None]], within: float = 120) -> T:
-    """Poll ``check`` until it returns something truthy; its value."""
-    deadline = time.monotonic() + within
-    while not (found := await check()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {within:.0f} s waiting for {what}")
-        await asyncio.sleep(POLL_S)
-    return found
 
 
 def install_api(cluster: LocalCluster) -> str:
@@ -178,239 +165,6 @@ def install_api(cluster: LocalCluster) -> str:
     return uid
 
 
-def pod(name: str) -> dict[str, Any]:
-    """A pod on the node whose one container takes a channel claim made from the domain's template."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 1,
-            "nodeSelector": {"kubernetes.io/hostname": NODE},
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": TEMPLATE}],
-            "containers": [
-                {"name": "main", "image": POD_IMAGE, "resources": {"claims": [{"name": "channel"}]}}
-            ],
-        },
-    }
-
-
-@dataclass
-class Kubelet:
-    """The node's kubelet as the bench reads it: its /metrics through the apiserver's node proxy."""
-
-    transport: Transport
-    node: str
-
-    async def samples(self) -> Samples:
-        response = await self.transport.request("GET", f"/api/v1/nodes/{self.node}/proxy/metrics")
-        return parse_metrics(response.body.decode())
-
-    @staticmethod
-    def calls(samples: Samples, method: str) -> tuple[float, float]:
-        """(count, sum in seconds) of the kubelet's calls of ``method`` to our driver name."""
-        count = total = 0.0
-        for (name, labels), value in samples.items():
-            labelled = dict(labels)
-            if labelled.get("driver_name") != DRIVER or method not in labelled.get("method_name", ""):
-                continue
-            if name == f"{KUBELET_HISTOGRAM}_count":
-                count += value
-            elif name == f"{KUBELET_HISTOGRAM}_sum":
-                total += value
-        return count, total
-
-    async def registered(self) -> bool:
-        """Whether the kubelet's plugin manager holds a plugin registered for the driver."""
-        return any(
-            name == "plugin_manager_total_plugins"
-            and dict(labels).get("state") == "actual_state_of_world"
-            and DRIVER in dict(labels).get("socket_path", "")
-            and value > 0
-            for (name, labels), value in (await self.samples()).items()
-        )
-
-
-@dataclass
-class Cycles:
-    """One plugin's turn: its cycles' figures."""
-
-    plugin: Plugin
-    kubelet: Kubelet
-    transport: Transport
-    node: Node
-    cycles: list[dict[str, Any]] = field(default_factory=list)
-    serial: int = 0
-
-    async def cycle(self) -> dict[str, Any]:
-        """Pod create → Running → delete → unprepared, pod and claim gone; this cycle's figures."""
-        self.serial += 1
-        name = f"{self.plugin.name}-{self.serial}"
-        pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
-        before = await self.kubelet.samples()
-        own_before = parse_metrics(await asyncio.to_thread(self.plugin.own_metrics))
-        cpu_before = tree_on_cpu_seconds(self.plugin.pid)
-        created = time.monotonic()
-        await self.transport.request("POST", pods, body=pod(name))
-
-        async def running() -> dict[str, Any] | None:
-            found = msgspec.json.decode((await self.transport.request("GET", f"{pods}/{name}")).body)
-            assert isinstance(found, dict)
-            self.plugin.pid  # noqa: B018 (a plugin that exited fails the wait at once)
-            return found if found["status"].get("phase") == "Running" else None
-
-        found = await until(f"pod {name} Running", running)
-        running_s = time.monotonic() - created
-        claim = found["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-        pod_uid = found["metadata"]["uid"]
-        cdi_devices = [
-            device
-            for record in self.node.cri_records("CreateContainer")
-            if record.get("pod_uid") == pod_uid
-            for device in record.get("cdi_devices") or []
-        ]
-        deleted = time.monotonic()
-        await self.transport.request("DELETE", f"{pods}/{name}")
-        prepared = self.kubelet.calls(before, UNPREPARE)[0]
-
-        async def unprepared() -> Samples | None:
-            samples = await self.kubelet.samples()
-            return samples if self.kubelet.calls(samples, UNPREPARE)[0] > prepared else None
-
-        after = await until(f"claim of {name} unprepared", unprepared)
-        await until(f"pod {name} gone", lambda: self._gone(f"{pods}/{name}"))
-        claims = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
-        await until(f"claim {claim} gone", lambda: self._gone(f"{claims}/{claim}"))
-        gone_s = time.monotonic() - deleted
-        own_after = parse_metrics(await asyncio.to_thread(self.plugin.own_metrics))
-        figures: dict[str, Any] = {
-            "pod_running_s": round(running_s, 4),
-            "delete_to_gone_s": round(gone_s, 4),
-            "cdi_devices": cdi_devices,
-            "cpu_ms": round((tree_on_cpu_seconds(self.plugin.pid) - cpu_before) * 1e3, 2),
-        }
-        for method, key in ((PREPARE, "prepare"), (UNPREPARE, "unprepare")):
-            count_before, sum_before = self.kubelet.calls(before, method)
-            count_after, sum_after = self.kubelet.calls(after, method)
-            figures[f"{key}_calls"] = int(count_after - count_before)
-            figures[f"{key}_ms"] = round((sum_after - sum_before) * 1e3, 3)
-            own = own_seconds(own_after, key) - own_seconds(own_before, key)
-            figures[f"{key}_own_ms"] = round(own * 1e3, 3)
-        return figures
-
-    async def _gone(self, path: str) -> bool:
-        return not await exists(self.transport, path)
-
-
-def own_seconds(samples: Samples, operation: str) -> float:
-    """The plugin's own ``nvidia_dra_request_duration_seconds`` sum for ``operation`` (its handler's time)."""
-    return sum(
-        value
-        for (name, labels), value in samples.items()
-        if name == OWN_HISTOGRAM + "_sum" and dict(labels).get("operation") == operation
-    )
-
-
-def summary(values: list[float]) -> dict[str, float]:
-    return {
-        "p50": round(nearest_rank(values, 0.5), 3),
-        "p99": round(nearest_rank(values, 0.99), 3),
-        "max": round(max(values), 3),
-    }
-
-
-async def run_plugin(
-    plugin: Plugin, cluster: LocalCluster, files: NodeFiles, transport: Transport, args: argparse.Namespace
-) -> dict[str, Any]:
-    """One plugin's turn on the node: start, first cycle, idle window, cycles, stop, clean up."""
-    kubelet = Kubelet(transport, NODE)
-    files.reset()
-    started = time.monotonic()
-    plugin.start()
-    try:
-        await until(f"the kubelet registering the {plugin.name} plugin", kubelet.registered, within=120)
-        registered_s = time.monotonic() - started
-        slices = (
-            f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={NODE},spec.driver={DRIVER}"
-        )
-        await until("the plugin's ResourceSlice", lambda: _listed(transport, slices))
-        cycles = Cycles(plugin, kubelet, transport, files.node)
-        first = await cycles.cycle()
-        rss_after_first = tree_rss_mib(plugin.pid)
-        ticks_before, on_cpu_before = tree_cpu_seconds(plugin.pid), tree_on_cpu_seconds(plugin.pid)
-        threads_before = on_cpu_by_thread(plugin.pid)
-        window = time.monotonic()
-        await asyncio.sleep(args.idle_seconds)  # the measurement interval itself: no work on the node
-        window = time.monotonic() - window
-        idle_cpu_ms_per_s = (tree_on_cpu_seconds(plugin.pid) - on_cpu_before) * 1e3 / window
-        idle_ticks_ms_per_s = (tree_cpu_seconds(plugin.pid) - ticks_before) * 1e3 / window
-        idle_by_thread = {
-            thread: round((seconds - threads_before.get(thread, 0.0)) * 1e3 / window, 3)
-            for thread, seconds in on_cpu_by_thread(plugin.pid).items()
-        }
-        profiler = None
-        if args.profile and plugin.name == "imexdra":
-            assert plugin.process is not None
-            profiler = Profiler(plugin.pid, files.node.host_dir / "imexdra-cycles.pyspy")
-            profiler.start()
-        rss_idle = tree_rss_mib(plugin.pid)
-        cycles_cpu_before = tree_cpu_seconds(plugin.pid)
-        runs = []
-        for index in range(args.cycles):
-            runs.append(await cycles.cycle())
-            if (index + 1) % 10 == 0:
-                print(
-                    f"[plugin-bench] {plugin.name}: {index + 1}/{args.cycles} cycles",
-                    flush=True,
-                    file=sys.stderr,
-                )
-        cycles_cpu_ms = (tree_cpu_seconds(plugin.pid) - cycles_cpu_before) * 1e3
-        profile = profiler.stop() if profiler is not None else None
-        rss_after = tree_rss_mib(plugin.pid)
-        threads = thread_count(plugin.pid)
-        processes = len(process_tree(plugin.pid))
-    finally:
-        exit_code = plugin.stop()
-    await until("the kubelet dropping the plugin", lambda: _not(kubelet.registered), within=120)
-    cluster.kubectl("delete", "resourceslices", f"--field-selector=spec.nodeName={NODE},spec.driver={DRIVER}")
-    labels = msgspec.json.decode((await transport.request("GET", f"/api/v1/nodes/{NODE}")).body)["metadata"]
-    return {
-        "plugin": plugin.name,
-        "start_to_registered_s": round(registered_s, 2),
-        "first_cycle": first,
-        "idle_window_s": args.idle_seconds,
-        "idle_cpu_ms_per_s": round(idle_cpu_ms_per_s, 3),
-        "idle_cpu_ms_per_s_from_ticks": round(idle_ticks_ms_per_s, 3),
-        "idle_cpu_ms_per_s_by_thread": dict(sorted(idle_by_thread.items(), key=lambda item: -item[1])),
-        "cpu_ms_per_cycle_mean_from_ticks": round(cycles_cpu_ms / max(1, args.cycles), 2),
-        "rss_mib": {"after_first_cycle": rss_after_first, "idle": rss_idle, "after_cycles": rss_after},
-        "threads": threads,
-        "processes": processes,
-        "exit_code": exit_code,
-        "node_labels_after": {k: v for k, v in labels.get("labels", {}).items() if "computeDomain" in k},
-        "prepare_ms": summary([c["prepare_ms"] for c in runs]),
-        "unprepare_ms": summary([c["unprepare_ms"] for c in runs]),
-        "prepare_own_ms": summary([c["prepare_own_ms"] for c in runs]),
-        "unprepare_own_ms": summary([c["unprepare_own_ms"] for c in runs]),
-        "pod_running_s": summary([c["pod_running_s"] for c in runs]),
-        "cpu_ms_per_cycle": summary([c["cpu_ms"] for c in runs]),
-        "calls_per_cycle_not_one": sum(
-            1 for c in runs if c["prepare_calls"] != 1 or c["unprepare_calls"] != 1
-        ),
-        **({"cycles_profile": profile} if profile is not None else {}),
-        "cycles": runs,
-    }
-
-
-async def _listed(transport: Transport, path: str) -> bool:
-    return bool(msgspec.json.decode((await transport.request("GET", path)).body)["items"])
-
-
-async def _not(check: Callable[[], Awaitable[bool]]) -> bool:
-    return not await check()
-
-
 def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
     """Our figures over upstream's for the headline figures."""
 
@@ -431,46 +185,72 @@ def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def plugin_maker(
+    name: str, mode: str, cluster: LocalCluster, files: NodeFiles, args: argparse.Namespace
+) -> Callable[[], Plugin]:
+    """How to start plugin ``name`` in IMEX ``mode`` on the node."""
+    assert cluster.run_dir is not None
+    log = cluster.run_dir / f"{name}-{mode}-plugin.log"
+    socket = files.host_imex_socket if mode == "hostManaged" else None
+    if name == "imexdra":
+        steps = cluster.run_dir / "imexdra-steps.txt" if args.step_timing else None
+        return lambda: our_plugin(files, cluster.kubeconfig, log, steps, host_socket=socket)
+    if name == "upstream":
+        return lambda: upstream_plugin(files, cluster.kubeconfig, args.upstream_checkout, log, socket)
+    raise ValueError(f"--order: unknown plugin {name!r} (imexdra, upstream)")
+
+
 async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
+    order = args.order.split(",")
+    modes = MODES[args.mode]
+    # The commit of the binary run-plugin runs (built first if missing), read before any turn: fails fast.
+    commit = None
+    if "upstream" in order:
+        commit = binary_commit(upstream_binary("plugin", args.upstream_checkout))
     install_api(cluster)
     files = NodeFiles.write(cluster.node(NODE))
-    assert cluster.run_dir is not None
-    step_record = cluster.run_dir / "imexdra-steps.txt"
     makers = {
-        "imexdra": lambda: our_plugin(
-            files,
-            cluster.kubeconfig,
-            cluster.run_dir / "imexdra-plugin.log",
-            step_record if args.step_timing else None,
-        ),
-        "upstream": lambda: upstream_plugin(
-            files, cluster.kubeconfig, args.upstream_checkout, cluster.run_dir / "upstream-plugin.log"
-        ),
+        (name, mode): plugin_maker(name, mode, cluster, files, args) for mode in modes for name in order
     }
+    host_imex = None
+    if "hostManaged" in modes:  # the node's nvidia-imex.service, up before any plugin, as on a real node
+        host_imex = HostImex(files.base, HOST_IMEX_ADDRESS, free_port())
+        host_imex.start()
+        await host_imex.wait_ready()
     transport = connect(cluster.kubeconfig).transport(user_agent="plugin-bench")
-    runs = {}
-    for name in args.order.split(","):
-        runs[name] = await run_plugin(makers[name](), cluster, files, transport, args)
-        if name == "imexdra" and args.step_timing:
-            runs[name]["plugin_steps_p50_ms"] = steptiming.steps(step_record)
-        print(f"[plugin-bench] {name}: {json.dumps({k: v for k, v in runs[name].items() if k != 'cycles'})}",
-              flush=True, file=sys.stderr)  # fmt: skip
-    transport.close()
-    result: dict[str, Any] = {
+    by_mode: dict[str, dict[str, Any]] = {}
+    try:
+        for mode in modes:
+            runs = {}
+            for name in order:
+                runs[name] = await run_plugin(makers[name, mode](), cluster, files, transport, args)
+                if name == "imexdra" and args.step_timing:
+                    assert cluster.run_dir is not None
+                    runs[name]["plugin_steps_p50_ms"] = steptiming.steps(
+                        cluster.run_dir / "imexdra-steps.txt"
+                    )
+                brief = {k: v for k, v in runs[name].items() if k != "cycles"}
+                print(f"[plugin-bench] {name} {mode}: {json.dumps(brief)}", flush=True, file=sys.stderr)
+            entry: dict[str, Any] = {"mode": mode, "plugins": runs}
+            if {"imexdra", "upstream"} <= runs.keys():
+                entry["ours_over_upstream"] = ratios(runs["imexdra"], runs["upstream"])
+            by_mode[mode] = entry
+    finally:
+        transport.close()
+        if host_imex is not None:
+            host_imex.stop()
+    return {
         "benchmark": "plugin_bench",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "mode": "driverManaged",
+        "modes": list(modes),
         "node": NODE,
         "cycles_per_plugin": args.cycles,
-        "order": args.order.split(","),
-        "upstream_commit": upstream_commit(args.upstream_checkout),
+        "order": order,
+        "upstream_commit": commit,
         "kubelet_metric": KUBELET_HISTOGRAM,
         "load_average_at_end": os.getloadavg(),
-        "plugins": runs,
+        "by_mode": by_mode,
     }
-    if {"imexdra", "upstream"} <= runs.keys():
-        result["ours_over_upstream"] = ratios(runs["imexdra"], runs["upstream"])
-    return result
 
 
 def main() -> None:
@@ -479,6 +259,12 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=30.0, help="the quiet window for idle CPU")
     parser.add_argument("--upstream-checkout", type=Path, default=DEFAULT_CHECKOUT)
     parser.add_argument("--order", default="imexdra,upstream", help="which plugins, in turn order")
+    parser.add_argument(
+        "--mode",
+        choices=tuple(MODES),
+        default="both",
+        help="IMEX modes, each run for every plugin of --order (both: driver-managed first)",
+    )
     parser.add_argument(
         "--step-timing", action="store_true", help="run ours through steptiming.py: its prepares' steps timed"
     )
@@ -496,7 +282,8 @@ def main() -> None:
         cluster.stop()
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=1))
-    write_plugin_plot(result, args.output.with_suffix(".png"))
+    for mode, entry in result["by_mode"].items():  # one plot per mode, named after it
+        write_plugin_plot({**result, **entry}, args.output.with_name(f"{args.output.stem}_{mode}.png"))
     print(json.dumps(result, indent=1))
 
 

@@ -4,7 +4,10 @@
   with the mock NVML library, the fake ``/proc/devices``) and the CDI root, written once and shared by
   both plugins; ``reset`` empties the plugin directory and CDI root between turns;
 - ``our_plugin``/``upstream_plugin``: how each is started (ours from ``runtimevenv``, optionally through
-  ``steptiming.py``; upstream's through ``bench/upstream.sh run-plugin`` with its own flags);
+  ``steptiming.py``; upstream's through ``bench/upstream.sh run-plugin`` with its own flags), in either
+  IMEX mode: host-managed (``host_socket``: the node's host IMEX command socket) or driver-managed;
+  host-managed, upstream's runs in a mount namespace of its own with a root view as its container
+  driver root (``ROOT_VIEW``);
 - ``tree_*``: CPU and memory summed over a plugin's process tree, every thread: ``utime + stime``
   (includes ended threads, 10 ms ticks), ``schedstat`` time on CPU (nanoseconds, live threads), by
   thread name, and VmRSS/VmHWM.
@@ -20,7 +23,16 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import CLIQUE, DRIVER, DRIVER_NAMESPACE, PLUGIN_BIN, ROOT, RUNTIME_BIN
+from benchlib import (
+    CLIQUE,
+    DRIVER,
+    DRIVER_NAMESPACE,
+    PLUGIN_BIN,
+    ROOT,
+    RUNTIME_BIN,
+    feature_gates,
+    host_imex_socket,
+)
 
 from imexdra_sim.devices import driverroot_fake
 from imexdra_sim.localcluster.binaries import nvml_mock_library
@@ -30,6 +42,27 @@ from imexdra_sim.localcluster.processes import free_port
 UPSTREAM_SH = ROOT / "bench" / "upstream.sh"
 #: Where upstream is told its CDI hook lives: a path that does not exist (docs/upstream-plugin.md).
 CDI_HOOK = "/usr/local/bin/nvidia-cdi-hook"
+#: Host-managed, upstream's readiness check is ``chroot <container driver root> nvidia-imex-ctl -q
+#: --u=<socket>`` (docs/upstream-plugin.md, "Host-managed"): the root it chroots into must be a whole
+#: root file system, as its container's ``/driver-root`` is on a node whose driver is installed on the
+#: host. Ours is a directory with the driver's files only, in which the fake ``nvidia-imex-ctl`` (a
+#: Python program) finds no interpreter. So, in a mount namespace of upstream's plugin alone, this
+#: makes a read-only view of the host's root file system with a copy of the driver root on top (the
+#: copy on a tmpfs: overlayfs refuses layers that contain each other) and a ``/dev/null`` as every
+#: host has, and binds the host IMEX socket's directory into it (overlayfs does not pass connects to a
+#: socket). Upstream gets the view as ``--container-driver-root`` and the real driver root as
+#: ``--nvidia-driver-root``, as under its chart, so its CDI specs name host paths. Arguments: driver
+#: root, tmpfs mount point, view mount point, socket directory, then the command to run.
+ROOT_VIEW = """set -e
+driver_root=$1 layer=$2 view=$3 socket_dir=$4
+shift 4
+mount -t tmpfs -o mode=0755 tmpfs "$layer"
+cp -a "$driver_root/." "$layer/"
+[ -e "$layer/dev/null" ] || mknod -m 0666 "$layer/dev/null" c 1 3
+mount -t overlay overlay -o "ro,lowerdir=$layer:/" "$view"
+mount --bind "$socket_dir" "$view$socket_dir"
+exec "$@"
+"""
 
 
 def process_tree(pid: int) -> list[int]:
@@ -157,6 +190,15 @@ class NodeFiles:
         hardware = driverroot_fake.write_node_hardware(base, tray, nvml_library=nvml_mock_library())
         return cls(node, hardware.driver_root, hardware.proc_devices, base / "cdi")
 
+    @property
+    def base(self) -> Path:
+        """Where the hardware files live (``benchlib.HostImex`` serves its socket under it)."""
+        return self.driver_root.parent
+
+    @property
+    def host_imex_socket(self) -> Path:
+        return host_imex_socket(self.base)
+
     def reset(self) -> None:
         """A fresh node for the next plugin: no plugin directory, an empty CDI root."""
         shutil.rmtree(self.node.plugins_dir / DRIVER, ignore_errors=True)
@@ -164,8 +206,17 @@ class NodeFiles:
         self.cdi_root.mkdir(parents=True)
 
 
-def our_plugin(files: NodeFiles, kubeconfig: Path, log: Path, step_record: Path | None = None) -> Plugin:
-    """Ours, as the image runs it; with ``step_record``, through ``steptiming.py`` (prepare's steps timed)."""
+def our_plugin(
+    files: NodeFiles,
+    kubeconfig: Path,
+    log: Path,
+    step_record: Path | None = None,
+    host_socket: Path | None = None,
+) -> Plugin:
+    """Ours, as the image runs it; with ``step_record``, through ``steptiming.py`` (prepare's steps timed).
+
+    Driver-managed by default (no gate, no mode: the binary's defaults); host-managed with ``host_socket``.
+    """
     port = free_port()
     env = {
         "PATH": os.environ.get("PATH", ""),
@@ -182,16 +233,39 @@ def our_plugin(files: NodeFiles, kubeconfig: Path, log: Path, step_record: Path 
         "HTTP_ENDPOINT": f"127.0.0.1:{port}",
         "LOGGING_FORMAT": "json",
     }
+    if host_socket is not None:
+        env["FEATURE_GATES"] = feature_gates(host_managed=True)
+        env["IMEX_MODE"] = "hostManaged"
+        env["IMEX_HOST_SOCKET_PATH"] = str(host_socket)
     argv = [str(PLUGIN_BIN)]
     if step_record is not None:
         argv = [str(RUNTIME_BIN / "python"), str(Path(__file__).with_name("steptiming.py")), str(step_record)]
     return Plugin("imexdra", argv, env, log, port)
 
 
-def upstream_plugin(files: NodeFiles, kubeconfig: Path, checkout: Path, log: Path) -> Plugin:
-    """Upstream's, built from ``checkout`` (``bench/upstream.sh``), with its own flags for the node."""
+def upstream_plugin(
+    files: NodeFiles, kubeconfig: Path, checkout: Path, log: Path, host_socket: Path | None = None
+) -> Plugin:
+    """Upstream's, built from ``checkout`` (``bench/upstream.sh``), with its own flags for the node.
+
+    Driver-managed by default; host-managed with ``host_socket``: its gate and mode, and ``ROOT_VIEW``.
+    """
     port = free_port()
+    container_root, wrapper, host_managed = files.driver_root, list[str](), list[str]()
+    if host_socket is not None:
+        container_root = files.node.host_dir / "upstream-root"
+        layer = files.node.host_dir / "upstream-root-layer"
+        for mount_point in (container_root, layer):
+            mount_point.mkdir(exist_ok=True)
+        wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c", ROOT_VIEW, "sh"]
+        wrapper += [str(files.driver_root), str(layer), str(container_root), str(host_socket.parent)]
+        host_managed = [
+            "--feature-gates=HostManagedIMEXDaemon=true",
+            "--imex-mode=hostManaged",
+            f"--imex-host-socket-path={host_socket}",
+        ]
     argv = [
+        *wrapper,
         str(UPSTREAM_SH),
         "run-plugin",
         str(checkout),
@@ -199,20 +273,15 @@ def upstream_plugin(files: NodeFiles, kubeconfig: Path, checkout: Path, log: Pat
         f"--node-name={files.node.name}",
         f"--namespace={DRIVER_NAMESPACE}",
         f"--nvidia-driver-root={files.driver_root}",
-        f"--container-driver-root={files.driver_root}",
+        f"--container-driver-root={container_root}",
         f"--cdi-root={files.cdi_root}",
         f"--kubelet-plugins-directory-path={files.node.plugins_dir}",
         f"--kubelet-registrar-directory-path={files.node.registry_dir}",
         f"--nvidia-cdi-hook-path={CDI_HOOK}",
         f"--http-endpoint=127.0.0.1:{port}",
         f"--healthcheck-port={free_port()}",
+        *host_managed,
     ]
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root")}
     env["ALT_PROC_DEVICES_PATH"] = str(files.proc_devices)
     return Plugin("upstream", argv, env, log, port)
-
-
-def upstream_commit(checkout: Path) -> str:
-    return subprocess.run(
-        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()

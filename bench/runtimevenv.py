@@ -7,12 +7,18 @@ venv with exactly what the image installs: the wheel built from this tree with
 ``deployments/container/constraints.txt`` as pip's constraints, as ``tools/image/build.sh`` installs it,
 on the Python that runs the benchmark. It is cached under ``<cache>/bench-venv/<stamp>`` (the stamp
 hashes the wheel's inputs and the constraints) and built again when they change, replacing the venvs
-of earlier trees: about ten seconds, pip's own cache holds the dependencies.
+of earlier trees: about ten seconds, pip's own cache holds the dependencies. A venv another process is
+using is kept: each process holds a shared ``flock`` on its venv's ``in-use.lock`` for its lifetime, and
+a venv is removed only under an exclusive one (worktrees of one machine share the cache: on
+2026-12-03 one tree's build removed the venv a 256-node bench of another was about to start its
+plugins from).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +31,21 @@ ROOT = Path(__file__).resolve().parents[1]
 WHEEL_INPUTS = ("pyproject.toml", "README.md", "src")
 CONSTRAINTS = ROOT / "deployments" / "container" / "constraints.txt"
 READY = "bench-venv-ready"
+IN_USE = "in-use.lock"
+#: The shared locks this process holds on the venvs it uses (open for its lifetime, never inherited).
+_HELD: list[int] = []
+
+
+def _lock(venv: Path, operation: int) -> int | None:
+    """``venv``'s in-use lock taken with ``operation``; None when LOCK_NB finds it held."""
+    venv.mkdir(parents=True, exist_ok=True)
+    fd = os.open(venv / IN_USE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, operation)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def stamp() -> str:
@@ -44,9 +65,16 @@ def stamp() -> str:
 def runtime_venv() -> Path:
     """The venv for this tree, built first if it is not there yet (its progress goes to stderr)."""
     venv = cache_root() / "bench-venv" / stamp()
+    held = _lock(venv, fcntl.LOCK_SH)
+    assert held is not None  # a blocking lock
+    _HELD.append(held)
     if (venv / READY).exists():
         return venv
-    shutil.rmtree(venv, ignore_errors=True)  # a build that did not finish
+    for leftover in venv.iterdir():  # a build that did not finish
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover)
+        elif leftover.name != IN_USE:
+            leftover.unlink()
     print(f"building the benchmarks' runtime venv {venv} ...", file=sys.stderr, flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run(
@@ -65,7 +93,8 @@ def runtime_venv() -> Path:
         stdout=sys.stderr,
     )
     (venv / READY).touch()
-    for other in venv.parent.iterdir():  # venvs of earlier trees
-        if other != venv:
+    for other in venv.parent.iterdir():  # venvs of earlier trees, unless a process still uses one
+        if other != venv and (fd := _lock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)) is not None:
             shutil.rmtree(other, ignore_errors=True)
+            os.close(fd)
     return venv
