@@ -4,12 +4,13 @@
 The tiers mostly wait (grace periods, kubelets, node loss), so on the CI machine's two cores they
 run side by side instead of one after the other (docs/testing.md, "Lanes"): the unit tier, the
 integration tier and the e2e tier split in two lanes of about equal measured time (``LANES``). Each
-lane is one pytest process with its own clusters, temp dirs, junit and times files, started in a
-network namespace of its own (``NETNS_SETUP``): its loopback, its ports (the MPI Operator's
-hard-coded ``:8080``, the fakecri pods' addresses on ``127.100.x.y``, every ``free_port``) and its
-pod fabrics cannot collide with another lane's. What the lanes share is the file system (the
-cache's image store and binaries, which lock what they must) and the cgroup tree (each run under a
-directory of its own, ``localcluster.cgroups``).
+lane is one pytest process with its own clusters, temp dirs, junit and times files. All lanes but
+one start in a network namespace of their own (``NETNS_SETUP``), so that their loopback, their ports
+(the MPI Operator's hard-coded ``:8080``, the fakecri pods' addresses on ``127.100.x.y``, every
+``free_port``) and their pod fabrics cannot collide with another lane's; the integration lane stays
+in the machine's, as it needs the machine's network (test_packaging installs from PyPI). What the
+lanes share is the file system (the cache's image store and binaries, which lock what they must)
+and the cgroup tree (each run under a directory of its own, ``localcluster.cgroups``).
 
 Usage: ``tools/testlanes.py --out=DIR [pytest options...]``: the options go to every lane. Exit code:
 the first failed lane's (0 when every lane passed). Prints each lane's summary, the 25 slowest tests
@@ -57,11 +58,14 @@ class Lane:
     name: str
     paths: tuple[str, ...]
     ignore: tuple[str, ...] = ()
+    own_network: bool = True
+    """Run in a network namespace of its own; False: in the machine's (one lane at most)."""
 
 
 LANES = (
     Lane("unit", ("tests/unit",)),
-    Lane("integration", ("tests/integration",)),
+    # tests/integration/test_packaging.py installs the wheel's dependencies from PyPI.
+    Lane("integration", ("tests/integration",), own_network=False),
     Lane("e2e-1", E2E_FIRST),
     Lane("e2e-2", ("tests/e2e",), ignore=E2E_FIRST),
 )
@@ -120,14 +124,14 @@ def pytest_argv(lane: Lane, directory: Path, basetemp: Path, extra: list[str]) -
 
 
 def start(lane: Lane, out: Path, extra: list[str]) -> Running:
-    """Start ``lane`` in a network namespace of its own; echo its progress lines with its name."""
+    """Start ``lane`` (in a network namespace of its own if it says so); echo its progress lines."""
     directory = out / lane.name
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     # Short, under /tmp: unix socket paths in tmp_path may hold at most 107 bytes.
     basetemp = Path(tempfile.mkdtemp(prefix=f"imxl-{lane.name}-", dir="/tmp")) / "t"
-    argv = ["unshare", "--net", "--", "sh", "-c", NETNS_SETUP, f"lane-{lane.name}"]
-    argv += pytest_argv(lane, directory, basetemp, extra)
+    netns = ["unshare", "--net", "--", "sh", "-c", NETNS_SETUP, f"lane-{lane.name}"]
+    argv = [*(netns if lane.own_network else []), *pytest_argv(lane, directory, basetemp, extra)]
     log = (directory / "pytest.log").open("w")
     process = subprocess.Popen(
         argv,
