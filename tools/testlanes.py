@@ -2,15 +2,16 @@
 """``make test``'s lanes: the test tiers as concurrent pytest processes, each on a network of its own.
 
 The tiers mostly wait (grace periods, kubelets, node loss), so on the CI machine's two cores they
-run side by side instead of one after the other (docs/testing.md, "Lanes"): the unit tier, the
-integration tier and the e2e tier split in two lanes of about equal measured time (``LANES``). Each
-lane is one pytest process with its own clusters, temp dirs, junit and times files. All lanes but
-one start in a network namespace of their own (``NETNS_SETUP``), so that their loopback, their ports
-(the MPI Operator's hard-coded ``:8080``, the fakecri pods' addresses on ``127.100.x.y``, every
-``free_port``) and their pod fabrics cannot collide with another lane's; the integration lane stays
-in the machine's, as it needs the machine's network (test_packaging installs from PyPI). What the
-lanes share is the file system (the cache's image store and binaries, which lock what they must)
-and the cgroup tree (each run under a directory of its own, ``localcluster.cgroups``).
+run side by side instead of one after the other (docs/testing.md, "Lanes"): first the seed rack's
+module alone, then at once the unit and integration tiers (one lane) and the rest of the e2e tier
+in two lanes of about equal measured time (``LANES``). Each lane is one pytest process with its
+own clusters, temp dirs, junit and times files. All lanes but one start in a network namespace of
+their own (``NETNS_SETUP``), so that their loopback, their ports (the MPI Operator's hard-coded
+``:8080``, the fakecri pods' addresses on ``127.100.x.y``, every ``free_port``) and their pod
+fabrics cannot collide with another lane's; the lane of the integration tier stays in the
+machine's, as it needs the machine's network (test_packaging installs from PyPI). What the lanes
+share is the file system (the cache's image store and binaries, which lock what they must) and the
+cgroup tree (each run under a directory of its own, ``localcluster.cgroups``).
 
 Usage: ``tools/testlanes.py --out=DIR [pytest options...]``: the options go to every lane. Exit code:
 the first failed lane's (0 when every lane passed). Prints each lane's summary, the 25 slowest tests
@@ -38,16 +39,20 @@ from typing import Any, TextIO
 
 TOP = Path(__file__).resolve().parent.parent
 
+SEED_RACK = ("tests/e2e/test_examples.py",)
+"""The modules on the 18-tray seed rack: alone, that rack takes most of the CI machine's two cores; beside
+the other lanes (measured: the machine's load average past 300) its workers and the other lanes' pods
+missed their timeouts, so it runs first, by itself (``phase`` 1)."""
+
 #: The e2e modules of the first e2e lane; the second runs every other e2e module. Chosen by the
 #: modules' measured seconds (docs/testing.md, "Lanes"): the two halves differ by less than a
-#: module, the two biggest racks (the 18-tray seed rack, the demo's) never run at the same time, and
-#: modules sharing a rack (tests/e2e/pool.py) stay in one lane, so no rack is brought up twice.
+#: module, and modules sharing a rack (tests/e2e/pool.py) stay in one lane, so no rack is brought up twice.
 E2E_FIRST = (
-    "tests/e2e/test_examples.py",
     "tests/e2e/test_demo.py",
     "tests/e2e/test_node_loss.py",
     "tests/e2e/test_host_managed.py",
-    "tests/e2e/test_migration.py",
+    "tests/e2e/test_channel_isolation.py",
+    "tests/e2e/test_node_loss_host_managed.py",
 )
 
 
@@ -60,17 +65,19 @@ class Lane:
     ignore: tuple[str, ...] = ()
     own_network: bool = True
     """Run in a network namespace of its own; False: in the machine's (one lane at most)."""
+    phase: int = 2
+    """Lanes of one phase run at once; a phase starts when the one before has ended."""
 
 
 LANES = (
-    Lane("unit", ("tests/unit",)),
+    Lane("e2e-seed", SEED_RACK, phase=1),
     # tests/integration/test_packaging.py installs the wheel's dependencies from PyPI.
-    Lane("integration", ("tests/integration",), own_network=False),
+    Lane("unit+integration", ("tests/unit", "tests/integration"), own_network=False),
     Lane("e2e-1", E2E_FIRST),
-    Lane("e2e-2", ("tests/e2e",), ignore=E2E_FIRST),
+    Lane("e2e-2", ("tests/e2e",), ignore=(*SEED_RACK, *E2E_FIRST)),
 )
-"""Every test of ``pytest tests`` runs in exactly one lane: the second e2e lane takes what the first
-does not name, so a new e2e module runs there."""
+"""Every test of ``pytest tests`` runs in exactly one lane: the last e2e lane takes what the others do
+not name, so a new e2e module runs there."""
 
 NETNS_SETUP = (
     "ip link set lo up"
@@ -132,7 +139,7 @@ def start(lane: Lane, out: Path, extra: list[str]) -> Running:
     basetemp = Path(tempfile.mkdtemp(prefix=f"imxl-{lane.name}-", dir="/tmp")) / "t"
     netns = ["unshare", "--net", "--", "sh", "-c", NETNS_SETUP, f"lane-{lane.name}"]
     argv = [*(netns if lane.own_network else []), *pytest_argv(lane, directory, basetemp, extra)]
-    log = (directory / "pytest.log").open("w")
+    log = (directory / "pytest.log").open("w", buffering=1)  # a line at a time: the log is live
     process = subprocess.Popen(
         argv,
         cwd=TOP,
@@ -140,6 +147,7 @@ def start(lane: Lane, out: Path, extra: list[str]) -> Running:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # Ctrl-C reaches the lanes through forward(), once each
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},  # pytest's output as it comes, not in blocks
     )
     running = Running(lane, directory, basetemp, process, time.monotonic(), log)
     running.reader = threading.Thread(target=_copy_output, args=(running,), daemon=True)
@@ -258,9 +266,10 @@ def main() -> int:
     started = time.monotonic()
     lanes: list[Running] = []
     forward(lanes)
-    for lane in LANES:
-        lanes.append(start(lane, out, extra))
-    wait_all(lanes)
+    for phase in sorted({lane.phase for lane in LANES}):
+        started_now = [start(lane, out, extra) for lane in LANES if lane.phase == phase]
+        lanes.extend(started_now)
+        wait_all(started_now)
     ended = time.monotonic()
     for running in lanes:
         print(f"\n========== lane {running.lane.name}: {' '.join(running.lane.paths)} ==========")
