@@ -78,12 +78,14 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("clones", nargs="+", type=Path, help="clones that ran .ci/run")
+    parser.add_argument("--note", action="append", default=[], help="a line saying what the runs show")
     args = parser.parse_args()
     runs = [run_of(clone) for clone in args.clones]
     results = {
         "baseline": BASELINE,
         "runs": runs,
         "median_wall_seconds": statistics.median(run["wall_seconds"] for run in runs),
+        "notes": args.note,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "suite_times.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")

@@ -3,8 +3,8 @@
 
 The tiers mostly wait (grace periods, kubelets, node loss), so on the CI machine's two cores they
 run side by side instead of one after the other (docs/testing.md, "Lanes"): first the seed rack's
-module alone, then at once the unit and integration tiers (one lane) and the rest of the e2e tier
-in two lanes of about equal measured time (``LANES``). Each lane is one pytest process with its
+module alone, then at once the unit tier, the integration tier and the rest of the e2e tier in two
+lanes of about equal measured time (``LANES``). Each lane is one pytest process with its
 own clusters, temp dirs, junit and times files. All lanes but one start in a network namespace of
 their own (``NETNS_SETUP``), so that their loopback, their ports (the MPI Operator's hard-coded
 ``:8080``, the fakecri pods' addresses on ``127.100.x.y``, every ``free_port``) and their pod
@@ -53,6 +53,7 @@ E2E_FIRST = (
     "tests/e2e/test_host_managed.py",
     "tests/e2e/test_channel_isolation.py",
     "tests/e2e/test_node_loss_host_managed.py",
+    "tests/e2e/test_migration.py",
 )
 
 
@@ -71,8 +72,9 @@ class Lane:
 
 LANES = (
     Lane("e2e-seed", SEED_RACK, phase=1),
+    Lane("unit", ("tests/unit",)),
     # tests/integration/test_packaging.py installs the wheel's dependencies from PyPI.
-    Lane("unit+integration", ("tests/unit", "tests/integration"), own_network=False),
+    Lane("integration", ("tests/integration",), own_network=False),
     Lane("e2e-1", E2E_FIRST),
     Lane("e2e-2", ("tests/e2e",), ignore=(*SEED_RACK, *E2E_FIRST)),
 )
