@@ -79,10 +79,18 @@ def main() -> None:
     )
     parser.add_argument("clones", nargs="+", type=Path, help="clones that ran .ci/run")
     parser.add_argument("--note", action="append", default=[], help="a line saying what the runs show")
+    parser.add_argument(
+        "--before-times",
+        action="append",
+        default=[],
+        type=Path,
+        help="a --times-json file of the serial suite (per tier and module), kept with the baseline",
+    )
     args = parser.parse_args()
     runs = [run_of(clone) for clone in args.clones]
+    before = {str(path): json.loads(path.read_text()) for path in args.before_times}
     results = {
-        "baseline": BASELINE,
+        "baseline": {**BASELINE, "times": before},
         "runs": runs,
         "median_wall_seconds": statistics.median(run["wall_seconds"] for run in runs),
         "notes": args.note,
