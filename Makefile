@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv k8s k8s-versions image release upgrade-test lint test test-unit test-integration test-e2e \
+.PHONY: venv k8s k8s-versions image release upgrade-test lint test test-serial test-unit test-integration test-e2e \
 	smoke-versions demo cluster-up bench soak upstream-bats protos clean
 
 venv:
@@ -59,7 +59,15 @@ test-e2e: venv k8s
 	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 # All tiers, after lint. The integration and e2e tiers run against the real local control plane.
+# They run at once as lanes (the unit tier, the integration tier, the e2e tier in two), each a pytest
+# process in a network namespace of its own (tools/testlanes.py, docs/testing.md "Lanes"); each lane's
+# log, junit and times go to $(TEST_LANES)/<lane>/, and all lanes' figures to $(TEST_LANES)/lanes.json.
+TEST_LANES ?= build/test-lanes
 test: lint k8s
+	$(BIN)/python tools/testlanes.py --out=$(TEST_LANES) $(PYTEST_ARGS)
+
+# The same tests in one pytest process, one tier after the other (what `make test` ran before the lanes).
+test-serial: lint k8s
 	$(BIN)/pytest tests $(PYTEST_ARGS)
 
 # The version smoke (not CI): the seed workloads and the driver-managed install on every Kubernetes minor

@@ -9,6 +9,7 @@ serving the command socket, up and then stopped.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -105,7 +106,10 @@ async def test_missing_ctl_is_not_ready_and_nothing_is_run(
     ran = tmp_path / "ran"
     elsewhere = write_ctl(tmp_path / "path", f"touch {ran}; echo READY")
     monkeypatch.setenv("PATH", f"{elsewhere.parent}:{os.environ['PATH']}")
-    with pytest.raises(HostImexNotReadyError, match=f"nvidia-imex-ctl not found under driver root {root}"):
+    # The path is text, not a pattern: tmp_path may hold regex metacharacters (a "+" in --basetemp).
+    with pytest.raises(
+        HostImexNotReadyError, match=re.escape(f"nvidia-imex-ctl not found under driver root {root}")
+    ):
         await CtlHostImex(root, SOCKET).check()
     assert not ran.exists()
 

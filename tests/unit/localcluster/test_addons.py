@@ -1,4 +1,4 @@
-"""The host-wide lock that keeps two local clusters' MPI operators off one hard-coded port."""
+"""The lock that keeps two local clusters' MPI operators off one hard-coded port of one network namespace."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imexdra_sim.localcluster.addons import hold_health_port_lock
+from imexdra_sim.localcluster.addons import health_port_lock, hold_health_port_lock
 from imexdra_sim.localcluster.processes import ClusterStartError
 
 
@@ -37,3 +37,14 @@ def test_second_holder_gets_a_clear_error_until_the_first_child_exits(tmp_path: 
     finally:
         os.close(other)
         os.close(again)
+
+
+def test_the_health_port_lock_is_one_per_network_namespace() -> None:
+    """A process in a network namespace of its own (a test lane) gets another lock; ours is stable."""
+    ours = health_port_lock()
+    assert ours == health_port_lock()
+    code = "from imexdra_sim.localcluster.addons import health_port_lock; print(health_port_lock())"
+    theirs = subprocess.run(
+        ["unshare", "--net", "--", sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert theirs.startswith("/tmp/imexdra-mpi-operator-8080-net") and theirs != ours

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imexdra_sim.localcluster.cgroups import NodeCgroup, parse_hierarchies
+from imexdra_sim.localcluster.cgroups import NodeCgroup, holds_process, parse_hierarchies
 
 # A cgroup v1 machine with the unified hierarchy beside (systemd's "hybrid" layout), memory nested.
 HYBRID_MOUNTINFO = """\
@@ -55,3 +55,16 @@ def test_a_cgroup2_only_machine_is_mounted_at_the_root() -> None:
     assert NodeCgroup(Path("imexdra/r/n"), (unified,)).mount_commands() == [
         "mount -t cgroup2 cgroup /sys/fs/cgroup"
     ]
+
+
+def test_a_run_with_a_process_deep_in_it_is_still_going(tmp_path: Path) -> None:
+    """A run's tree holds a process if any of its cgroups does, however deep; empty ones do not count."""
+    run = tmp_path / "imx-run"
+    pod = run / "gb200-00" / "kubepods" / "pod1"
+    pod.mkdir(parents=True)
+    for directory in (run, run / "gb200-00", run / "gb200-00" / "kubepods", pod):
+        (directory / "cgroup.procs").write_text("")
+    assert not holds_process(run)
+    (pod / "cgroup.procs").write_text("4242\n")
+    assert holds_process(run)
+    assert not holds_process(tmp_path / "gone")

@@ -20,18 +20,28 @@ from imexdra_sim.localcluster.credentials import service_account_kubeconfig
 from imexdra_sim.localcluster.processes import ClusterStartError, ManagedProcess, free_port, wait_until
 
 MPI_OPERATOR_NAMESPACE = "mpi-operator"
-HEALTH_PORT_LOCK = "/tmp/imexdra-mpi-operator-8080.lock"
 HEALTH_PORT_WAIT = 900.0
 
 log = structlog.get_logger(__name__)
 
 
+def health_port_lock() -> str:
+    """The lock file of ``:8080`` in this process's network namespace (the operator runs in it).
+
+    A port is taken per network namespace: clusters in namespaces of their own (the test lanes of
+    ``make test``, docs/testing.md) each have a ``:8080`` of their own, and must not wait on each other.
+    """
+    namespace = Path("/proc/self/ns/net").stat().st_ino
+    return f"/tmp/imexdra-mpi-operator-8080-net{namespace}.lock"
+
+
 def hold_health_port_lock(path: str, *, timeout: float) -> int:
-    """Take the host-wide lock on the operator's health port and return its file descriptor.
+    """Take the lock on the operator's health port (``health_port_lock``) and return its file descriptor.
 
     The operator binds ``:8080`` for its health check, hard-coded, on the host network like every
-    process here; a second local cluster's operator (another test session, ``imexdra demo``) would die
-    on "address already in use". Waiting for the first one is better than a confusing failure.
+    process here; a second local cluster's operator in the same network namespace (another test
+    session, ``imexdra demo``) would die on "address already in use". Waiting for the first one is
+    better than a confusing failure.
     """
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
     deadline = time.monotonic() + timeout
@@ -77,7 +87,7 @@ def start_mpi_operator(cluster: LocalCluster, *, timeout: float = 60) -> Managed
         cluster, MPI_OPERATOR_NAMESPACE, "mpi-operator", duration_seconds=48 * 3600
     )
     monitoring_port = free_port()
-    lock = hold_health_port_lock(HEALTH_PORT_LOCK, timeout=HEALTH_PORT_WAIT)
+    lock = hold_health_port_lock(health_port_lock(), timeout=HEALTH_PORT_WAIT)
     try:
         process = cluster.start_process(
             "mpi-operator",

@@ -186,10 +186,23 @@ def node_cgroup(run: str, node: str) -> NodeCgroup:
     return NodeCgroup(Path(TOP) / run / node, tuple(machine_hierarchies()))
 
 
+def holds_process(tree: Path) -> bool:
+    """Whether ``tree`` or any cgroup below it has a process in it (a run that is still going)."""
+    for directory, _, files in os.walk(tree):
+        if "cgroup.procs" in files:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                if (Path(directory) / "cgroup.procs").read_text().strip():
+                    return True
+    return False
+
+
 def remove_stale_runs(current_run: str, *, now: float | None = None) -> list[Path]:
     """Remove subtrees of other runs that are old and hold no process (runs that died without stopping).
 
-    Returns what was removed. A subtree with a process in it is left alone whatever its age.
+    Returns what was removed. A subtree with a process anywhere in it is a cluster still running (in
+    another test lane, say, docs/testing.md) and is left whole whatever its age: removing its empty
+    cgroups would take the one its kubelet just made for a pod before runc moves the pod's first
+    process in.
     """
     now = time.time() if now is None else now
     removed: list[Path] = []
@@ -200,6 +213,6 @@ def remove_stale_runs(current_run: str, *, now: float | None = None) -> list[Pat
         for run in top.iterdir():
             with contextlib.suppress(OSError):
                 stale = run.name != current_run and run.is_dir() and now - run.stat().st_mtime > STALE_AFTER
-                if stale and _remove_tree(run):
+                if stale and not holds_process(run) and _remove_tree(run):
                     removed.append(run)
     return removed
