@@ -15,7 +15,9 @@ claim (``claimholds.PendingBinding``), in this order:
 3. when the node's daemon of the domain is Ready as the domain's published membership says (the
    cliques, or ``status.nodes``: what the plugin's prepare checks), ``IMEXDaemonReady``; while that
    daemon keeps failing for ``FAILING_GRACE_SECONDS`` (its ``DaemonFailing`` reason), ``IMEXDaemonFailed``.
-   Otherwise it waits: a change of the domain, its cliques or its daemon pods brings the claim back.
+   Otherwise it waits: a change of that node's daemon pod or of its entry in the cliques or
+   ``status.nodes`` brings the claim back (claims and daemon pods are indexed by domain and node, so
+   neither the routing nor the decision reads the rest of the domain).
 
 Under HostManagedIMEX there is no daemon pod and no node label: the host's IMEX readiness is the
 node's, which the plugin's prepare checks as without the gate. Step 1 is the whole decision there:
@@ -30,21 +32,24 @@ the label's value, so either may come first.
 
 Conditions are appended to the claim's ``status.devices`` by a JSON patch guarded by the claim's
 resourceVersion (``Writer.set_device_conditions``): the entries are ours, the allocation stays the
-scheduler's, untouched. The decision itself is ``decide``, pure.
+scheduler's, untouched. A claim is not patched twice from the same resourceVersion: until the watch
+shows its next version, a second patch could only fail the test. The decision itself is ``decide``, pure.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TypeVar
 
 import structlog
+from lightkube.resources.core_v1 import Pod
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.api.constants import (
     BINDING_CONDITION_DAEMON_READY,
     BINDING_FAILURE_CONDITION,
@@ -53,10 +58,9 @@ from imexdra.api.constants import (
 )
 from imexdra.common.machinery.events import EventRecorder, ObjectRef
 from imexdra.common.machinery.informer import EventHandler
-from imexdra.common.machinery.store import KubeObject
 from imexdra.common.machinery.workqueue import WorkQueue
 from imexdra.controller.apiwrites import ApiWrites
-from imexdra.controller.caches import Caches, domain_label, own_uid
+from imexdra.controller.caches import Caches, domain_label, own_uid, pod_node
 from imexdra.controller.claimholds import ChannelClaim, PendingBinding
 from imexdra.controller.overlay import DOMAIN_INDEX
 from imexdra.controller.placement import home_of
@@ -154,7 +158,7 @@ def decide(binding: PendingBinding, facts: Facts) -> Decision:
 
 
 def node_ready(
-    cd: ComputeDomain, cliques_daemons: list[tuple[str, ComputeDomainStatusValue]], node: str
+    cd: ComputeDomain, cliques_daemons: Iterable[tuple[str, ComputeDomainStatusValue]], node: str
 ) -> bool:
     """Whether ``node``'s daemon is Ready in the domain's status nodes or its cliques' daemon entries."""
     ready = ComputeDomainStatusValue.READY
@@ -186,28 +190,49 @@ class BindingConditions:
         self.queue: WorkQueue[str] = WorkQueue("bindingconditions")
         #: (domain UID, node) → when its daemon was first seen failing, while it keeps failing.
         self._failing_since: dict[tuple[str, str], float] = {}
+        #: Claim key → the resourceVersion our last condition patch of it tested, until the cache holds
+        #: a newer version (docs/binding-conditions.md, "Writes").
+        self._patched_from: dict[str, str] = {}
         self._wire()
 
     # -- event routing -------------------------------------------------------------------------
+    # A change requeues only the claims whose decision it can change: a daemon pod's, those of its
+    # node; a clique's or a domain's published entries, those of the nodes whose entry changed. Every
+    # change requeuing every claim of the domain made a rollout quadratic in the domain's size
+    # (docs/binding-conditions.md, "Cost").
 
     def _wire(self) -> None:
         caches = self._caches
         self._claims.add_handler(
             EventHandler(on_add=self._claim_seen, on_update=self._claim_changed, on_delete=self._claim_gone)
         )
-        caches.domains.add_handler(_requeuing(self._requeue_domain, own_uid))
-        caches.domains.add_handler(EventHandler(on_delete=self._forget_domain))
-        by_label = _requeuing(self._requeue_domain, domain_label)
+        caches.domains.add_handler(
+            EventHandler(
+                on_add=lambda cd: self._requeue_domain(own_uid(cd)),
+                on_update=self._domain_changed,
+                on_delete=self._domain_gone,
+            )
+        )
         if caches.cliques is not None:
-            caches.cliques.add_handler(by_label)
+            caches.cliques.add_handler(
+                EventHandler(
+                    on_add=lambda new: self._entries_changed(None, new, _clique_entries),
+                    on_update=lambda old, new: self._entries_changed(old, new, _clique_entries),
+                    on_delete=lambda old: self._entries_changed(old, None, _clique_entries),
+                )
+            )
         for informer in caches.pods:
-            informer.add_handler(by_label)
+            informer.add_handler(
+                EventHandler(on_add=self._pod_seen, on_update=self._pod_changed, on_delete=self._pod_seen)
+            )
 
     def _claim_seen(self, claim: ChannelClaim) -> None:
         if claim.binding is not None:
             self.queue.add(_CLAIM + _key(claim))
 
     def _claim_changed(self, old: ChannelClaim, new: ChannelClaim) -> None:
+        if _version(old) != _version(new):
+            self._patched_from.pop(_key(new), None)
         self._claim_seen(new)
         if (
             self._runs_daemons
@@ -218,14 +243,46 @@ class BindingConditions:
             self._release_later(old.use.node, old.use.domain)
 
     def _claim_gone(self, claim: ChannelClaim) -> None:
+        self._patched_from.pop(_key(claim), None)
         if self._runs_daemons and claim.use is not None and claim.use.node:
             self._release_later(claim.use.node, claim.use.domain)
 
-    def _forget_domain(self, cd: ComputeDomain) -> None:
-        """A deleted domain's daemons are tracked no longer."""
+    def _domain_changed(self, old: ComputeDomain, new: ComputeDomain) -> None:
+        """All the domain's claims when it starts terminating; else those of nodes whose entry changed."""
+        if own_uid(old) != own_uid(new) or _deleting(old) != _deleting(new):
+            self._requeue_domain(own_uid(old))
+            self._requeue_domain(own_uid(new))
+            return
+        self._entries_changed(old, new, _status_entries)
+
+    def _domain_gone(self, cd: ComputeDomain) -> None:
+        """A deleted domain's claims fail; its daemons are tracked no longer."""
         uid = own_uid(cd)
+        self._requeue_domain(uid)
         for where in [where for where in self._failing_since if where[0] == uid]:
             del self._failing_since[where]
+
+    def _entries_changed(self, old: _T | None, new: _T | None, entries: _Entries[_T]) -> None:
+        """Requeue the claims of the nodes whose published status differs between ``old`` and ``new``."""
+        before_uid, before = entries(old) if old is not None else (None, {})
+        after_uid, after = entries(new) if new is not None else (None, {})
+        if before_uid != after_uid:  # relabelled (or added, or deleted): each side's nodes as a whole
+            self._requeue_nodes(before_uid, before)
+            self._requeue_nodes(after_uid, after)
+            return
+        self._requeue_nodes(
+            after_uid, [n for n in before.keys() | after.keys() if before.get(n) != after.get(n)]
+        )
+
+    def _pod_seen(self, pod: Pod) -> None:
+        node = pod_node(pod)
+        if node is not None:
+            self._requeue_nodes(domain_label(pod), (node,))
+
+    def _pod_changed(self, old: Pod, new: Pod) -> None:
+        self._pod_seen(new)
+        if (domain_label(old), pod_node(old)) != (domain_label(new), pod_node(new)):
+            self._pod_seen(old)
 
     def _release_later(self, node: str, uid: str) -> None:
         self.queue.add_after(f"{_LABEL}{node}/{uid}", LABEL_RELEASE_DELAY_SECONDS)
@@ -236,6 +293,13 @@ class BindingConditions:
         for claim in self._claims.store.by_index(DOMAIN_INDEX, uid):
             self._claim_seen(claim)
 
+    def _requeue_nodes(self, uid: str | None, nodes: Iterable[str]) -> None:
+        if not uid:
+            return
+        for node in nodes:
+            for claim in self._caches.pending_claims_on(uid, node):
+                self._claim_seen(claim)
+
     # -- work ----------------------------------------------------------------------------------
 
     async def process(self, item: str) -> float | None:
@@ -244,8 +308,13 @@ class BindingConditions:
             node, _, uid = item.removeprefix(_LABEL).partition("/")
             await self._release(node, uid)
             return None
-        claim = self._claims.store.get(item.removeprefix(_CLAIM))
+        key = item.removeprefix(_CLAIM)
+        claim = self._claims.store.get(key)
         if claim is None or claim.binding is None:
+            return None
+        if self._patched_from.get(key) == _version(claim):
+            # Our patch from this very version landed or failed its test; either way another one from
+            # it can only fail (422). The claim's next watch event brings it back if still pending.
             return None
         return await self._decide(claim, claim.binding)
 
@@ -272,6 +341,7 @@ class BindingConditions:
             reason=decision.reason,
             message=decision.message,
         )
+        self._patched_from[_key(claim)] = _version(claim)  # an error raised above is retried instead
         if not written:
             return None  # the claim changed or went: its watch event brings it back if still pending
         if decision.outcome is Outcome.FAIL:
@@ -295,8 +365,7 @@ class BindingConditions:
         ready = False
         failure = ""
         if cd is not None:
-            home = home_of(cd)
-            daemons = [(d.node_name, d.status) for c in caches.cliques_of(home) for d in c.daemons]
+            daemons = ((d.node_name, d.status) for c in caches.cliques_of(home_of(cd)) for d in c.daemons)
             ready = node_ready(cd, daemons, binding.node)
             failure = self._lasting_failure(binding, ready)
         return Facts(
@@ -312,12 +381,15 @@ class BindingConditions:
     def _lasting_failure(self, binding: PendingBinding, ready: bool) -> str:
         """The node's daemon's failure if it has lasted ``FAILING_GRACE_SECONDS``; tracks when it began."""
         where = (binding.domain, binding.node)
+        if ready:
+            self._failing_since.pop(where, None)
+            return ""
         failures = [
             pod.failure
-            for pod in self._caches.daemon_pods(binding.domain)
-            if pod.node_name == binding.node and pod.failure and not pod.ready
+            for pod in self._caches.daemon_pods_on(binding.domain, binding.node)
+            if pod.failure and not pod.ready
         ]
-        if ready or not failures:
+        if not failures:
             self._failing_since.pop(where, None)
             return ""
         since = self._failing_since.setdefault(where, self._clock())
@@ -372,12 +444,22 @@ def _name(claim: ChannelClaim) -> str:
     return (claim.metadata.name if claim.metadata else None) or ""
 
 
-def _requeuing(
-    requeue: Callable[[str | None], None], uid_of: Callable[[Any], str | None]
-) -> EventHandler[Any]:
-    """A handler requeuing the pending claims of the domain ``uid_of`` an object names, on any change."""
+def _version(claim: ChannelClaim) -> str:
+    return (claim.metadata.resourceVersion if claim.metadata else None) or ""
 
-    def touch(obj: KubeObject) -> None:
-        requeue(uid_of(obj))
 
-    return EventHandler(on_add=touch, on_update=lambda _old, new: touch(new), on_delete=touch)
+def _deleting(cd: ComputeDomain) -> bool:
+    return cd.metadata is not None and cd.metadata.deletionTimestamp is not None
+
+
+_T = TypeVar("_T")
+#: An object's domain UID and its published status per node.
+_Entries = Callable[[_T], tuple[str | None, dict[str, str]]]
+
+
+def _clique_entries(clique: ComputeDomainClique) -> tuple[str | None, dict[str, str]]:
+    return domain_label(clique), {d.node_name: d.status for d in clique.daemons}
+
+
+def _status_entries(cd: ComputeDomain) -> tuple[str | None, dict[str, str]]:
+    return own_uid(cd), {n.name: n.status for n in cd.status.nodes} if cd.status is not None else {}

@@ -21,6 +21,11 @@ Every store is indexed by the owning domain's UID (``overlay.DOMAIN_INDEX``; for
 own UID), so a reconcile finds a domain's objects without scanning. The label only nominates: what the
 accessors below return for a domain is what sits in its place (``placement``); ``lookalikes`` returns
 the rest, for reporting.
+
+Daemon pods and claims awaiting a binding decision are also indexed by ``<domain UID>/<node>``
+(``DOMAIN_NODE_INDEX``): under binding conditions a change on one node concerns that node's claims and
+daemon only, and a decision reads one node's daemon pod, not the domain's (docs/binding-conditions.md,
+"Cost").
 """
 
 from __future__ import annotations
@@ -75,6 +80,32 @@ def template_target(template: ResourceClaimTemplate) -> str | None:
     return (labels or {}).get(TARGET_LABEL_KEY)
 
 
+#: Index of daemon pods (by ``spec.nodeName``) and pending-binding claims (by allocated node).
+DOMAIN_NODE_INDEX = "domain-node"
+
+
+def domain_node(uid: str, node: str) -> str:
+    """The ``DOMAIN_NODE_INDEX`` value of domain ``uid``'s objects on ``node``."""
+    return f"{uid}/{node}"
+
+
+def pod_node(pod: Pod) -> str | None:
+    """The node a pod is scheduled to, if any."""
+    return (pod.spec.nodeName if pod.spec is not None else None) or None
+
+
+def index_by_domain_node(pod: Pod) -> list[str]:
+    """Index function: a daemon pod's domain (its label) and node."""
+    uid, node = domain_label(pod), pod_node(pod)
+    return [domain_node(uid, node)] if uid and node else []
+
+
+def index_by_pending_node(claim: ChannelClaim) -> list[str]:
+    """Index function: a pending binding's domain (``""`` if none) and allocated node."""
+    binding = claim.binding
+    return [domain_node(binding.domain, binding.node)] if binding is not None else []
+
+
 _TEMPLATE_KINDS = {
     ClaimTemplateTarget.WORKLOAD.value: Kind.WORKLOAD_TEMPLATE,
     ClaimTemplateTarget.DAEMON.value: Kind.DAEMON_TEMPLATE,
@@ -115,16 +146,18 @@ class Caches:
             for namespace in config.managed_namespaces:
                 scope = {"namespace": namespace, "label_selector": COMPUTE_DOMAIN_LABEL_KEY}
                 self.daemon_sets.append(watch(DaemonSetMeta, by_label, **scope))
-                self.pods.append(watch(Pod, by_label, **scope))
+                self.pods.append(watch(Pod, by_label | {DOMAIN_NODE_INDEX: index_by_domain_node}, **scope))
             self.nodes = watch(Node, by_label, label_selector=COMPUTE_DOMAIN_LABEL_KEY)
             if config.cliques_enabled:
                 self.cliques = watch(ComputeDomainClique, by_label, namespace=config.driver_namespace)
         #: Every claim's held channel numbers (docs/channel-isolation.md §4) and the pods using each
-        #: domain's channel (docs/in-use-protection.md §3), indexed by that domain; no overlay: the
-        #: controller never writes claims.
+        #: domain's channel (docs/in-use-protection.md §3), indexed by that domain, and the pending
+        #: bindings by domain and node; no overlay: the controller's one claim write, a binding
+        #: condition, ends the claim's part in its decisions (``binding`` skips a claim it patched).
         self.claims: Informer[ChannelClaim] | None = None
         if config.reads_claims:
-            self.claims = watch(ChannelClaim, {DOMAIN_INDEX: index_by_used_domain})
+            claim_indexers = {DOMAIN_INDEX: index_by_used_domain, DOMAIN_NODE_INDEX: index_by_pending_node}
+            self.claims = watch(ChannelClaim, claim_indexers)
         self.daemon_set_view = Overlay([i.store for i in self.daemon_sets], domain_label)
         self.clique_view = Overlay([self.cliques.store] if self.cliques else [], domain_label)
         self.node_view = Overlay([self.nodes.store] if self.nodes else [], domain_label)
@@ -161,6 +194,22 @@ class Caches:
             daemon_pod(pod) for informer in self.pods for pod in informer.store.by_index(DOMAIN_INDEX, uid)
         )
         return [pod for pod in pods if pod is not None and pod.domain_uid == uid]
+
+    def daemon_pods_on(self, uid: str, node: str) -> list[DaemonPod]:
+        """The domain's live daemon pods on ``node`` (one, or two during a handover)."""
+        key = domain_node(uid, node)
+        pods = (
+            daemon_pod(pod)
+            for informer in self.pods
+            for pod in informer.store.by_index(DOMAIN_NODE_INDEX, key)
+        )
+        return [pod for pod in pods if pod is not None and pod.domain_uid == uid and pod.node_name == node]
+
+    def pending_claims_on(self, uid: str, node: str) -> list[ChannelClaim]:
+        """The claims awaiting a binding decision for domain ``uid`` on ``node``."""
+        if self.claims is None:
+            return []
+        return self.claims.store.by_index(DOMAIN_NODE_INDEX, domain_node(uid, node))
 
     def channel_users(self, home: Home) -> list[str]:
         """``namespace/name`` of every pod a claim of the domain's namespace on its channel is reserved for.

@@ -18,7 +18,8 @@ workers at once, and adding a queued key again is free):
   the last domain made under channel isolation is gone;
 - every ``config.resync_seconds``: every domain again (informer resync) and a sweep;
 - under gate ComputeDomainBindingConditions, ``binding`` keeps a queue of its own: claims waiting for
-  a binding decision, requeued by their domain's changes, cliques and daemon pods.
+  a binding decision, requeued by changes on their node: its daemon pod, its clique or status entry
+  (docs/binding-conditions.md, "Cost").
 
 Workers start only after every informer has listed once, so no reconcile or sweep acts on a half-filled
 cache (a sweep on a half-filled cache would take live objects for stale ones).

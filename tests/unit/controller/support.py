@@ -6,6 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from lightkube.models.core_v1 import PodCondition, PodSpec, PodStatus
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
@@ -18,7 +19,9 @@ from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, Al
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.api.flags.common import ImexIsolation, ImexMode, ImexSettings
 from imexdra.api.flags.controller import ControllerSettings
+from imexdra.common.kube.api import WatchEvent
 from imexdra.common.machinery.events import ObjectRef
+from imexdra.common.machinery.informer import Informer
 from imexdra.controller.caches import Caches, DaemonSetMeta
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.daemons import DaemonPod
@@ -155,3 +158,12 @@ def fake_writes(caches: Caches) -> FakeWrites:
     if caches.daemon_sets:
         stores[DaemonSetMeta] = caches.daemon_sets[0].store
     return FakeWrites(stores)
+
+
+def deliver(informer: Informer[Any], type_: str, obj: Any) -> None:
+    """Hand ``informer`` one watch event (ADDED, MODIFIED, DELETED) of ``obj`` (an object or its JSON).
+
+    The informer decodes it, updates its store and calls its handlers, as for a line of a real WATCH.
+    """
+    body = obj if isinstance(obj, bytes) else msgspec.json.encode(obj)
+    informer._handle_watch_event(WatchEvent(type=type_, object=msgspec.Raw(body)))

@@ -11,84 +11,26 @@ waits for, then reports, the node's daemon Ready; ``BindingConditions`` on the c
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
-from lightkube.core import decoders
 from lightkube.models.core_v1 import ContainerState, ContainerStateTerminated, ContainerStatus
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Node
 
-from imexdra.api.computedomain import ComputeDomain
-from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo
-from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, ComputeDomainStatusValue
-from imexdra.controller.binding import FAILING_GRACE_SECONDS, BindingConditions, Facts, Outcome, decide
-from imexdra.controller.caches import Caches
-from imexdra.controller.claimholds import ChannelClaim, PendingBinding
-from tests.support.apiwrites import FakeWrites
-from tests.support.offline import offline_client
-from tests.unit.controller.support import CLIQUE, UID, Events, fake_writes, make_config, make_domain, make_pod
-
-DRIVER = "compute-domain.nvidia.com"
-NS = "team-a"
-NODE = "node-a"
-GATE = "ComputeDomainBindingConditions=true"
-
-
-def claim_body(
-    *,
-    namespace: str = NS,
-    domain: str = UID,
-    binding: bool = True,
-    conditions: list[dict[str, str]] | None = None,
-    reserved_for: tuple[str, ...] = ("worker-0",),
-) -> bytes:
-    """A claim allocated ``channel-0`` of ``NODE`` (with our binding condition unless ``binding=False``)."""
-    result: dict[str, Any] = {"request": "channel", "driver": DRIVER, "pool": NODE, "device": "channel-0"}
-    if binding:
-        result |= {"bindingConditions": ["IMEXDaemonReady"], "bindingFailureConditions": ["IMEXDaemonFailed"]}
-    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainChannelConfig"}
-    if domain:
-        parameters["domainID"] = domain
-    status: dict[str, Any] = {
-        "allocation": {
-            "devices": {
-                "results": [result],
-                "config": [{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": parameters}}],
-            },
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
-                ]
-            },
-        },
-        "reservedFor": [{"resource": "pods", "name": pod, "uid": f"{pod}-uid"} for pod in reserved_for],
-    }
-    if conditions is not None:
-        status["devices"] = [
-            {"driver": DRIVER, "pool": NODE, "device": "channel-0", "conditions": conditions}
-        ]
-    obj = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {
-            "name": "worker-0-channel",
-            "namespace": namespace,
-            "uid": "claim-1",
-            "resourceVersion": "7",
-        },
-        "status": status,
-    }
-    return msgspec.json.encode(obj)
-
-
-def decoded(body: bytes) -> ChannelClaim:
-    claim: ChannelClaim = decoders.decode_object(body, ChannelClaim)
-    return claim
-
+from imexdra.api.constants import ComputeDomainStatusValue
+from imexdra.controller.binding import FAILING_GRACE_SECONDS, Facts, Outcome, decide
+from imexdra.controller.claimholds import PendingBinding
+from tests.unit.controller.bindingsupport import (
+    NODE,
+    NS,
+    Setup,
+    binding_setup,
+    claim_body,
+    clique,
+    decoded,
+    labelled_node,
+)
+from tests.unit.controller.support import UID, make_domain, make_pod
 
 PENDING = PendingBinding(domain=UID, node=NODE, devices=((NODE, "channel-0"),))
 
@@ -177,46 +119,11 @@ def test_failure_messages_name_nothing_of_another_domain() -> None:
     assert f"namespace {NS}" in missing.message
 
 
-@dataclass
-class Setup:
-    caches: Caches
-    writes: FakeWrites
-    events: Events
-    binding: BindingConditions
-    domain: ComputeDomain
-    #: The binding's monotonic clock, set by hand.
-    clock: list[float]
-
-
 @pytest.fixture
 async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     """The controller's caches under the gate, holding one domain of team-a and nothing else."""
-    client = offline_client(tmp_path)
-    caches = Caches(client, make_config(gates=GATE))
-    cd = make_domain(namespace=NS)
-    caches.domains.store.upsert(cd)
-    writes, events, clock = fake_writes(caches), Events(), [0.0]
-    binding = BindingConditions(
-        caches,
-        writes,  # type: ignore[arg-type]
-        events,  # type: ignore[arg-type]
-        runs_daemons=True,
-        clock=lambda: clock[0],
-    )
-    yield Setup(caches, writes, events, binding, cd, clock)
-    await client.close()
-
-
-def labelled_node(uid: str = UID) -> Node:
-    return Node(metadata=ObjectMeta(name=NODE, resourceVersion="3", labels={COMPUTE_DOMAIN_LABEL_KEY: uid}))
-
-
-def clique(status: ComputeDomainStatusValue) -> ComputeDomainClique:
-    daemon = ComputeDomainDaemonInfo(
-        node_name=NODE, ip_address="10.0.0.1", clique_id=CLIQUE, index=0, status=status
-    )
-    meta = ObjectMeta(name=f"{UID}.{CLIQUE}", namespace="nvidia-dra", labels={COMPUTE_DOMAIN_LABEL_KEY: UID})
-    return ComputeDomainClique(metadata=meta, daemons=[daemon])
+    async for built in binding_setup(tmp_path):
+        yield built
 
 
 async def decide_claim(setup: Setup, body: bytes) -> None:
