@@ -343,3 +343,18 @@ async def test_start_config_errors(
         message = "longer than 107 bytes"
     with pytest.raises(ConfigError, match=message):
         await KubeletPluginServer(driver=driver, get_claim=claims, paths=paths).start()
+
+
+async def test_stop_closes_the_kubelets_open_connection(
+    paths: SocketPaths, driver: ScriptedDriver, claims: ApiClaims
+) -> None:
+    """A client holding a connection cannot call a stopped plugin: stop closes it, not just the listener."""
+    plugin = KubeletPluginServer(driver=driver, get_claim=claims, paths=paths)
+    await plugin.start()
+    async with grpc.aio.insecure_channel(f"unix://{paths.registration_socket}") as channel:
+        stub = registration_stub(channel)
+        await stub.GetInfo(reg.InfoRequest(), timeout=10)
+        await plugin.stop()
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.GetInfo(reg.InfoRequest(), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
