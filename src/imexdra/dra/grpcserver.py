@@ -53,10 +53,18 @@ class _TrackingServer(Server):
         self.connections: set[H2Protocol] = set()
 
     def _protocol_factory(self) -> H2Protocol:
-        # grpclib 0.4.9 (pinned) makes one H2Protocol per accepted connection here.
+        # grpclib 0.4.9 (pinned) makes one H2Protocol per accepted connection here. Closed ones are
+        # dropped as new ones come: the health check opens two connections per probe.
+        self.connections = {p for p in self.connections if not _closed(p)}
         protocol = super()._protocol_factory()
         self.connections.add(protocol)
         return protocol
+
+
+def _closed(protocol: H2Protocol) -> bool:
+    # A connection that never finished its handshake has no ``connection`` yet.
+    connection = getattr(protocol, "connection", None)
+    return connection is not None and connection.is_closing()
 
 
 class GrpcServer:
@@ -89,8 +97,7 @@ class GrpcServer:
         self._started = False
         self._server.close()
         for protocol in self._server.connections:
-            # A connection that never finished its handshake has no ``connection`` yet.
-            connection = getattr(protocol, "connection", None)
+            connection = getattr(protocol, "connection", None)  # see _closed
             if connection is not None and not connection.is_closing():
                 connection.close()
         self._server.connections.clear()

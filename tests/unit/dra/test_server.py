@@ -29,6 +29,7 @@ from imexdra.dra.paths import SocketPaths
 from imexdra.dra.resourceclaim import ClaimRef
 from imexdra.dra.server import KubeletPluginServer
 from tests.support.grpcio_client import dra_v1_stub, dra_v1beta1_stub, registration_stub
+from tests.support.waiting import eventually
 from tests.unit.dra.server_fakes import ALLOCATED, DRIVER_NAME, ApiClaims, ScriptedDriver
 
 CHANNEL_DEVICE = Device(
@@ -358,3 +359,24 @@ async def test_stop_closes_the_kubelets_open_connection(
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.GetInfo(reg.InfoRequest(), timeout=10)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_closed_connections_are_not_kept(
+    paths: SocketPaths, driver: ScriptedDriver, claims: ApiClaims
+) -> None:
+    """The health check connects twice per probe: a long-running plugin must not keep every connection."""
+
+    async def connect_once() -> int:
+        async with grpc.aio.insecure_channel(f"unix://{paths.registration_socket}") as channel:
+            await registration_stub(channel).GetInfo(reg.InfoRequest(), timeout=10)
+        assert plugin._registration_server is not None
+        return len(plugin._registration_server._server.connections)
+
+    async def few_kept() -> bool:
+        return await connect_once() <= 2
+
+    async with KubeletPluginServer(driver=driver, get_claim=claims, paths=paths) as plugin:
+        for _ in range(20):
+            await connect_once()
+        # Closed connections are dropped when the next one is accepted.
+        await eventually("at most two connections kept", few_kept, within=10)
