@@ -5,7 +5,10 @@ one ``GetInfo`` handler) and one client process (grpcio, as the kubelet's client
 library) that calls ``GetInfo`` once and then holds its connection open, as the kubelet holds its
 connections to a plugin. After a settle of ``--settle`` seconds the server's CPU is read over a quiet
 window of ``--window`` seconds (``schedstat`` of every thread, ns, by thread name), then its VmRSS.
-Runs alternate between the libraries; the JSON has every run and the medians.
+Each library is also run with the client calling a method the server does not have every
+``--retry-every`` seconds (``retry`` in the JSON): a 1.36 kubelet, gate ``ResourceHealthStatus`` on by
+default, opens ``NodeWatchResources`` on a DRA plugin's socket and retries every 5 s while the plugin
+answers UNIMPLEMENTED, as ours and upstream's do. Runs alternate; the JSON has every run and the medians.
 
     flock /tmp/imexdra-heavy.lock .venv/bin/python bench/grpc_idle.py --runs 3
 """
@@ -71,6 +74,7 @@ asyncio.run(main())
 _CLIENT = """
 import asyncio, sys, grpc
 from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
+WATCH = "/k8s.io.kubelet.pkg.apis.dra.resourcehealth.v1alpha1.DRAResourceHealth/NodeWatchResources"
 async def main():
     async with grpc.aio.insecure_channel("unix://" + sys.argv[1]) as channel:
         call = channel.unary_unary("/pluginregistration.Registration/GetInfo",
@@ -79,13 +83,26 @@ async def main():
         info = await call(reg.InfoRequest(), timeout=10)
         assert info.name == "bench", info
         print("called", flush=True)
-        await asyncio.Event().wait()
+        every = float(sys.argv[2])
+        if not every:
+            await asyncio.Event().wait()
+        watch = channel.unary_stream(WATCH)
+        while True:
+            await asyncio.sleep(every)
+            try:
+                async for _ in watch(b"", timeout=10):
+                    pass
+            except grpc.aio.AioRpcError as error:
+                assert error.code() == grpc.StatusCode.UNIMPLEMENTED, error
+            else:
+                raise AssertionError("the server has no NodeWatchResources")
 asyncio.run(main())
 """
 
 
-def _started(code: str, socket: Path, expect: str) -> subprocess.Popen[str]:
-    process = subprocess.Popen([sys.executable, "-c", code, str(socket)], stdout=subprocess.PIPE, text=True)
+def _started(code: str, socket: Path, expect: str, *args: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-c", code, str(socket), *args]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     line = process.stdout.readline().strip()
     if line != expect:
@@ -94,15 +111,15 @@ def _started(code: str, socket: Path, expect: str) -> subprocess.Popen[str]:
     return process
 
 
-def one_run(library: str, settle: float, window: float) -> dict[str, Any]:
-    """Server + connected idle client; the server's idle CPU and RSS."""
+def one_run(library: str, settle: float, window: float, retry_every: float = 0.0) -> dict[str, Any]:
+    """Server + connected client (idle, or retrying an unknown method); the server's CPU and RSS."""
     with tempfile.TemporaryDirectory(prefix="grpc-idle", dir="/tmp") as scratch:
         socket = Path(scratch) / "s.sock"
         code = _GRPCIO_SERVER if library == "grpcio" else _GRPCLIB_SERVER
         server = _started(code, socket, "ready")
         client = None
         try:
-            client = _started(_CLIENT, socket, "called")
+            client = _started(_CLIENT, socket, "called", str(retry_every))
             time.sleep(settle)  # a measurement window, not a wait for a condition
             before, threads_before, start = (
                 tree_on_cpu_seconds(server.pid),
@@ -129,6 +146,7 @@ def one_run(library: str, settle: float, window: float) -> dict[str, Any]:
     }
     return {
         "library": library,
+        "retry_every_s": retry_every,
         "idle_cpu_ms_per_s": round((after - before) / elapsed * 1000, 4),
         "idle_cpu_ms_per_s_by_thread": by_thread,
         "threads": len(threads_after),
@@ -144,25 +162,36 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--settle", type=float, default=5.0)
     parser.add_argument("--window", type=float, default=30.0)
+    parser.add_argument("--retry-every", type=float, default=5.0)
     parser.add_argument("--output", type=Path, default=ROOT / "bench/results/grpc_idle.json")
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
     for index in range(args.runs):
         for library in LIBRARIES:
-            run = one_run(library, args.settle, args.window)
-            print(f"[grpc-idle] run {index + 1} {json.dumps(run)}", flush=True)
-            runs.append(run)
+            for every in (0.0, args.retry_every):
+                run = one_run(library, args.settle, args.window, every)
+                print(f"[grpc-idle] run {index + 1} {json.dumps(run)}", flush=True)
+                runs.append(run)
+
+    def median(library: str, retrying: bool, figure: Any) -> float:
+        chosen = [r for r in runs if r["library"] == library and bool(r["retry_every_s"]) == retrying]
+        return float(statistics.median(figure(r) for r in chosen))
+
     medians = {
         library: {
-            "idle_cpu_ms_per_s": statistics.median(
-                r["idle_cpu_ms_per_s"] for r in runs if r["library"] == library
-            ),
-            "rss_mib": statistics.median(r["rss_mib"]["VmRSS"] for r in runs if r["library"] == library),
+            "idle_cpu_ms_per_s": median(library, False, lambda r: r["idle_cpu_ms_per_s"]),
+            "rss_mib": median(library, False, lambda r: r["rss_mib"]["VmRSS"]),
+            "retry_cpu_ms_per_s": median(library, True, lambda r: r["idle_cpu_ms_per_s"]),
         }
         for library in LIBRARIES
     }
     result = {
-        "arguments": {"runs": args.runs, "settle": args.settle, "window": args.window},
+        "arguments": {
+            "runs": args.runs,
+            "settle": args.settle,
+            "window": args.window,
+            "retry_every": args.retry_every,
+        },
         "python": platform.python_version(),
         "versions": {name: version(name) for name in ("grpcio", "grpclib", "h2", "protobuf")},
         "commit": subprocess.run(
