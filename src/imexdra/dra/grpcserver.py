@@ -1,7 +1,7 @@
 """One grpclib server on one listening socket, stopped hard: the plumbing under the plugin's three servers.
 
 The plugin serves gRPC with grpclib, pure asyncio HTTP/2 on the process's one event loop, not grpcio:
-grpcio's C core keeps threads of its own busy while idle and costs ~20 MB of RSS on import
+grpcio's C core keeps threads of its own busy while idle and costs about 10 MiB of RSS on import
 (docs/architecture.md §7, bench/README.md "kubelet plugin").
 
 ``GrpcServer`` adds what grpclib's ``Server`` lacks and grpcio's ``stop(None)`` did:
