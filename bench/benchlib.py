@@ -31,11 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
 import yaml
 from runtimevenv import runtime_venv
 
 from imexdra.common.observability.logging import configure_logging
 from imexdra.devices.hostimex import CtlHostImex, HostImexNotReadyError
+from imexdra.dra._pb import dra_v1_pb2 as dra_v1
 from imexdra_sim.devices import driverroot_fake
 from imexdra_sim.devices.fakeimex.hostservice import SOCKET_NAME, HostImexService, service_argv
 from imexdra_sim.localcluster.binaries import nvml_mock_library
@@ -404,8 +406,25 @@ def summarize_profile(path: Path, top: int = 12) -> dict[str, Any]:
     }
 
 
-_OUR_AND_CLIENT_PACKAGES = ("imexdra/", "lightkube/", "grpc/", "httpx2/", "httpcore")
+_OUR_AND_CLIENT_PACKAGES = ("imexdra/", "lightkube/", "grpclib/", "h2/", "hpack/", "httpx2/", "httpcore")
 
 
 def _ours(frame: str) -> bool:
     return any(package in frame for package in _OUR_AND_CLIENT_PACKAGES)
+
+
+class DraStub:
+    """A grpcio client of a plugin's v1 DRA service, as the kubelet calls it (the plugin serves grpclib)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        service = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/"
+        self.NodePrepareResources = channel.unary_unary(
+            service + "NodePrepareResources",
+            request_serializer=dra_v1.NodePrepareResourcesRequest.SerializeToString,
+            response_deserializer=dra_v1.NodePrepareResourcesResponse.FromString,
+        )
+        self.NodeUnprepareResources = channel.unary_unary(
+            service + "NodeUnprepareResources",
+            request_serializer=dra_v1.NodeUnprepareResourcesRequest.SerializeToString,
+            response_deserializer=dra_v1.NodeUnprepareResourcesResponse.FromString,
+        )

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from benchlib import DRIVER_NAMESPACE
+from benchlib import DRIVER_NAMESPACE, DraStub
 
 from imexdra.api.computedomainclique import clique_name
 from imexdra.api.constants import API_VERSION, CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
@@ -55,7 +55,6 @@ from imexdra.common.kube.client import ApiStatusError
 from imexdra.controller.render import DAEMON_POD_CLAIM_NAME
 from imexdra.daemon.podlabel import label_own_pod
 from imexdra.dra._pb import dra_v1_pb2 as dra
-from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra_sim.apinodes import FakeKubelet
 
 #: The kubelet's NodePrepareResources timeout (pkg/kubelet/cm/dra/plugin: defaultClientCallTimeout).
@@ -79,9 +78,7 @@ class PrepareOutcome:
     retry_reasons: list[str] = field(default_factory=list)
 
 
-async def kubelet_prepare(
-    stub: dra_grpc.DRAPluginStub, namespace: str, name: str, uid: str
-) -> PrepareOutcome:
+async def kubelet_prepare(stub: DraStub, namespace: str, name: str, uid: str) -> PrepareOutcome:
     """NodePrepareResources for one claim until the plugin returns it without error, as the kubelet."""
     request = dra.NodePrepareResourcesRequest(claims=[dra.Claim(namespace=namespace, name=name, uid=uid)])
     calls = 0
@@ -103,7 +100,7 @@ async def kubelet_prepare(
         await asyncio.sleep(kubelet_backoff())
 
 
-async def kubelet_unprepare(stub: dra_grpc.DRAPluginStub, namespace: str, name: str, uid: str) -> None:
+async def kubelet_unprepare(stub: DraStub, namespace: str, name: str, uid: str) -> None:
     request = dra.NodeUnprepareResourcesRequest(claims=[dra.Claim(namespace=namespace, name=name, uid=uid)])
     await stub.NodeUnprepareResources(request, timeout=KUBELET_DRA_TIMEOUT_S)
 
@@ -139,7 +136,7 @@ class DaemonKubelet:
 
     kube: KubeApi
     #: Each node's plugin; None: no plugins run, daemon claims need no node-side preparation.
-    stubs: Callable[[str], dra_grpc.DRAPluginStub] | None
+    stubs: Callable[[str], DraStub] | None
     clique_of: Callable[[str], str]
     clock: Callable[[], float]
     changed: asyncio.Event

@@ -28,6 +28,7 @@ from benchlib import (
     DRIVER,
     DRIVER_NAMESPACE,
     PLUGIN_BIN,
+    DraStub,
     HostImex,
     cpu_seconds,
     feature_gates,
@@ -41,7 +42,6 @@ from jobstart_api import Api
 
 from imexdra.api.constants import DEVICE_CLASS_DEFAULT_CHANNEL
 from imexdra.controller.render import DAEMON_SERVICE_ACCOUNT
-from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra_sim.apinodes import NODE_LEASE_SECONDS, node_lease
 from imexdra_sim.builders import daemon_device_class, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -117,7 +117,7 @@ class PluginNode:
     base: Path
     plugins_dir: Path
     process: subprocess.Popen[bytes]
-    stub: dra_grpc.DRAPluginStub | None = None
+    stub: DraStub | None = None
     channel: grpc.aio.Channel | None = None
 
     @property
@@ -128,10 +128,10 @@ class PluginNode:
     def checkpoint(self) -> Path:
         return self.plugins_dir / DRIVER / "checkpoint.json"
 
-    def connect(self) -> dra_grpc.DRAPluginStub:
+    def connect(self) -> DraStub:
         if self.stub is None:
             self.channel = grpc.aio.insecure_channel(f"unix://{self.socket}")
-            self.stub = dra_grpc.DRAPluginStub(self.channel)  # type: ignore[no-untyped-call]
+            self.stub = DraStub(self.channel)
         return self.stub
 
     def prepared_claims(self) -> set[str]:

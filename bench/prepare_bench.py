@@ -66,6 +66,7 @@ from benchlib import (
     PLUGIN_BIN,
     RESULTS,
     RUNTIME_BIN,
+    DraStub,
     Profiler,
     cpu_seconds,
     install_crds,
@@ -81,7 +82,6 @@ from prepare_isolation import allocate_claims, isolation_phase
 from imexdra.api.constants import NODE_LABEL_KEY
 from imexdra.common.kube.connection import connect
 from imexdra.dra._pb import dra_v1_pb2 as dra
-from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.promtext import Samples, apiserver_metrics
@@ -151,7 +151,7 @@ async def cycle_claims(
     unprepare_ms: list[float] = []
     grpc_ms: list[float] = []
     async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
-        stub = dra_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
+        stub = DraStub(channel)
         for name, uid in claims:
             started = time.monotonic()
             request = [dra.Claim(namespace=NAMESPACE, name=name, uid=uid)]

@@ -44,6 +44,7 @@ import grpc
 from benchlib import (
     DRIVER,
     PLUGIN_BIN,
+    DraStub,
     HostImex,
     percentile,
     simulated_node,
@@ -52,7 +53,6 @@ from benchlib import (
 
 from imexdra.common.kube.connection import connect
 from imexdra.dra._pb import dra_v1_pb2 as dra
-from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
 from imexdra.kubeletplugin.checkpoint.model import Checkpoint, unmarshal
 from imexdra.kubeletplugin.configs.apply import assert_channel_free_for, assert_channel_not_allocated
 from imexdra.kubeletplugin.domains import ComputeDomainCache
@@ -140,9 +140,7 @@ async def create_domains(
         http.close()
 
 
-async def prepare(
-    stub: dra_grpc.DRAPluginStub, namespace: str, claim: tuple[str, str], channel: int
-) -> float:
+async def prepare(stub: DraStub, namespace: str, claim: tuple[str, str], channel: int) -> float:
     """NodePrepareResources of one claim; its latency in ms. Fails unless the one device is ``channel``."""
     name, uid = claim
     request = [dra.Claim(namespace=namespace, name=name, uid=uid)]
@@ -156,7 +154,7 @@ async def prepare(
     return elapsed
 
 
-async def unprepare(stub: dra_grpc.DRAPluginStub, namespace: str, claim: tuple[str, str]) -> float:
+async def unprepare(stub: DraStub, namespace: str, claim: tuple[str, str]) -> float:
     """NodeUnprepareResources of one claim; its latency in ms."""
     name, uid = claim
     request = [dra.Claim(namespace=namespace, name=name, uid=uid)]
@@ -169,7 +167,7 @@ async def unprepare(stub: dra_grpc.DRAPluginStub, namespace: str, claim: tuple[s
 
 
 async def cycle(
-    stub: dra_grpc.DRAPluginStub,
+    stub: DraStub,
     namespace: str,
     claims: list[tuple[str, str]],
     channel: int,
@@ -272,7 +270,7 @@ async def one_isolation(
             socket = base / "plugins" / DRIVER / "dra.sock"
             await asyncio.to_thread(wait_for_socket, socket, process)
             async with grpc.aio.insecure_channel(f"unix://{socket}") as grpc_channel:
-                stub = dra_grpc.DRAPluginStub(grpc_channel)  # type: ignore[no-untyped-call]
+                stub = DraStub(grpc_channel)
                 # One untimed cycle: the plugin's domain cache has synced and its client warmed up.
                 await cycle(stub, namespace, claims[:1], channel, args.host_interval)
                 samples = await cycle(stub, namespace, claims, channel, args.host_interval)
@@ -291,7 +289,7 @@ async def one_isolation(
 
 
 async def held_case(
-    stub: dra_grpc.DRAPluginStub,
+    stub: DraStub,
     base: Path,
     namespace: str,
     uid: str,

@@ -19,16 +19,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
+from grpclib.server import Stream
 
 from imexdra.api.constants import DRIVER_NAME
+from imexdra.dra._pb import dra_v1_grpc as dra_grpc
 from imexdra.dra._pb import dra_v1_pb2 as dra
-from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
+from imexdra.dra._pb import pluginregistration_v1_grpc as reg_grpc
 from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
-from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+from imexdra.dra.grpcserver import unary_request
 from imexdra_sim.builders import daemon_device_class, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.pluginharness import remove_slices
+from tests.support.grpcserving import serve_unix, stop_unix
 from tests.support.kubectl import apply
 
 
@@ -47,7 +49,7 @@ def publish_daemon_devices(
 
 
 @dataclass
-class DaemonDevicePlugin(reg_grpc.RegistrationServicer, dra_grpc.DRAPluginServicer):
+class DaemonDevicePlugin(reg_grpc.RegistrationBase, dra_grpc.DRAPluginBase):
     """Registers as ``compute-domain.nvidia.com`` with one real kubelet and prepares daemon claims."""
 
     node: str
@@ -60,51 +62,55 @@ class DaemonDevicePlugin(reg_grpc.RegistrationServicer, dra_grpc.DRAPluginServic
     def dra_socket(self) -> Path:
         return self.plugins_dir / DRIVER_NAME / "dra.sock"
 
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / f"{DRIVER_NAME}-reg.sock"
+
     async def start(self) -> None:
         self.dra_socket.parent.mkdir(parents=True, exist_ok=True)
-        self._dra = grpc.aio.server()
-        dra_grpc.add_DRAPluginServicer_to_server(self, self._dra)
-        self._dra.add_insecure_port(f"unix://{self.dra_socket}")
-        await self._dra.start()
-        self._reg = grpc.aio.server()
-        reg_grpc.add_RegistrationServicer_to_server(self, self._reg)
-        self._reg.add_insecure_port(f"unix://{self.registry_dir / f'{DRIVER_NAME}-reg.sock'}")
-        await self._reg.start()
+        self._dra = await serve_unix(self, dra_grpc.DRAPluginBase, self.dra_socket)
+        self._reg = await serve_unix(self, reg_grpc.RegistrationBase, self.registration_socket)
 
     async def stop(self) -> None:
-        await self._reg.stop(None)
-        await self._dra.stop(None)
+        await stop_unix(self._reg, self.registration_socket)
+        await stop_unix(self._dra, self.dra_socket)
 
-    async def GetInfo(self, request: reg.InfoRequest, context: object) -> reg.PluginInfo:  # noqa: N802
-        return reg.PluginInfo(
-            type="DRAPlugin",
-            name=DRIVER_NAME,
-            endpoint=str(self.dra_socket),
-            supported_versions=["v1.DRAPlugin"],
+    async def GetInfo(self, stream: Stream[reg.InfoRequest, reg.PluginInfo]) -> None:  # noqa: N802
+        await unary_request(stream)
+        await stream.send_message(
+            reg.PluginInfo(
+                type="DRAPlugin",
+                name=DRIVER_NAME,
+                endpoint=str(self.dra_socket),
+                supported_versions=["v1.DRAPlugin"],
+            )
         )
 
     async def NotifyRegistrationStatus(  # noqa: N802
-        self, request: reg.RegistrationStatus, context: object
-    ) -> reg.RegistrationStatusResponse:
+        self, stream: Stream[reg.RegistrationStatus, reg.RegistrationStatusResponse]
+    ) -> None:
+        request = await unary_request(stream)
         if request.plugin_registered:
             self.registered.set()
-        return reg.RegistrationStatusResponse()
+        await stream.send_message(reg.RegistrationStatusResponse())
 
     async def NodePrepareResources(  # noqa: N802
-        self, request: dra.NodePrepareResourcesRequest, context: object
-    ) -> dra.NodePrepareResourcesResponse:
+        self, stream: Stream[dra.NodePrepareResourcesRequest, dra.NodePrepareResourcesResponse]
+    ) -> None:
+        request = await unary_request(stream)
         response = dra.NodePrepareResourcesResponse()
         for claim in request.claims:
             self.prepared.append(claim.uid)
             response.claims[claim.uid].devices.append(
                 dra.Device(request_names=["daemon"], pool_name=self.node, device_name="daemon-0")
             )
-        return response
+        await stream.send_message(response)
 
     async def NodeUnprepareResources(  # noqa: N802
-        self, request: dra.NodeUnprepareResourcesRequest, context: object
-    ) -> dra.NodeUnprepareResourcesResponse:
+        self, stream: Stream[dra.NodeUnprepareResourcesRequest, dra.NodeUnprepareResourcesResponse]
+    ) -> None:
+        request = await unary_request(stream)
         response = dra.NodeUnprepareResourcesResponse()
         for claim in request.claims:
             response.claims[claim.uid].error = ""
-        return response
+        await stream.send_message(response)

@@ -9,7 +9,7 @@ x86-64 emulator, so binfmt_misc is neither needed nor changed; a process the ima
 fail with "Exec format error", which is why each check is one Python process.
 
 Checked: every module of the package imports on aarch64 with the aarch64 builds of the compiled
-dependencies (grpcio, msgspec, protobuf's upb, PyYAML's libyaml, fnv-hash-fast), the bytecode is the
+dependencies (msgspec, multidict, protobuf's upb, PyYAML's libyaml, fnv-hash-fast), the bytecode is the
 hash-checked bytecode build.sh compiled for the image's paths, each console script answers --help and
 --version, and the arm64 image's configuration (environment, user, command, labels) is the amd64 one's.
 """
@@ -48,9 +48,9 @@ import imexdra
 names = sorted(m.name for m in pkgutil.walk_packages(imexdra.__path__, "imexdra."))
 for name in names:
     importlib.import_module(name)
-import fnv_hash_fast._fnv_impl, grpc._cython.cygrpc, msgspec._core, yaml
+import fnv_hash_fast._fnv_impl, msgspec._core, multidict._multidict, yaml
 from google.protobuf.internal import api_implementation
-extensions = (fnv_hash_fast._fnv_impl, grpc._cython.cygrpc, msgspec._core, yaml._yaml)
+extensions = (fnv_hash_fast._fnv_impl, msgspec._core, multidict._multidict, yaml._yaml)
 print(json.dumps({
     "machine": platform.machine(), "prefix": sys.prefix, "modules": names,
     "extensions": [m.__file__ for m in extensions],

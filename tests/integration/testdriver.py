@@ -11,12 +11,14 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
+from grpclib.server import Stream
 
+from imexdra.dra._pb import dra_v1_grpc as dra_grpc
 from imexdra.dra._pb import dra_v1_pb2 as dra
-from imexdra.dra._pb import dra_v1_pb2_grpc as dra_grpc
+from imexdra.dra._pb import pluginregistration_v1_grpc as reg_grpc
 from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
-from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+from imexdra.dra.grpcserver import unary_request
+from tests.support.grpcserving import serve_unix, stop_unix
 
 DRIVER = "test.imexdra.dev"
 
@@ -27,7 +29,7 @@ def cdi_id(device: str) -> str:
 
 
 @dataclass
-class TestDriver(reg_grpc.RegistrationServicer, dra_grpc.DRAPluginServicer):
+class TestDriver(reg_grpc.RegistrationBase, dra_grpc.DRAPluginBase):
     """Serves one node; records every call it receives."""
 
     __test__ = False  # a helper, not a test class
@@ -54,39 +56,41 @@ class TestDriver(reg_grpc.RegistrationServicer, dra_grpc.DRAPluginServicer):
     async def start(self) -> None:
         """Serve the DRA socket first, then the registration socket (the kubelet dials on discovery)."""
         self.dra_socket.parent.mkdir(parents=True, exist_ok=True)
-        self._dra_server = grpc.aio.server()
-        dra_grpc.add_DRAPluginServicer_to_server(self, self._dra_server)
-        self._dra_server.add_insecure_port(f"unix://{self.dra_socket}")
-        await self._dra_server.start()
-        self._reg_server = grpc.aio.server()
-        reg_grpc.add_RegistrationServicer_to_server(self, self._reg_server)
-        self._reg_server.add_insecure_port(f"unix://{self.registration_socket}")
-        await self._reg_server.start()
+        self._dra_server = await serve_unix(self, dra_grpc.DRAPluginBase, self.dra_socket)
+        self._reg_server = await serve_unix(self, reg_grpc.RegistrationBase, self.registration_socket)
 
     async def stop(self) -> None:
-        """Stop both servers; grpc removes the socket files, which deregisters the plugin."""
-        await self._reg_server.stop(None)
-        await self._dra_server.stop(None)
+        """Stop both servers and remove the socket files, which deregisters the plugin."""
+        await stop_unix(self._reg_server, self.registration_socket)
+        await stop_unix(self._dra_server, self.dra_socket)
 
-    async def GetInfo(self, request: reg.InfoRequest, context: object) -> reg.PluginInfo:  # noqa: N802
+    async def GetInfo(self, stream: Stream[reg.InfoRequest, reg.PluginInfo]) -> None:  # noqa: N802
         """Answer the kubelet's discovery call."""
-        return reg.PluginInfo(
-            type="DRAPlugin", name=DRIVER, endpoint=str(self.dra_socket), supported_versions=["v1.DRAPlugin"]
+        await unary_request(stream)
+        await stream.send_message(
+            reg.PluginInfo(
+                type="DRAPlugin",
+                name=DRIVER,
+                endpoint=str(self.dra_socket),
+                supported_versions=["v1.DRAPlugin"],
+            )
         )
 
     async def NotifyRegistrationStatus(  # noqa: N802
-        self, request: reg.RegistrationStatus, context: object
-    ) -> reg.RegistrationStatusResponse:
+        self, stream: Stream[reg.RegistrationStatus, reg.RegistrationStatusResponse]
+    ) -> None:
         """Record the kubelet's verdict on our registration."""
+        request = await unary_request(stream)
         self.registrations.append(request)
         if request.plugin_registered:
             self.registered.set()
-        return reg.RegistrationStatusResponse()
+        await stream.send_message(reg.RegistrationStatusResponse())
 
     async def NodePrepareResources(  # noqa: N802
-        self, request: dra.NodePrepareResourcesRequest, context: object
-    ) -> dra.NodePrepareResourcesResponse:
+        self, stream: Stream[dra.NodePrepareResourcesRequest, dra.NodePrepareResourcesResponse]
+    ) -> None:
         """Prepare every claim with our single device and its CDI ID."""
+        request = await unary_request(stream)
         response = dra.NodePrepareResourcesResponse()
         for claim in request.claims:
             self.prepared.append(claim.uid)
@@ -98,14 +102,15 @@ class TestDriver(reg_grpc.RegistrationServicer, dra_grpc.DRAPluginServicer):
                     cdi_device_ids=[cdi_id(self.device)],
                 )
             )
-        return response
+        await stream.send_message(response)
 
     async def NodeUnprepareResources(  # noqa: N802
-        self, request: dra.NodeUnprepareResourcesRequest, context: object
-    ) -> dra.NodeUnprepareResourcesResponse:
+        self, stream: Stream[dra.NodeUnprepareResourcesRequest, dra.NodeUnprepareResourcesResponse]
+    ) -> None:
         """Record the unprepare; nothing to undo."""
+        request = await unary_request(stream)
         response = dra.NodeUnprepareResourcesResponse()
         for claim in request.claims:
             self.unprepared.append(claim.uid)
             response.claims[claim.uid].error = ""
-        return response
+        await stream.send_message(response)

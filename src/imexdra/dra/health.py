@@ -6,20 +6,28 @@ socket, then an empty ``NodePrepareResources`` on the DRA socket over **v1beta1*
 means ``SERVING``, anything else ``NOT_SERVING``; a service other than ``""``/``liveness`` is gRPC
 ``NOT_FOUND``. ``Watch`` is not implemented, as upstream.
 
-The two health messages are encoded by hand (one field each) rather than generating stubs for them.
+The two health messages are encoded by hand (one field each) rather than generating stubs for them:
+the health server's codec (``_HealthCodec``) turns the request into its ``service`` string and a
+status number into the response.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import grpc
 import structlog
+from grpclib.client import Channel
+from grpclib.const import Cardinality, Handler, Status
+from grpclib.encoding.base import CodecBase
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+from grpclib.server import Stream
 
+from imexdra.dra._pb import dra_v1beta1_grpc as v1beta1_grpc
 from imexdra.dra._pb import dra_v1beta1_pb2 as v1beta1
-from imexdra.dra._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from imexdra.dra._pb import pluginregistration_v1_grpc as reg_grpc
 from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
-from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+from imexdra.dra.grpcserver import GrpcServer, unary_request
 from imexdra.dra.paths import SocketPaths
 
 _log = structlog.get_logger(__name__)
@@ -75,15 +83,31 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
 async def plugin_answers(paths: SocketPaths, *, rpc_timeout: float = CHECK_TIMEOUT) -> bool:
     """Whether the registration and DRA sockets answer as the kubelet needs them to."""
     try:
-        async with grpc.aio.insecure_channel(f"unix://{paths.registration_socket}") as channel:
-            info = await reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest(), timeout=rpc_timeout)  # type: ignore[no-untyped-call]
-        async with grpc.aio.insecure_channel(f"unix://{Path(info.endpoint)}") as channel:
-            stub = v1beta1_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
+        async with Channel(path=str(paths.registration_socket)) as channel:
+            info = await reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest(), timeout=rpc_timeout)
+        async with Channel(path=str(Path(info.endpoint))) as channel:
+            stub = v1beta1_grpc.DRAPluginStub(channel)
             await stub.NodePrepareResources(v1beta1.NodePrepareResourcesRequest(), timeout=rpc_timeout)
-    except grpc.aio.AioRpcError as error:
-        _log.warning("Health check failed", code=error.code().name, details=error.details())
+    except GRPCError as error:
+        _log.warning("Health check failed", code=error.status.name, details=error.message)
+        return False
+    except (OSError, TimeoutError, StreamTerminatedError) as error:
+        # No one listening, the socket gone, no answer in time: grpcio called these UNAVAILABLE.
+        _log.warning("Health check failed", code="UNAVAILABLE", details=str(error) or type(error).__name__)
         return False
     return True
+
+
+class _HealthCodec(CodecBase):
+    """``application/grpc+proto`` for the two one-field health messages (see the module docstring)."""
+
+    __content_subtype__ = "proto"
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        return encode_check_response(int(message))
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        return decode_check_request(data)
 
 
 class HealthServer:
@@ -96,28 +120,28 @@ class HealthServer:
     def __init__(self, paths: SocketPaths, port: int, host: str | None = None) -> None:
         self._paths = paths
         self.port = port
-        self._host = (f"[{host}]" if ":" in host else host) if host else "[::]"
-        self._server: grpc.aio.Server | None = None
+        self._host = host or None
+        self._server: GrpcServer | None = None
+
+    def __mapping__(self) -> dict[str, Handler]:
+        """The service table grpclib serves: ``Check`` only."""
+        return {f"/{SERVICE}/Check": Handler(self._check, Cardinality.UNARY_UNARY, str, int)}
 
     async def start(self) -> None:
         """Listen and serve."""
-        server = grpc.aio.server()
-        handler = grpc.unary_unary_rpc_method_handler(
-            self._check, request_deserializer=decode_check_request, response_serializer=encode_check_response
-        )
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Check": handler}),))
-        self.port = server.add_insecure_port(f"{self._host}:{self.port}")
-        await server.start()
+        server = GrpcServer([self], codec=_HealthCodec())
+        self.port = await server.start_tcp(self._host, self.port)
         self._server = server
-        _log.info("Health server listening", address=self._host, port=self.port)
+        _log.info("Health server listening", address=self._host or "[::]", port=self.port)
 
     async def stop(self) -> None:
-        """Stop gracefully (1 s grace)."""
+        """Stop: a probe in flight is cancelled (the kubelet retries probes)."""
         if self._server is not None:
-            await self._server.stop(1.0)
+            await self._server.stop()
             self._server = None
 
-    async def _check(self, service: str, context: grpc.aio.ServicerContext) -> int:
+    async def _check(self, stream: Stream[str, int]) -> None:
+        service = await unary_request(stream)
         if service not in KNOWN_SERVICES:
-            await context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
-        return SERVING if await plugin_answers(self._paths) else NOT_SERVING
+            raise GRPCError(Status.NOT_FOUND, "unknown service")
+        await stream.send_message(SERVING if await plugin_answers(self._paths) else NOT_SERVING)

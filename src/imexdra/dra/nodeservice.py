@@ -23,14 +23,17 @@ import itertools
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-import grpc
 import structlog
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.server import Stream
 
+from imexdra.dra._pb import dra_v1_grpc as v1_grpc
 from imexdra.dra._pb import dra_v1_pb2 as v1
-from imexdra.dra._pb import dra_v1_pb2_grpc as v1_grpc
+from imexdra.dra._pb import dra_v1beta1_grpc as v1beta1_grpc
 from imexdra.dra._pb import dra_v1beta1_pb2 as v1beta1
-from imexdra.dra._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from imexdra.dra.driver import ClaimGetter, Driver, PrepareResult
+from imexdra.dra.grpcserver import unary_request
 from imexdra.dra.resourceclaim import ClaimRef, MalformedClaimError, ResourceClaim
 
 _log = structlog.get_logger(__name__)
@@ -134,45 +137,52 @@ def _requested_only(results: Mapping[str, _R], refs: list[ClaimRef], log: Any) -
     return {uid: result for uid, result in results.items() if uid in wanted}
 
 
-class V1Servicer(v1_grpc.DRAPluginServicer):
+class V1Servicer(v1_grpc.DRAPluginBase):
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``."""
 
     def __init__(self, service: DraService) -> None:
         self._service = service
 
     async def NodePrepareResources(  # noqa: N802 - gRPC method name
-        self, request: v1.NodePrepareResourcesRequest, context: grpc.aio.ServicerContext
-    ) -> v1.NodePrepareResourcesResponse:
+        self, stream: Stream[v1.NodePrepareResourcesRequest, v1.NodePrepareResourcesResponse]
+    ) -> None:
         """Prepare claims."""
+        await stream.send_message(await self.prepare(await unary_request(stream)))
+
+    async def NodeUnprepareResources(  # noqa: N802 - gRPC method name
+        self, stream: Stream[v1.NodeUnprepareResourcesRequest, v1.NodeUnprepareResourcesResponse]
+    ) -> None:
+        """Unprepare claims."""
+        await stream.send_message(await self.unprepare(await unary_request(stream)))
+
+    async def prepare(self, request: v1.NodePrepareResourcesRequest) -> v1.NodePrepareResourcesResponse:
+        """``DraService.prepare`` with a failure of the whole call as gRPC ``UNKNOWN``."""
         try:
             return await self._service.prepare(request)
         except RequestError as error:
-            await context.abort(grpc.StatusCode.UNKNOWN, str(error))
-            raise  # abort() raises; this satisfies the type checker
+            raise GRPCError(Status.UNKNOWN, str(error)) from error
 
-    async def NodeUnprepareResources(  # noqa: N802 - gRPC method name
-        self, request: v1.NodeUnprepareResourcesRequest, context: grpc.aio.ServicerContext
-    ) -> v1.NodeUnprepareResourcesResponse:
-        """Unprepare claims."""
+    async def unprepare(self, request: v1.NodeUnprepareResourcesRequest) -> v1.NodeUnprepareResourcesResponse:
+        """``DraService.unprepare`` with a failure of the whole call as gRPC ``UNKNOWN``."""
         try:
             return await self._service.unprepare(request)
         except RequestError as error:
-            await context.abort(grpc.StatusCode.UNKNOWN, str(error))
-            raise
+            raise GRPCError(Status.UNKNOWN, str(error)) from error
 
 
-class V1Beta1Servicer(v1beta1_grpc.DRAPluginServicer):
+class V1Beta1Servicer(v1beta1_grpc.DRAPluginBase):
     """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``: converted to v1 and back (share_id dropped)."""
 
     def __init__(self, v1_servicer: V1Servicer) -> None:
         self._v1 = v1_servicer
 
     async def NodePrepareResources(  # noqa: N802 - gRPC method name
-        self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.aio.ServicerContext
-    ) -> v1beta1.NodePrepareResourcesResponse:
+        self, stream: Stream[v1beta1.NodePrepareResourcesRequest, v1beta1.NodePrepareResourcesResponse]
+    ) -> None:
         """Prepare claims."""
-        response = await self._v1.NodePrepareResources(
-            v1.NodePrepareResourcesRequest(claims=[_claim_to_v1(c) for c in request.claims]), context
+        request = await unary_request(stream)
+        response = await self._v1.prepare(
+            v1.NodePrepareResourcesRequest(claims=[_claim_to_v1(c) for c in request.claims])
         )
         out = v1beta1.NodePrepareResourcesResponse()
         for uid, entry in response.claims.items():
@@ -185,29 +195,27 @@ class V1Beta1Servicer(v1beta1_grpc.DRAPluginServicer):
                     device_name=device.device_name,
                     cdi_device_ids=list(device.cdi_device_ids),
                 )
-        return out
+        await stream.send_message(out)
 
     async def NodeUnprepareResources(  # noqa: N802 - gRPC method name
-        self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.aio.ServicerContext
-    ) -> v1beta1.NodeUnprepareResourcesResponse:
+        self, stream: Stream[v1beta1.NodeUnprepareResourcesRequest, v1beta1.NodeUnprepareResourcesResponse]
+    ) -> None:
         """Unprepare claims."""
-        response = await self._v1.NodeUnprepareResources(
-            v1.NodeUnprepareResourcesRequest(claims=[_claim_to_v1(c) for c in request.claims]), context
+        request = await unary_request(stream)
+        response = await self._v1.unprepare(
+            v1.NodeUnprepareResourcesRequest(claims=[_claim_to_v1(c) for c in request.claims])
         )
         out = v1beta1.NodeUnprepareResourcesResponse()
         for uid, entry in response.claims.items():
             out.claims[uid].error = entry.error
-        return out
+        await stream.send_message(out)
 
 
 def _claim_to_v1(claim: v1beta1.Claim) -> v1.Claim:
     return v1.Claim(namespace=claim.namespace, name=claim.name, uid=claim.uid)
 
 
-def add_dra_services(server: grpc.aio.Server, service: DraService) -> list[str]:
-    """Register both DRA services on ``server``; return their names in preference order."""
+def dra_handlers(service: DraService) -> tuple[list[V1Servicer | V1Beta1Servicer], list[str]]:
+    """Both DRA services over ``service``, and their names in preference order (for ``GetInfo``)."""
     v1_servicer = V1Servicer(service)
-    # The generated registration helpers are untyped.
-    v1_grpc.add_DRAPluginServicer_to_server(v1_servicer, server)  # type: ignore[no-untyped-call]
-    v1beta1_grpc.add_DRAPluginServicer_to_server(V1Beta1Servicer(v1_servicer), server)  # type: ignore[no-untyped-call]
-    return [V1_SERVICE, V1BETA1_SERVICE]
+    return [v1_servicer, V1Beta1Servicer(v1_servicer)], [V1_SERVICE, V1BETA1_SERVICE]

@@ -13,11 +13,14 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import grpc
 import structlog
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.server import Stream
 
+from imexdra.dra._pb import pluginregistration_v1_grpc as reg_grpc
 from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
-from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
+from imexdra.dra.grpcserver import unary_request
 
 _log = structlog.get_logger(__name__)
 
@@ -32,7 +35,7 @@ class RegistrationStatus:
     error: str
 
 
-class RegistrationServicer(reg_grpc.RegistrationServicer):
+class RegistrationServicer(reg_grpc.RegistrationBase):
     """Answers the kubelet's plugin watcher."""
 
     def __init__(self, *, driver_name: str, endpoint: str, supported_versions: Sequence[str]) -> None:
@@ -45,27 +48,22 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         self.status: RegistrationStatus | None = None
         self.registered = asyncio.Event()
 
-    async def GetInfo(  # noqa: N802 - gRPC method name
-        self, request: reg.InfoRequest, context: grpc.aio.ServicerContext
-    ) -> reg.PluginInfo:
+    async def GetInfo(self, stream: Stream[reg.InfoRequest, reg.PluginInfo]) -> None:  # noqa: N802 - gRPC name
         """Describe the plugin to the kubelet."""
+        await unary_request(stream)
         _log.debug("GetInfo", endpoint=self._info.endpoint)
-        return self._info
+        await stream.send_message(self._info)
 
     async def NotifyRegistrationStatus(  # noqa: N802 - gRPC method name
-        self, request: reg.RegistrationStatus, context: grpc.aio.ServicerContext
-    ) -> reg.RegistrationStatusResponse:
+        self, stream: Stream[reg.RegistrationStatus, reg.RegistrationStatusResponse]
+    ) -> None:
         """Record the kubelet's verdict; a refusal is answered with an error, as upstream does."""
+        request = await unary_request(stream)
         self.status = RegistrationStatus(registered=request.plugin_registered, error=request.error)
         if not request.plugin_registered:
             self.registered.clear()
             _log.error("Kubelet refused plugin registration", error=request.error)
-            await context.abort(grpc.StatusCode.UNKNOWN, f"failed registration process: {request.error}")
+            raise GRPCError(Status.UNKNOWN, f"failed registration process: {request.error}")
         self.registered.set()
         _log.info("Registered with the kubelet", driver=self._info.name, endpoint=self._info.endpoint)
-        return reg.RegistrationStatusResponse()
-
-
-def add_registration_service(server: grpc.aio.Server, servicer: RegistrationServicer) -> None:
-    """Register the registration service on ``server``."""
-    reg_grpc.add_RegistrationServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        await stream.send_message(reg.RegistrationStatusResponse())

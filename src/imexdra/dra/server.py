@@ -1,6 +1,6 @@
 """The kubelet-facing gRPC servers on their unix sockets: our equivalent of the Go kubeletplugin helper.
 
-``KubeletPluginServer`` owns two ``grpc.aio`` servers (docs/data-path.md §5):
+``KubeletPluginServer`` owns two gRPC servers (grpclib, ``dra.grpcserver``; docs/data-path.md §5):
 
 - the DRA server on ``<plugins dir>/<driver>/dra.sock`` (v1 and v1beta1 ``DRAPlugin``), started first;
 - the registration server on ``<registrar dir>/<driver>-reg.sock``, started once the DRA socket
@@ -9,8 +9,8 @@
 A stale file at a socket path (a crashed predecessor) is removed before binding; both sockets are
 mode 0600 whatever the umask (connecting needs write permission, and only the kubelet should);
 ``stop()`` closes the registration socket first (the kubelet deregisters) and removes both socket
-files. Stops are hard by default, like upstream: in-flight calls are cancelled and the kubelet
-retries them. ResourceSlice publishing is not part of this class.
+files. Stops are hard, like upstream's: in-flight calls are cancelled, connections are closed, and
+the kubelet retries the calls. ResourceSlice publishing is not part of this class.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import contextlib
 from pathlib import Path
 from types import TracebackType
 
-import grpc
 import structlog
 
 from imexdra.common.errors import ConfigError
 from imexdra.dra.driver import ClaimGetter, Driver
-from imexdra.dra.nodeservice import DraService, add_dra_services
+from imexdra.dra.grpcserver import GrpcServer
+from imexdra.dra.nodeservice import DraService, dra_handlers
 from imexdra.dra.paths import SocketPaths
-from imexdra.dra.registration import RegistrationServicer, add_registration_service
+from imexdra.dra.registration import RegistrationServicer
 
 _log = structlog.get_logger(__name__)
 
@@ -45,13 +45,11 @@ class KubeletPluginServer:
         driver: Driver,
         get_claim: ClaimGetter,
         paths: SocketPaths,
-        stop_grace: float | None = None,
     ) -> None:
         self.paths = paths
         self._service = DraService(driver, get_claim)
-        self._stop_grace = stop_grace
-        self._dra_server: grpc.aio.Server | None = None
-        self._registration_server: grpc.aio.Server | None = None
+        self._dra_server: GrpcServer | None = None
+        self._registration_server: GrpcServer | None = None
         self.registration: RegistrationServicer | None = None
 
     async def start(self) -> None:
@@ -66,14 +64,13 @@ class KubeletPluginServer:
             raise ConfigError(f"kubelet registrar directory {paths.registrar_dir} does not exist")
         paths.plugin_data_dir.mkdir(mode=PLUGIN_DATA_DIR_MODE, parents=True, exist_ok=True)
         try:
-            self._dra_server = grpc.aio.server()
-            versions = add_dra_services(self._dra_server, self._service)
+            handlers, versions = dra_handlers(self._service)
+            self._dra_server = GrpcServer(handlers)
             await _serve(self._dra_server, paths.dra_socket)
             self.registration = RegistrationServicer(
                 driver_name=paths.driver_name, endpoint=str(paths.dra_socket), supported_versions=versions
             )
-            self._registration_server = grpc.aio.server()
-            add_registration_service(self._registration_server, self.registration)
+            self._registration_server = GrpcServer([self.registration])
             await _serve(self._registration_server, paths.registration_socket)
         except BaseException:
             await self.stop()
@@ -91,7 +88,7 @@ class KubeletPluginServer:
             (self._dra_server, self.paths.dra_socket),
         ):
             if server is not None:
-                await server.stop(self._stop_grace)
+                await server.stop()
                 _remove_socket(socket)
         self._registration_server = None
         self._dra_server = None
@@ -111,12 +108,13 @@ class KubeletPluginServer:
         await self.stop()
 
 
-async def _serve(server: grpc.aio.Server, socket: Path) -> None:
+async def _serve(server: GrpcServer, socket: Path) -> None:
     _clear_socket_path(socket)
-    if server.add_insecure_port(f"unix://{socket}") == 0:
-        raise ConfigError(f"cannot listen on unix socket {socket}")
+    try:
+        await server.start_unix(socket)
+    except OSError as error:
+        raise ConfigError(f"cannot listen on unix socket {socket}: {error}") from error
     _restrict_socket(socket)
-    await server.start()
 
 
 def _restrict_socket(socket: Path) -> None:

@@ -1,5 +1,6 @@
 """The gRPC health endpoint (docs/compatibility.md §2.7): message encoding, Check against real sockets."""
 
+import socket
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 import grpc
@@ -65,8 +66,8 @@ async def served(paths: SocketPaths) -> AsyncIterator[tuple[KubeletPluginServer,
     await server.stop()
 
 
-async def check(port: int, service: str) -> bytes:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+async def check(port: int, service: str, host: str = "127.0.0.1") -> bytes:
+    async with grpc.aio.insecure_channel(f"{host}:{port}") as channel:
         call = channel.unary_unary(
             "/grpc.health.v1.Health/Check",
             request_serializer=lambda s: b"\x0a" + bytes([len(s)]) + s.encode() if s else b"",
@@ -83,6 +84,25 @@ async def test_serving_while_both_sockets_answer(
     """GetInfo and an empty v1beta1 prepare both answer: SERVING."""
     _, health = served
     assert await check(health.port, service) == encode_check_response(SERVING)
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="this host has no IPv6 loopback")
+async def test_every_interface_is_one_port_for_ipv4_and_ipv6(
+    served: tuple[KubeletPluginServer, HealthServer],
+) -> None:
+    """Without a pod IP the port answers on IPv4 and IPv6 alike (one dual-stack socket, as grpcio bound)."""
+    _, health = served
+    assert await check(health.port, "", "127.0.0.1") == encode_check_response(SERVING)
+    assert await check(health.port, "", "[::1]") == encode_check_response(SERVING)
 
 
 async def test_not_serving_once_the_plugin_sockets_are_gone(

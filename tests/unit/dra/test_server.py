@@ -1,5 +1,7 @@
 """The kubelet-facing gRPC servers over real unix sockets, called by a real grpc.aio client.
 
+The servers are grpclib's, the client grpcio's: two implementations (tests/support/grpcio_client.py).
+
 Covers registration (GetInfo, NotifyRegistrationStatus), v1 and v1beta1 prepare/unprepare round trips
 with per-claim errors and left-out claims, whole-call errors, the empty health-check call, concurrency
 (no library-level serialisation) and the socket lifecycle. The driver behind the servers is a
@@ -19,16 +21,15 @@ import pytest
 from imexdra.common.errors import ConfigError, PermanentError
 from imexdra.dra import server as server_module
 from imexdra.dra._pb import dra_v1_pb2 as v1
-from imexdra.dra._pb import dra_v1_pb2_grpc as v1_grpc
 from imexdra.dra._pb import dra_v1beta1_pb2 as v1beta1
-from imexdra.dra._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
-from imexdra.dra._pb import pluginregistration_v1_pb2_grpc as reg_grpc
 from imexdra.dra.claimstatus import canonical_claim_status
 from imexdra.dra.driver import Device
 from imexdra.dra.paths import SocketPaths
 from imexdra.dra.resourceclaim import ClaimRef
 from imexdra.dra.server import KubeletPluginServer
+from tests.support.grpcio_client import dra_v1_stub, dra_v1beta1_stub, registration_stub
+from tests.support.waiting import eventually
 from tests.unit.dra.server_fakes import ALLOCATED, DRIVER_NAME, ApiClaims, ScriptedDriver
 
 CHANNEL_DEVICE = Device(
@@ -74,7 +75,7 @@ def claim(uid: str, name: str | None = None) -> dict[str, str]:
 async def test_get_info(plugin: KubeletPluginServer) -> None:
     """GetInfo names a DRAPlugin with the DRA socket as endpoint and both service versions, v1 first."""
     async with grpc.aio.insecure_channel(f"unix://{plugin.paths.registration_socket}") as channel:
-        info = await reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest())
+        info = await registration_stub(channel).GetInfo(reg.InfoRequest())
     assert info.type == "DRAPlugin"
     assert info.name == "compute-domain.nvidia.com"
     assert info.endpoint == str(plugin.paths.dra_socket)
@@ -85,7 +86,7 @@ async def test_notify_registration_status(plugin: KubeletPluginServer) -> None:
     """A successful registration is recorded; a refusal is recorded and answered with an error."""
     assert plugin.registration is not None
     async with grpc.aio.insecure_channel(f"unix://{plugin.paths.registration_socket}") as channel:
-        stub = reg_grpc.RegistrationStub(channel)
+        stub = registration_stub(channel)
         await stub.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True))
         assert plugin.registration.registered.is_set()
         with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -109,7 +110,7 @@ async def test_v1_prepare_round_trip(
         "u2": PermanentError("domainID cannot be empty"),
         "u3": (DAEMON_DEVICE,),
     }
-    response = await v1_grpc.DRAPluginStub(dra_channel).NodePrepareResources(
+    response = await dra_v1_stub(dra_channel).NodePrepareResources(
         v1.NodePrepareResourcesRequest(claims=[claim(u) for u in ("u1", "u2", "u3", "u4")])
     )
     assert sorted(response.claims) == ["u1", "u2", "u3"]
@@ -146,7 +147,7 @@ async def test_malformed_claim_fails_alone_and_permanently(
     claims.add("default", "claim-u1", "u1")
     claims.add("default", "claim-u2", "u2", status=bad_status)
     driver.prepare_script = {"u1": (CHANNEL_DEVICE,)}
-    response = await v1_grpc.DRAPluginStub(dra_channel).NodePrepareResources(
+    response = await dra_v1_stub(dra_channel).NodePrepareResources(
         v1.NodePrepareResourcesRequest(claims=[claim("u1"), claim("u2")])
     )
     assert response.claims["u1"].error == "" and len(response.claims["u1"].devices) == 1
@@ -163,7 +164,7 @@ async def test_v1beta1_prepare_round_trip(
     claims.add("default", "claim-u3", "u3")
     claims.add("default", "claim-u2", "u2")
     driver.prepare_script = {"u3": (DAEMON_DEVICE,), "u2": PermanentError("nope")}
-    response = await v1beta1_grpc.DRAPluginStub(dra_channel).NodePrepareResources(
+    response = await dra_v1beta1_stub(dra_channel).NodePrepareResources(
         v1beta1.NodePrepareResourcesRequest(claims=[claim("u3"), claim("u2")])
     )
     (device,) = response.claims["u3"].devices
@@ -181,9 +182,7 @@ async def test_unprepare_round_trip(
     driver.unprepare_script = {
         "u2": RuntimeError("error unpreparing devices for claim 'default/claim-u2:u2': busy")
     }
-    module, stub_type = (
-        (v1, v1_grpc.DRAPluginStub) if version == "v1" else (v1beta1, v1beta1_grpc.DRAPluginStub)
-    )
+    module, stub_type = (v1, dra_v1_stub) if version == "v1" else (v1beta1, dra_v1beta1_stub)
     response = await stub_type(dra_channel).NodeUnprepareResources(
         module.NodeUnprepareResourcesRequest(claims=[claim("u1"), claim("u2")])
     )
@@ -226,7 +225,7 @@ async def test_prepare_whole_call_errors(
     """Unreadable, replaced or unallocated claims and driver failures fail the call with status UNKNOWN."""
     setup(claims, driver)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await v1_grpc.DRAPluginStub(dra_channel).NodePrepareResources(
+        await dra_v1_stub(dra_channel).NodePrepareResources(
             v1.NodePrepareResourcesRequest(claims=[claim("u1")])
         )
     assert caught.value.code() == grpc.StatusCode.UNKNOWN
@@ -238,7 +237,7 @@ async def test_unprepare_driver_failure(dra_channel: grpc.aio.Channel, driver: S
     """A driver failure of a whole unprepare call is status UNKNOWN with the reason."""
     driver.raise_on_call = RuntimeError("disk gone")
     with pytest.raises(grpc.aio.AioRpcError, match="unprepare resource claims: disk gone"):
-        await v1_grpc.DRAPluginStub(dra_channel).NodeUnprepareResources(
+        await dra_v1_stub(dra_channel).NodeUnprepareResources(
             v1.NodeUnprepareResourcesRequest(claims=[claim("u1")])
         )
 
@@ -248,9 +247,7 @@ async def test_empty_prepare_is_immediate(
 ) -> None:
     """The health check's empty v1beta1 prepare succeeds without touching the API or the driver."""
     driver.raise_on_call = RuntimeError("must not be called")
-    response = await v1beta1_grpc.DRAPluginStub(dra_channel).NodePrepareResources(
-        v1beta1.NodePrepareResourcesRequest()
-    )
+    response = await dra_v1beta1_stub(dra_channel).NodePrepareResources(v1beta1.NodePrepareResourcesRequest())
     assert len(response.claims) == 0
     assert claims.calls == 0
 
@@ -263,7 +260,7 @@ async def test_calls_are_not_serialised(
     claims.add("default", "claim-dm", "dm")
     driver.gates["ch"] = asyncio.Event()
     driver.prepare_script = {"ch": (CHANNEL_DEVICE,), "dm": (DAEMON_DEVICE,)}
-    stub = v1_grpc.DRAPluginStub(dra_channel)
+    stub = dra_v1_stub(dra_channel)
     blocked = asyncio.ensure_future(
         stub.NodePrepareResources(v1.NodePrepareResourcesRequest(claims=[claim("ch")]))
     )
@@ -347,3 +344,39 @@ async def test_start_config_errors(
         message = "longer than 107 bytes"
     with pytest.raises(ConfigError, match=message):
         await KubeletPluginServer(driver=driver, get_claim=claims, paths=paths).start()
+
+
+async def test_stop_closes_the_kubelets_open_connection(
+    paths: SocketPaths, driver: ScriptedDriver, claims: ApiClaims
+) -> None:
+    """A client holding a connection cannot call a stopped plugin: stop closes it, not just the listener."""
+    plugin = KubeletPluginServer(driver=driver, get_claim=claims, paths=paths)
+    await plugin.start()
+    async with grpc.aio.insecure_channel(f"unix://{paths.registration_socket}") as channel:
+        stub = registration_stub(channel)
+        await stub.GetInfo(reg.InfoRequest(), timeout=10)
+        await plugin.stop()
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.GetInfo(reg.InfoRequest(), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_closed_connections_are_not_kept(
+    paths: SocketPaths, driver: ScriptedDriver, claims: ApiClaims
+) -> None:
+    """The health check connects twice per probe: a long-running plugin must not keep every connection."""
+
+    async def connect_once() -> int:
+        async with grpc.aio.insecure_channel(f"unix://{paths.registration_socket}") as channel:
+            await registration_stub(channel).GetInfo(reg.InfoRequest(), timeout=10)
+        assert plugin._registration_server is not None
+        return len(plugin._registration_server._server.connections)
+
+    async def few_kept() -> bool:
+        return await connect_once() <= 2
+
+    async with KubeletPluginServer(driver=driver, get_claim=claims, paths=paths) as plugin:
+        for _ in range(20):
+            await connect_once()
+        # Closed connections are dropped when the next one is accepted.
+        await eventually("at most two connections kept", few_kept, within=10)

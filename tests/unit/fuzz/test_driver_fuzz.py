@@ -24,9 +24,7 @@ from hypothesis import strategies as st
 
 from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.dra._pb import dra_v1_pb2 as v1
-from imexdra.dra._pb import dra_v1_pb2_grpc as v1_grpc
 from imexdra.dra._pb import dra_v1beta1_pb2 as v1beta1
-from imexdra.dra._pb import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from imexdra.dra.driver import Device
 from imexdra.dra.nodeservice import DraService, RequestError
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim
@@ -34,6 +32,7 @@ from imexdra.dra.server import KubeletPluginServer
 from imexdra.kubeletplugin.driver import ImexDriver
 from imexdra.kubeletplugin.paths import PluginPaths
 from imexdra.kubeletplugin.retries import RetryPolicy
+from tests.support.grpcio_client import dra_v1_stub, dra_v1beta1_stub
 from tests.unit.dra.server_fakes import ALLOCATED, ApiClaims
 from tests.unit.fuzz.profiles import fuzz
 
@@ -167,9 +166,9 @@ async def test_huge_batches_over_grpc_get_an_answer_for_every_claim() -> None:
             KubeletPluginServer(driver=driver, get_claim=api, paths=paths),
             grpc.aio.insecure_channel(f"unix://{paths.dra_socket}") as channel,
         ):
-            stub = v1_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
+            stub = dra_v1_stub(channel)
             prepared = await stub.NodePrepareResources(v1.NodePrepareResourcesRequest(claims=refs + refs))
-            beta_stub = v1beta1_grpc.DRAPluginStub(channel)  # type: ignore[no-untyped-call]
+            beta_stub = dra_v1beta1_stub(channel)
             beta = await beta_stub.NodePrepareResources(v1beta1.NodePrepareResourcesRequest(claims=refs))
             unprepared = await stub.NodeUnprepareResources(v1.NodeUnprepareResourcesRequest(claims=refs))
     every = {f"uid-{i}" for i in range(HUGE)}

@@ -9,7 +9,7 @@ klog's ``-v`` means:
 - a line is written when its verbosity is at most ``-v``, or at most the level ``--vmodule`` gives the
   file it was logged from (``reconciler=6``: a glob on the file name without ``.py``, as klog's is on
   the Go file name; a pattern with ``/`` matches that many trailing path parts);
-- library logs (grpc, asyncio...) go through the stdlib root logger, are written in the same
+- library logs (grpclib, asyncio...) go through the stdlib root logger, are written in the same
   layout and count as verbosity 0, debug records as :data:`DEBUG_VERBOSITY`; the per-request lines of
   the API transport (logger ``imexdra.requests``) are shown from :data:`REQUEST_VERBOSITY`, as
   client-go's are. ``--vmodule`` does not reach library loggers.

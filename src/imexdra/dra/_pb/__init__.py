@@ -1,1 +1,1 @@
-"""Generated gRPC stubs for the kubelet DRA and plugin-registration protocols (make protos); do not edit."""
+"""Generated protobuf messages and grpclib service stubs for the kubelet DRA and plugin-registration protocols (make protos); do not edit."""
