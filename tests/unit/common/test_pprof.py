@@ -120,8 +120,11 @@ async def test_profile_returns_collapsed_stacks_without_blocking_the_loop(port: 
     assert lines and all(line.rsplit(" ", 1)[1].isdigit() for line in lines)
     spinner = [line for line in lines if line.startswith("spinner;")]
     assert spinner and any("spin (" in line for line in spinner)
-    assert any(line.startswith("MainThread;") for line in lines)
-    assert sum(int(line.rsplit(" ", 1)[1]) for line in spinner) >= 10  # ~50 at 100 Hz; slow CI margin
+    # Every round samples every thread: the spinner ran throughout, as did the main thread, so both
+    # were seen in each round. How many rounds fit in the 0.5 s is the machine's load, not a behaviour.
+    rounds = sum(int(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("MainThread;"))
+    assert rounds >= 1
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in spinner) == rounds
 
 
 async def test_a_second_concurrent_profile_is_refused(port: int) -> None:
