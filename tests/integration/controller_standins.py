@@ -14,23 +14,19 @@ The kubelets of API-only nodes are ``imexdra_sim.apinodes.FakeKubelet`` (the ben
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import ClassVar
 
 from grpclib.server import Stream
 
 from imexdra.api.constants import DRIVER_NAME
-from imexdra.dra._pb import dra_v1_grpc as dra_grpc
 from imexdra.dra._pb import dra_v1_pb2 as dra
-from imexdra.dra._pb import pluginregistration_v1_grpc as reg_grpc
-from imexdra.dra._pb import pluginregistration_v1_pb2 as reg
 from imexdra.dra.grpcserver import unary_request
 from imexdra_sim.builders import daemon_device_class, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.pluginharness import remove_slices
-from tests.support.grpcserving import serve_unix, stop_unix
+from tests.support.grpcserving import StandInPlugin
 from tests.support.kubectl import apply
 
 
@@ -49,50 +45,12 @@ def publish_daemon_devices(
 
 
 @dataclass
-class DaemonDevicePlugin(reg_grpc.RegistrationBase, dra_grpc.DRAPluginBase):
+class DaemonDevicePlugin(StandInPlugin):
     """Registers as ``compute-domain.nvidia.com`` with one real kubelet and prepares daemon claims."""
 
-    node: str
-    registry_dir: Path
-    plugins_dir: Path
-    registered: asyncio.Event = field(default_factory=asyncio.Event)
+    driver: ClassVar[str] = DRIVER_NAME
+
     prepared: list[str] = field(default_factory=list)
-
-    @property
-    def dra_socket(self) -> Path:
-        return self.plugins_dir / DRIVER_NAME / "dra.sock"
-
-    @property
-    def registration_socket(self) -> Path:
-        return self.registry_dir / f"{DRIVER_NAME}-reg.sock"
-
-    async def start(self) -> None:
-        self.dra_socket.parent.mkdir(parents=True, exist_ok=True)
-        self._dra = await serve_unix(self, dra_grpc.DRAPluginBase, self.dra_socket)
-        self._reg = await serve_unix(self, reg_grpc.RegistrationBase, self.registration_socket)
-
-    async def stop(self) -> None:
-        await stop_unix(self._reg, self.registration_socket)
-        await stop_unix(self._dra, self.dra_socket)
-
-    async def GetInfo(self, stream: Stream[reg.InfoRequest, reg.PluginInfo]) -> None:  # noqa: N802
-        await unary_request(stream)
-        await stream.send_message(
-            reg.PluginInfo(
-                type="DRAPlugin",
-                name=DRIVER_NAME,
-                endpoint=str(self.dra_socket),
-                supported_versions=["v1.DRAPlugin"],
-            )
-        )
-
-    async def NotifyRegistrationStatus(  # noqa: N802
-        self, stream: Stream[reg.RegistrationStatus, reg.RegistrationStatusResponse]
-    ) -> None:
-        request = await unary_request(stream)
-        if request.plugin_registered:
-            self.registered.set()
-        await stream.send_message(reg.RegistrationStatusResponse())
 
     async def NodePrepareResources(  # noqa: N802
         self, stream: Stream[dra.NodePrepareResourcesRequest, dra.NodePrepareResourcesResponse]
