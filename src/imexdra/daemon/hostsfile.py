@@ -15,7 +15,8 @@ Rules, upstream's minus its quirks (docs/compatibility.md §3.3):
 - the managed block is one header line followed by ``IP<TAB>name`` lines sorted by name; the header is
   not repeated on each rewrite and lines are not re-trimmed;
 - the file is rewritten in place (a bind-mounted file cannot be replaced by rename) and only when its
-  content changes;
+  content changes: overwritten from its start and then cut to length, never truncated first, so a
+  reader (nvidia-imex on SIGUSR1) sees the old or the new block, not an empty file;
 - a symbolic link at the path is refused rather than followed (``O_NOFOLLOW``), and a new file gets
   its mode through its descriptor, so no other file is ever written or re-moded (docs/tenancy.md).
 """
@@ -68,14 +69,22 @@ def update_hosts_file(path: Path, mapping: Mapping[str, str]) -> bool:
     wanted = render_hosts(existing or "", mapping)
     if wanted == existing:
         return False
-    flags = os.O_WRONLY | os.O_TRUNC | _OPEN_FLAGS | (os.O_CREAT if existing is None else 0)
+    flags = os.O_WRONLY | _OPEN_FLAGS | (os.O_CREAT if existing is None else 0)
     fd = _open(path, flags)
     try:
         if existing is None:
             os.fchmod(fd, HOSTS_FILE_MODE)
-        view = memoryview(wanted.encode())
-        while view:
-            view = view[os.write(fd, view) :]
+        # Overwrite from the start, then cut to length: never truncate first. nvidia-imex re-reads the
+        # file on SIGUSR1 whenever the signal lands; opened with O_TRUNC, a read between the truncation
+        # and the write found an empty file, resolved none of the node list and took its own node ID
+        # for gone (docs/compatibility.md §3.3). A shorter text is written padded with blank lines to
+        # the old length, so until the cut a reader finds those, not the old file's last lines.
+        data = wanted.encode()
+        padded = data + b"\n" * max(0, len((existing or "").encode()) - len(data))
+        written = 0
+        while written < len(padded):
+            written += os.pwrite(fd, padded[written:], written)
+        os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
     return True

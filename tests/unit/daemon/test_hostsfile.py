@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +69,39 @@ def test_update_writes_in_place_and_only_on_change(tmp_path: Path) -> None:
     mtime = hosts.stat().st_mtime_ns
     assert update_hosts_file(hosts, mapping) is False
     assert hosts.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize("grows", [True, False], ids=["longer", "shorter"])
+def test_a_reader_during_a_rewrite_sees_the_old_or_the_new_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grows: bool
+) -> None:
+    """nvidia-imex may re-read the file mid-rewrite (SIGUSR1): it never finds it empty or cut short.
+
+    Every write and truncation the rewrite makes is preceded by a read of the file, as a reader could
+    make at that moment; each such read must hold the old or the new mapping in full.
+    """
+    hosts = tmp_path / "hosts"
+    full = {f"compute-domain-daemon-64f89983-{i:04d}": f"10.0.0.{i + 1}" for i in range(18)}
+    few = {name: f"10.1.0.{i}" for i, name in enumerate(list(full)[-3:])}  # not a prefix of ``full``'s
+    old, new = (few, full) if grows else (full, few)
+    hosts.write_text(render_hosts(USER_LINES, old))
+    seen: list[dict[str, str]] = []
+
+    def reading_first(real: Any) -> Any:
+        def call(*args: Any) -> Any:
+            seen.append(managed_mappings(hosts.read_text()))
+            return real(*args)
+
+        return call
+
+    for name in ("write", "pwrite", "ftruncate", "truncate"):
+        monkeypatch.setattr(os, name, reading_first(getattr(os, name)))
+    assert update_hosts_file(hosts, new) is True
+    monkeypatch.undo()
+    assert seen
+    assert all(mapping in (old, new) for mapping in seen), seen
+    assert managed_mappings(hosts.read_text()) == new
+    assert hosts.read_text().startswith(USER_LINES)
 
 
 def test_update_creates_missing_file(tmp_path: Path) -> None:
