@@ -6,7 +6,11 @@
 - ``reload()`` sends SIGUSR1, but never sooner than ``reload_interval`` after the previous signal or
   the process start: IMEX processes SIGUSR1 at most once per 5 s and silently drops extra ones, and a
   process that has just started has read the current files anyway (and may not handle SIGUSR1 yet).
-  Requests arriving inside that window are coalesced into one signal at its end.
+  Requests arriving inside that window are coalesced into one signal at its end. That signal is
+  followed by one more, an interval later: IMEX counts its 5 s from when it handled the previous
+  signal, which on a loaded node can be well after we sent it, so the signal at the window's end may
+  be the one it drops, and with it the change it carried (seen on the 18-tray rack). The extra signal
+  carries no new request and is not itself followed by another (docs/compatibility.md §3.3).
 - ``restart()`` stops (SIGTERM, SIGKILL after ``stop_grace``) and starts at once; it is not a failure.
 - Cancelling ``run()`` forwards termination: the process is stopped the same way before ``run`` ends.
 - A child that exits having printed ``NV_ERR_IN_USE`` found this node's IMEX role taken by another
@@ -77,6 +81,10 @@ class ImexSupervisor:
         self._restart = asyncio.Event()
         self._last_signal = -float("inf")
         self._reload_timer: asyncio.TimerHandle | None = None
+        #: A reload was requested that no signal has carried yet.
+        self._requested = False
+        #: The last signal window began with a signal (True) or with the process start (False).
+        self._signalled = False
 
     @property
     def pid(self) -> int | None:
@@ -94,28 +102,37 @@ class ImexSupervisor:
 
     def reload(self) -> None:
         """Send SIGUSR1 as soon as IMEX accepts one; no-op while it is not running."""
-        if self.imex.pid is None or self._reload_timer is not None:
+        if self.imex.pid is None:
             return
+        self._requested = True
+        if self._reload_timer is not None:
+            return  # the pending signal will carry this request
         loop = asyncio.get_running_loop()
         delay = self._last_signal + self._reload_interval - loop.time()
-        if delay <= 0:
-            self._send_reload()
+        if delay <= 0:  # a signal less than two intervals ago may still be in IMEX's window
+            self._send_reload(after_signal=self._signalled and -delay < self._reload_interval)
         else:
             _log.info("IMEX daemon reload deferred", seconds=round(delay, 2))
-            self._reload_timer = loop.call_later(delay, self._send_reload)
+            self._reload_timer = loop.call_later(delay, self._send_reload, self._signalled)
 
-    def _send_reload(self) -> None:
+    def _send_reload(self, after_signal: bool) -> None:
+        """Signal now; ``after_signal``: the window just ended was a signal's, not the start's."""
         self._reload_timer = None
         if self.imex.pid is None:
             return
+        carried, self._requested = self._requested, False
         try:
             self.imex.signal(signal.SIGUSR1)
         except ImexError as error:
             _log.warning("Failed to send SIGUSR1 to the IMEX daemon", error=str(error))
             return
-        self._last_signal = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        self._last_signal = loop.time()
+        self._signalled = True
         self.reloads += 1
         _log.info("Sent SIGUSR1 to the IMEX daemon", pid=self.imex.pid, signal="SIGUSR1")
+        if carried and after_signal:  # this one may be dropped: repeat it once, unless asked again
+            self._reload_timer = loop.call_later(self._reload_interval, self._send_reload, True)
 
     def _cancel_reload(self) -> None:
         if self._reload_timer is not None:
@@ -144,6 +161,7 @@ class ImexSupervisor:
             await asyncio.sleep(delay)
             return
         started = self._last_signal = loop.time()
+        self._signalled = False
         self.starts += 1
         self._restart.clear()
         _log.info("IMEX daemon started", pid=pid, starts=self.starts)

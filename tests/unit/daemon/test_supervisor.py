@@ -125,7 +125,9 @@ async def test_reload_waits_after_start_then_goes_at_once(
 
 
 async def test_reloads_inside_the_window_coalesce(supervised: tuple[FakeImex, ImexSupervisor]) -> None:
-    """Many reload requests within the window become one signal, never closer than the interval."""
+    """Many reload requests within the window become one signal at its end, never closer than the
+    interval; that one is repeated once an interval later (IMEX may drop it, its 5 s counted from when
+    it handled the previous one), and no more."""
     imex, supervisor = supervised
     supervisor.start()
     await until("started", lambda: imex.pid is not None)
@@ -134,11 +136,35 @@ async def test_reloads_inside_the_window_coalesce(supervised: tuple[FakeImex, Im
     for _ in range(5):
         supervisor.reload()
         await asyncio.sleep(INTERVAL / 10)  # requests spread over the window
-    await until("second signal", lambda: len(usr1(imex)) == 2, within=2)
-    await stays_true("two signals only", lambda: len(usr1(imex)) == 2, for_seconds=3 * INTERVAL)
+    await until("the repeat", lambda: len(usr1(imex)) == 3, within=2)
+    await stays_true("three signals only", lambda: len(usr1(imex)) == 3, for_seconds=3 * INTERVAL)
     times = usr1(imex)
-    assert supervisor.reloads == 2
+    assert supervisor.reloads == 3
     assert times[1] - times[0] == pytest.approx(INTERVAL, abs=TICK)
+    assert times[2] - times[1] == pytest.approx(INTERVAL, abs=TICK)
+
+
+async def test_a_request_soon_after_a_signal_is_repeated_once_a_lone_one_is_not(
+    supervised: tuple[FakeImex, ImexSupervisor],
+) -> None:
+    """A reload sent less than two intervals after the previous signal is repeated once; one sent
+    later, or the first after the start, is sent once."""
+    imex, supervisor = supervised
+    supervisor.start()
+    await until("started", lambda: imex.pid is not None)
+    await asyncio.sleep(INTERVAL)
+    supervisor.reload()  # the first after the start's window: once
+    await stays_true("one signal", lambda: len(usr1(imex)) == 1, for_seconds=3 * INTERVAL)
+    supervisor.reload()  # three intervals after the previous signal: once
+    await stays_true("two signals", lambda: len(usr1(imex)) == 2, for_seconds=3 * INTERVAL)
+    supervisor.reload()  # again three intervals later: once
+    await asyncio.sleep(INTERVAL * 1.5)
+    supervisor.reload()  # 1.5 intervals after the previous signal: sent at once, then repeated
+    assert len(usr1(imex)) == 4, "a reload after the interval is sent synchronously"
+    await until("the repeat", lambda: len(usr1(imex)) == 5, within=2)
+    await stays_true("five signals only", lambda: len(usr1(imex)) == 5, for_seconds=3 * INTERVAL)
+    times = usr1(imex)
+    assert times[4] - times[3] == pytest.approx(INTERVAL, abs=TICK)
 
 
 async def test_restart_is_immediate_and_drops_pending_reload(
