@@ -25,11 +25,15 @@ def script(path: Path, body: str) -> str:
 
 @pytest.fixture
 def imex_script(tmp_path: Path) -> str:
-    """An "nvidia-imex" that logs its arguments and each SIGUSR1, and exits 0 on SIGTERM."""
+    """An "nvidia-imex" that logs its arguments and each SIGUSR1, and exits 0 on SIGTERM.
+
+    The traps come before the arguments line, which the tests wait for before signalling: logged
+    first, a SIGUSR1 could land before its trap and end the shell (sh's default for it), which a
+    loaded machine made happen."""
     log = tmp_path / "log"
     return script(
         tmp_path / "nvidia-imex",
-        f'echo "args $*" >> {log}\ntrap \'echo usr1 >> {log}\' USR1\ntrap "exit 0" TERM\n'
+        f'trap \'echo usr1 >> {log}\' USR1\ntrap "exit 0" TERM\necho "args $*" >> {log}\n'
         "while true; do sleep 0.05; done",
     )
 
