@@ -1,4 +1,4 @@
-"""The test suite's wall time under ``make test``'s lanes: the ``lanes.json`` of CI runs, side by side.
+"""The test suite's wall time under the lanes (``make test-lanes``): the ``lanes.json`` of CI runs, side by side.
 
 Not a benchmark that runs anything itself: each run is ``.ci/run`` on a clean clone (``git clone``,
 then ``flock /tmp/imexdra-heavy.lock env CI=true bash .ci/run``), which leaves its lanes' figures in
@@ -26,7 +26,7 @@ BASELINE: dict[str, Any] = {
     "commit": "03d04bc",
     "ci_seconds": 2268,
     "earlier_pytest_seconds": SERIAL_PYTEST_SECONDS,
-    "what": "make test before the lanes: lint, then pytest tests in one process (make test-serial)",
+    "what": "make test before the lanes: lint, then pytest tests in one process (make test, one process)",
 }
 
 
