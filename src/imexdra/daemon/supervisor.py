@@ -6,11 +6,12 @@
 - ``reload()`` sends SIGUSR1, but never sooner than ``reload_interval`` after the previous signal or
   the process start: IMEX processes SIGUSR1 at most once per 5 s and silently drops extra ones, and a
   process that has just started has read the current files anyway (and may not handle SIGUSR1 yet).
-  Requests arriving inside that window are coalesced into one signal at its end. That signal is
-  followed by one more, an interval later: IMEX counts its 5 s from when it handled the previous
-  signal, which on a loaded node can be well after we sent it, so the signal at the window's end may
-  be the one it drops, and with it the change it carried (seen on the 18-tray rack). The extra signal
-  carries no new request and is not itself followed by another (docs/compatibility.md §3.3).
+  Requests arriving inside that window are coalesced into one signal at its end. A signal sent less
+  than two intervals after the previous one (the one at a window's end included) is followed by one
+  more, an interval later: IMEX counts its 5 s from when it handled the previous signal, which on a
+  loaded node can be well after we sent it, so it may drop ours, and with it the change it carried
+  (seen on the 18-tray rack). The extra signal, unless a new request came meanwhile, is not itself
+  followed by another (docs/compatibility.md §3.3).
 - ``restart()`` stops (SIGTERM, SIGKILL after ``stop_grace``) and starts at once; it is not a failure.
 - Cancelling ``run()`` forwards termination: the process is stopped the same way before ``run`` ends.
 - A child that exits having printed ``NV_ERR_IN_USE`` found this node's IMEX role taken by another
@@ -120,12 +121,12 @@ class ImexSupervisor:
         self._reload_timer = None
         if self.imex.pid is None:
             return
-        carried, self._requested = self._requested, False
         try:
             self.imex.signal(signal.SIGUSR1)
         except ImexError as error:
             _log.warning("Failed to send SIGUSR1 to the IMEX daemon", error=str(error))
             return
+        carried, self._requested = self._requested, False  # a failed send leaves its request pending
         loop = asyncio.get_running_loop()
         self._last_signal = loop.time()
         self._signalled = True
