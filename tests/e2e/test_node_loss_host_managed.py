@@ -73,7 +73,7 @@ def test_a_lost_node_leaves_the_domain_ready_and_its_claim_is_unprepared_on_retu
         assert stale_claim in prepared_on(cluster, lost)
         apply(cluster, channel_pod(pod, namespace, f"{DOMAIN}-channel", node=lost))
         workloads_during = workload_containers(cluster, namespace)
-    assert domain_writes.writes() == []
+    assert domain_writes.writes() == [], domain_writes.describe()
     for node in survivors:
         assert workloads_during[node] == workloads_before[node], f"the workload on {node} restarted"
 

@@ -24,6 +24,10 @@ NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 IMEX_PEERS_ANNOTATION: Final = "resource.nvidia.com/imexPeers"
 #: The ComputeDomain condition that rolls up every node's ``imexPeers``.
 IMEX_PEERS_CONNECTED: Final = "IMEXPeersConnected"
+#: A daemon writes its summary at most once per this many polls; the controller publishes a domain's
+#: summaries no more often either, so N daemons cost the shared objects what one does
+#: (docs/imex-health.md §3).
+REPORT_SPACING_POLLS: Final = 3
 
 #: IMEX's connection state codes as ``nvidia-imex-ctl -N`` prints them, and what they mean.
 CONNECTED: Final = "C"

@@ -23,14 +23,15 @@ annotation on its own pod); ``membership`` copies the report into the node's cli
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
+import msgspec
 import structlog
 from msgspec import UNSET
 from prometheus_client import Gauge
 
-from imexdra.api.computedomain import ComputeDomain, ComputeDomainNode, Condition
+from imexdra.api.computedomain import ComputeDomain, ComputeDomainNode, ComputeDomainStatus, Condition
 from imexdra.api.computedomainclique import ComputeDomainDaemonInfo
 from imexdra.api.constants import ConditionStatus
 from imexdra.api.imexpeers import IMEX_PEERS_CONNECTED, ImexPeers, state_meaning
@@ -132,7 +133,12 @@ def with_condition(conditions: Sequence[Condition], condition: Condition | None)
 
 def condition_of(cd: ComputeDomain) -> Condition | None:
     """The domain's published ``IMEXPeersConnected`` condition."""
-    return cd.status.condition(IMEX_PEERS_CONNECTED) if cd.status is not None else None
+    return condition_of_status(cd.status) if cd.status is not None else None
+
+
+def condition_of_status(status: ComputeDomainStatus) -> Condition | None:
+    """The ``IMEXPeersConnected`` condition of ``status``."""
+    return status.condition(IMEX_PEERS_CONNECTED)
 
 
 class FieldGuard:
@@ -151,6 +157,45 @@ class FieldGuard:
                 "(kubectl apply --server-side -f deployments/helm/imexdra/crds/)",
                 object=what,
             )
+
+
+def _unreported(
+    entries: Iterable[ComputeDomainNode | ComputeDomainDaemonInfo],
+) -> dict[str, ComputeDomainNode | ComputeDomainDaemonInfo]:
+    """The entries by node name, each without its report."""
+    return {_node_of(e): msgspec.structs.replace(e, imex_peers=UNSET) for e in entries}
+
+
+def _node_of(entry: ComputeDomainNode | ComputeDomainDaemonInfo) -> str:
+    return entry.name if isinstance(entry, ComputeDomainNode) else entry.node_name
+
+
+def only_reports_differ(
+    published: Mapping[str, Sequence[ComputeDomainDaemonInfo]],
+    desired: Mapping[str, Sequence[ComputeDomainDaemonInfo]],
+    current: ComputeDomainStatus | None,
+    wanted: ComputeDomainStatus,
+) -> bool:
+    """Whether the cliques and the status differ from what is published in daemons' reports alone.
+
+    Such a change (``imexPeers`` and the ``IMEXPeersConnected`` condition) may wait to be gathered with
+    the other daemons' reports; every other change is what daemons, plugins and ``kubectl wait`` act on.
+    """
+    if current is None or current.status != wanted.status or published.keys() != desired.keys():
+        return False
+    if any(_unreported(published[key]) != _unreported(desired[key]) for key in desired):
+        return False
+    if _unreported(current.nodes) != _unreported(wanted.nodes):
+        return False
+    others = [c for c in current.conditions if c.type != IMEX_PEERS_CONNECTED]
+    if others != [c for c in wanted.conditions if c.type != IMEX_PEERS_CONNECTED]:
+        return False
+    # Something must differ at all: an owners-only clique patch is not a report.
+    return (
+        any(list(published[key]) != list(desired[key]) for key in desired)
+        or {n.name: n for n in current.nodes} != {n.name: n for n in wanted.nodes}
+        or condition_of_status(current) != condition_of_status(wanted)
+    )
 
 
 def any_reported(entries: Iterable[ComputeDomainNode | ComputeDomainDaemonInfo]) -> bool:

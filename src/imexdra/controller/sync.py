@@ -29,8 +29,9 @@ from imexdra.api.constants import (
     ComputeDomainStatusValue,
     ConditionStatus,
 )
+from imexdra.api.imexpeers import REPORT_SPACING_POLLS
 from imexdra.common.machinery.events import EventRecorder
-from imexdra.controller import membership, nodehealth, reasons
+from imexdra.controller import imexhealth, membership, nodehealth, reasons
 from imexdra.controller.apiwrites import ApiWrites
 from imexdra.controller.caches import Caches
 from imexdra.controller.config import ControllerConfig
@@ -175,7 +176,12 @@ class MembershipSync:
         if not clique_changes and not status_due:
             self._observe(cd, status)
             return None
-        wait = self._last_publish.get(uid, -math.inf) + self._config.min_publish_interval - self._clock()
+        spacing = self._config.min_publish_interval
+        entries = {clique_id: members.daemons for clique_id, members in cliques.items()}
+        if others is None and imexhealth.only_reports_differ(published, entries, cd.status, status):
+            # Daemons' reports are gathered: one publication per report spacing, not one per daemon.
+            spacing = max(spacing, self._config.daemon_imex_peers_poll_interval * REPORT_SPACING_POLLS)
+        wait = self._last_publish.get(uid, -math.inf) + spacing - self._clock()
         if wait > 0:
             return wait
         self._report_unplaced(cd, cliques.values())

@@ -32,6 +32,7 @@ from lightkube.types import PatchType
 from imexdra.api.imexpeers import (
     CONNECTED,
     IMEX_PEERS_ANNOTATION,
+    REPORT_SPACING_POLLS,
     ImexPeers,
     PeerLink,
     encode_annotation,
@@ -106,7 +107,7 @@ class PeerHealthReporter:
         self._dns_names = dns_names
         self.interval = interval
         self.settle = 2 * interval
-        self.min_write_interval = 3 * interval
+        self.min_write_interval = REPORT_SPACING_POLLS * interval
         self._clock = clock
         self._seen: tuple[int, int | None] = (0, None)  # membership version, IMEX pid
         self._quiet_until = -math.inf

@@ -265,3 +265,47 @@ def test_health_members_drop_reports_once_guarded() -> None:
     assert health.members(members) == members
     health.guard.check("x", sent=True, stored=False)
     assert [m.imex_peers for m in health.members(members)] == [None]
+
+
+def three_of(peers: ImexPeers) -> ImexPeers:
+    """``peers`` as a member of a four-node clique reports it."""
+    return msgspec.structs.replace(peers, expected=3, connected=peers.connected + 1)
+
+
+async def test_reports_of_many_daemons_are_gathered_into_one_publication() -> None:
+    """After one report is published, the others wait a report spacing and go out together.
+
+    A lost node is reported by every survivor, each on its own poll; publishing each report alone would
+    cost the clique and the status one write per survivor (docs/imex-health.md §3). A change daemons
+    act on (a member NotReady) is not held back by the spacing.
+    """
+    rig = make_rig()
+    ok3 = three_of(OK2)
+    rig.caches.pods = [reporting(n, ok3) for n in "abcd"]
+    await rig.step()
+    rig.clock.now += 60
+    spacing = rig.config.daemon_imex_peers_poll_interval * 3
+
+    rig.caches.pods[0] = reporting("a", three_of(lost("d")))
+    assert sorted(await rig.step()) == ["clique", "status"]  # the first report: at once
+    published_at = rig.clock.now
+    rig.clock.now += 2
+    rig.caches.pods[1] = reporting("b", three_of(lost("d")))
+    rig.writer.log.clear()
+    assert await rig.sync.sync(rig.writer.domain) == pytest.approx(spacing - 2)
+    rig.clock.now += 3
+    rig.caches.pods[2] = reporting("c", three_of(lost("d")))
+    assert await rig.sync.sync(rig.writer.domain) == pytest.approx(spacing - 5)
+    assert rig.writer.log == []
+    assert sorted(await rig.step()) == ["clique", "status"]  # b's and c's reports in one publication
+    assert rig.clock.now == pytest.approx(published_at + spacing)
+    condition = rig.condition()
+    assert condition is not None and all(f"{n} cannot reach d" in condition.message for n in "abc")
+
+    rig.clock.now += 1
+    rig.caches.pods[3] = dataclasses.replace(reporting("d", ok3), ready=False)
+    rig.writer.log.clear()
+    delay = await rig.sync.sync(rig.writer.domain)
+    assert delay is None and sorted(rig.writer.log) == ["clique", "status"]
+    status = rig.writer.domain.status
+    assert status is not None and status.status.value == "NotReady"
