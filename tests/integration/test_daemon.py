@@ -86,6 +86,8 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # about 15 min in all; past 24 the rounds outlast 10 minutes, backoffs reset, and time grows ~1 min per kill.
 DAEMON_KILLS = int(os.environ.get("IMEXDRA_DAEMON_KILLS", "4"))
 SEED = int(os.environ.get("IMEXDRA_SEED", str(secrets.randbits(32))))
+#: The daemons' IMEX-health poll (seconds), short so reports settle and repeat within the test.
+PEERS_POLL_INTERVAL = "1"
 # A restarted daemon is Ready with all peers connected some 3 s after its container starts (here);
 # a kill not waiting for the domain to settle comes within this long after that start.
 STARTUP_SECONDS = 2.0
@@ -195,7 +197,7 @@ def daemon_pod_spec(*, uid: str, cd_name: str, clique: str, imexd: str, fake_bin
         {"name": "IMEXD_HOSTS_FILE", "value": "/imexd/hosts"},
         {"name": "FAKE_IMEX_HOSTS_FILE", "value": "/imexd/hosts"},
         {"name": "FAKE_IMEX_PROBE_INTERVAL", "value": "1"},
-        {"name": "IMEX_PEERS_POLL_INTERVAL", "value": "1"},
+        {"name": "IMEX_PEERS_POLL_INTERVAL", "value": PEERS_POLL_INTERVAL},
         {"name": "LOGGING_FORMAT", "value": "json"},
         {"name": "PATH", "value": f"{fake_bin}:/usr/local/bin:/usr/bin:/bin"},
     ]
@@ -257,7 +259,11 @@ async def domain(
 ) -> AsyncIterator[Domain]:
     """Four nodes, the controller, a ComputeDomain (numNodes 4) and its daemons scheduled everywhere."""
     await add_missing_nodes(cluster)
-    async with controller_running(cluster, DRIVER_NS, USER_NS, f"controller-dmn-{SUFFIX}"):
+    # The controller spaces health publications by the daemons' poll interval: tell it the test's.
+    poll = f"--cd-daemon-imex-peers-poll-interval={PEERS_POLL_INTERVAL}"
+    async with controller_running(
+        cluster, DRIVER_NS, USER_NS, f"controller-dmn-{SUFFIX}", extra_args=(poll,)
+    ):
         created = await kube.create(compute_domain_model("imex", USER_NS, num_nodes=4))
         assert created.metadata is not None and created.metadata.uid
         uid = created.metadata.uid
