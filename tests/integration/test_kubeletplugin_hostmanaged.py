@@ -16,6 +16,7 @@ import yaml
 from imexdra.kubeletplugin.checkpoint.model import ClaimState
 from imexdra.kubeletplugin.configs.apply import HOST_IMEX_NOT_READY_MESSAGE, NO_CLIQUE_MESSAGE
 from imexdra_sim.builders import channel_template, compute_domain
+from imexdra_sim.devices.procfs_fake import write_proc_devices
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.events import driver_prepare_failure
 from tests.integration.pluginharness import (
@@ -34,7 +35,7 @@ from tests.integration.pluginharness import (
     pod_gone,
 )
 from tests.support.builders import channel_pod
-from tests.support.kubectl import apply, patch_status, uid_of
+from tests.support.kubectl import apply, get_json, patch_status, uid_of
 from tests.support.waiting import eventually
 
 
@@ -267,3 +268,45 @@ async def test_second_channel_claim_on_the_node_is_refused(
     cluster.kubectl("delete", "pod", "first", "-n", namespace, "--wait=false")
     await eventually("first pod gone", lambda: pod_gone(cluster, namespace, "first"), within=90)
     await running(cluster, namespace, "second")
+
+
+def channel_health(cluster: LocalCluster, namespace: str, pod: str) -> list[tuple[str, str]]:
+    """``(resourceID, health)`` of the pod's container's allocated DRA devices, as the kubelet shows them."""
+    status = get_json(cluster, "pod", pod, "-n", namespace)["status"]
+    return [
+        (resource["resourceID"], resource.get("health", ""))
+        for container in status.get("containerStatuses", [])
+        for allocated in container.get("allocatedResourcesStatus", [])
+        for resource in allocated.get("resources", [])
+    ]
+
+
+async def test_the_kubelet_shows_channel_health_from_the_plugins_stream(
+    cluster: LocalCluster, plugins: dict[str, PluginProcess], namespace: str
+) -> None:
+    """The kubelet holds the resource-health stream open (no retries) and shows each device's health in
+    the pod's status: Healthy, then Unhealthy once ``/proc/devices`` lost the channels' entry."""
+    plugin = plugins["node-0"]
+    await plugin.wait_registered()
+    apply(cluster, channel_template(namespace, "health-channel", domain_uid(cluster, namespace), "Single"))
+    apply(cluster, channel_pod("health", namespace, "health-channel", node="node-0"))
+    await running(cluster, namespace, "health")
+    device = f"{DRIVER}/node-0/channel-0"
+    await eventually(
+        "channel-0 Healthy in the pod's status",
+        lambda: channel_health(cluster, namespace, "health") == [(device, "Healthy")],
+        within=90,
+    )
+    original = plugin.sim.proc_devices.read_text()
+    write_proc_devices(plugin.sim.proc_devices, imex_channels_major=None)
+    try:
+        await eventually(
+            "channel-0 Unhealthy in the pod's status",
+            lambda: channel_health(cluster, namespace, "health") == [(device, "Unhealthy")],
+            within=90,
+        )
+        assert plugin.logged("Device unhealthy")
+    finally:
+        plugin.sim.proc_devices.write_text(original)
+    cluster.kubectl("delete", "pod", "health", "-n", namespace, "--wait=false")
+    await eventually("pod deleted", lambda: pod_gone(cluster, namespace, "health"), within=90)

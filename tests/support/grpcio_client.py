@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from imexdra.dra._pb import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_v1_pb2
+from imexdra.dra._pb import dra_health_v1alpha1_pb2, dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_v1_pb2
 
 
 def stub(channel: grpc.aio.Channel, module: ModuleType, service: str) -> Any:
@@ -43,3 +43,12 @@ def dra_v1_stub(channel: grpc.aio.Channel) -> Any:
 def dra_v1beta1_stub(channel: grpc.aio.Channel) -> Any:
     """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin``."""
     return stub(channel, dra_v1beta1_pb2, "DRAPlugin")
+
+
+def resource_health_watch(channel: grpc.aio.Channel) -> Any:
+    """``v1alpha1.DRAResourceHealth/NodeWatchResources``: a callable returning the response stream."""
+    return channel.unary_stream(
+        "/v1alpha1.DRAResourceHealth/NodeWatchResources",
+        request_serializer=dra_health_v1alpha1_pb2.NodeWatchResourcesRequest.SerializeToString,
+        response_deserializer=dra_health_v1alpha1_pb2.NodeWatchResourcesResponse.FromString,
+    )

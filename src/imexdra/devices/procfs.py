@@ -103,6 +103,23 @@ class HostImexDevices:
         self._channel_count = channel_count
         self._channel_major = read_char_device_major(proc_devices, IMEX_CHANNELS_DEVICE)
 
+    def channels_lost(self) -> str | None:
+        """Why the channels' device nodes no longer work, read from ``/proc/devices`` now; None if they do.
+
+        The channels' major was read at construction and every CDI spec names it; a driver unloaded (the
+        entry gone) or reloaded under another major leaves those nodes pointing at nothing.
+        """
+        try:
+            major = read_char_device_major(self._proc_devices, IMEX_CHANNELS_DEVICE)
+        except DeviceDiscoveryError as error:
+            return f"{error} (it was major {self._channel_major} when the plugin started)"
+        if major != self._channel_major:
+            return (
+                f"{IMEX_CHANNELS_DEVICE} is major {major} in {self._proc_devices}, but was "
+                f"{self._channel_major} when the plugin started and wrote its CDI specs: restart the plugin"
+            )
+        return None
+
     @property
     def channel_count(self) -> int:
         """The install's channel count (``--imex-channel-count``), 2048 by default."""

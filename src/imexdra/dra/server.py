@@ -2,7 +2,8 @@
 
 ``KubeletPluginServer`` owns two gRPC servers (grpclib, ``dra.grpcserver``; docs/data-path.md §5):
 
-- the DRA server on ``<plugins dir>/<driver>/dra.sock`` (v1 and v1beta1 ``DRAPlugin``), started first;
+- the DRA server on ``<plugins dir>/<driver>/dra.sock`` (v1 and v1beta1 ``DRAPlugin``, and the
+  resource-health stream when given one, ``dra.resourcehealth``), started first;
 - the registration server on ``<registrar dir>/<driver>-reg.sock``, started once the DRA socket
   answers — its appearance is what makes the kubelet register the plugin.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -27,6 +29,10 @@ from imexdra.dra.grpcserver import GrpcServer
 from imexdra.dra.nodeservice import DraService, dra_handlers
 from imexdra.dra.paths import SocketPaths
 from imexdra.dra.registration import RegistrationServicer
+from imexdra.dra.resourcehealth import HEALTH_SERVICE, ResourceHealthServicer
+
+if TYPE_CHECKING:
+    from grpclib._typing import IServable
 
 _log = structlog.get_logger(__name__)
 
@@ -45,9 +51,11 @@ class KubeletPluginServer:
         driver: Driver,
         get_claim: ClaimGetter,
         paths: SocketPaths,
+        health: ResourceHealthServicer | None = None,
     ) -> None:
         self.paths = paths
         self._service = DraService(driver, get_claim)
+        self._health = health
         self._dra_server: GrpcServer | None = None
         self._registration_server: GrpcServer | None = None
         self.registration: RegistrationServicer | None = None
@@ -64,7 +72,11 @@ class KubeletPluginServer:
             raise ConfigError(f"kubelet registrar directory {paths.registrar_dir} does not exist")
         paths.plugin_data_dir.mkdir(mode=PLUGIN_DATA_DIR_MODE, parents=True, exist_ok=True)
         try:
-            handlers, versions = dra_handlers(self._service)
+            servicers, versions = dra_handlers(self._service)
+            handlers: list[IServable] = [*servicers]
+            if self._health is not None:
+                handlers.append(self._health)
+                versions.append(HEALTH_SERVICE)
             self._dra_server = GrpcServer(handlers)
             await _serve(self._dra_server, paths.dra_socket)
             self.registration = RegistrationServicer(

@@ -43,6 +43,7 @@ from imexdra.devices.procfs import HostImexDevices
 from imexdra.dra.claims import api_claim_getter
 from imexdra.dra.driver import ClaimGetter
 from imexdra.dra.health import HealthServer
+from imexdra.dra.resourcehealth import ResourceHealthServicer
 from imexdra.dra.server import PLUGIN_DATA_DIR_MODE, KubeletPluginServer
 from imexdra.dra.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin import hardware, metrics, slices
@@ -51,6 +52,7 @@ from imexdra.kubeletplugin.checkpoint.store import CheckpointStore, read_boot_id
 from imexdra.kubeletplugin.cleanup import StaleClaimCleanup, clean_domain_dirs_periodically
 from imexdra.kubeletplugin.configs.apply import ConfigApplier
 from imexdra.kubeletplugin.daemonowners import DaemonPodOwners
+from imexdra.kubeletplugin.devicehealth import device_health_check
 from imexdra.kubeletplugin.devicestate import DeviceState
 from imexdra.kubeletplugin.domains import CliqueReadiness, ComputeDomainCache
 from imexdra.kubeletplugin.driver import ImexDriver
@@ -130,6 +132,8 @@ class _Parts:
     state: DeviceState
     publisher: SlicePublisher
     get_claim: ClaimGetter
+    #: The devices the node publishes, by name (the resource-health stream's list).
+    device_names: list[str]
 
 
 async def _assemble(config: PluginConfig, client: KubeApi, nvml: Nvml, devices: HostImexDevices) -> _Parts:
@@ -195,7 +199,8 @@ async def _assemble(config: PluginConfig, client: KubeApi, nvml: Nvml, devices: 
         devices=published,
         node_uid=labeler.node_uid,
     )
-    return _Parts(domains, readiness, labeler, cliques, store, state, publisher, get_claim)
+    names = [device["name"] for device in published]
+    return _Parts(domains, readiness, labeler, cliques, store, state, publisher, get_claim, names)
 
 
 def _services(config: PluginConfig, parts: _Parts) -> dict[str, Coroutine[Any, Any, None]]:
@@ -224,7 +229,9 @@ async def _serve(
 ) -> None:
     parts = await _assemble(config, client, nvml, devices)
     driver = ImexDriver(parts.state, config.paths.prepare_lock, wake=parts.domains.changes)
-    server = KubeletPluginServer(driver=driver, get_claim=parts.get_claim, paths=config.paths)
+    check = device_health_check(devices, parts.device_names)
+    health = ResourceHealthServicer(pool=config.node_name, check=check)
+    server = KubeletPluginServer(driver=driver, get_claim=parts.get_claim, paths=config.paths, health=health)
     async with contextlib.AsyncExitStack() as stack:
         await server.start()
         stack.push_async_callback(server.stop)

@@ -160,3 +160,18 @@ def test_imex_channel_count_of_a_missing_file(tmp_path: Path) -> None:
     """A driver without the params file (none loaded) is a DeviceDiscoveryError naming the path."""
     with pytest.raises(DeviceDiscoveryError, match="error reading"):
         read_imex_channel_count(tmp_path / "absent")
+
+
+def test_channels_lost_reads_proc_devices_each_time(tmp_path: Path) -> None:
+    """None while the major is the one read at start; the entry gone or moved says so and how to mend."""
+    path = write_proc_devices(tmp_path / "pd")
+    devices = HostImexDevices(proc_devices=path)
+    assert devices.channels_lost() is None
+    write_proc_devices(path, imex_channels_major=None)
+    lost = devices.channels_lost()
+    assert lost is not None and "nvidia-caps-imex-channels" in lost and "was major 235" in lost
+    write_proc_devices(path, imex_channels_major=240)
+    moved = devices.channels_lost()
+    assert moved is not None and "major 240" in moved and "restart the plugin" in moved
+    write_proc_devices(path)
+    assert devices.channels_lost() is None
