@@ -291,7 +291,8 @@ async def test_the_kubelet_shows_channel_health_from_the_plugins_stream(
     apply(cluster, channel_template(namespace, "health-channel", domain_uid(cluster, namespace), "Single"))
     apply(cluster, channel_pod("health", namespace, "health-channel", node="node-0"))
     await running(cluster, namespace, "health")
-    device = f"{DRIVER}/node-0/channel-0"
+    # The kubelet names a device by its first CDI device ID.
+    device = f"k8s.compute-domain.nvidia.com/claim={pod_claim_uid(cluster, namespace, 'health')}-channel-0"
     await eventually(
         "channel-0 Healthy in the pod's status",
         lambda: channel_health(cluster, namespace, "health") == [(device, "Healthy")],
