@@ -12,11 +12,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainNode, ComputeDomainStatus, Condition
-from imexdra.api.computedomainclique import ComputeDomainClique
-from imexdra.api.constants import ConditionStatus
+from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo
+from imexdra.api.constants import ComputeDomainStatusValue, ConditionStatus
 from imexdra.api.imexpeers import IMEX_PEERS_ANNOTATION, ImexPeers, PeerLink, encode_annotation
 from imexdra.controller.daemons import DaemonPod, daemon_pod
-from imexdra.controller.imexhealth import ImexHealth, peers_condition
+from imexdra.controller.imexhealth import ImexHealth, only_reports_differ, peers_condition
 from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.sync import MembershipSync
 from tests.unit.controller.support import UID, Events, make_config, make_domain, make_pod, member
@@ -309,3 +309,23 @@ async def test_reports_of_many_daemons_are_gathered_into_one_publication() -> No
     assert delay is None and sorted(rig.writer.log) == ["clique", "status"]
     status = rig.writer.domain.status
     assert status is not None and status.status.value == "NotReady"
+
+
+def test_only_reports_differ_needs_a_report_change_and_nothing_else() -> None:
+    """Reports alone may wait; a status change, a new member or no change at all may not."""
+    published = {"c.1": [member_entry("a", OK2)]}
+    current = ComputeDomainStatus(status=ComputeDomainStatusValue.READY, nodes=[node("a", OK2)])
+    reported = {"c.1": [member_entry("a", lost("b"))]}
+    wanted = ComputeDomainStatus(status=ComputeDomainStatusValue.READY, nodes=[node("a", lost("b"))])
+    assert only_reports_differ(published, reported, current, wanted)
+    assert not only_reports_differ(published, published, current, current)  # nothing differs (owners only)
+    not_ready = msgspec.structs.replace(wanted, status=ComputeDomainStatusValue.NOT_READY)
+    assert not only_reports_differ(published, reported, current, not_ready)
+    joined = {"c.1": [member_entry("a", lost("b")), member_entry("b", None)]}
+    assert not only_reports_differ(published, joined, current, wanted)
+    assert not only_reports_differ(published, reported, None, wanted)
+
+
+def member_entry(name: str, peers: ImexPeers | None) -> ComputeDomainDaemonInfo:
+    entry = ComputeDomainDaemonInfo(node_name=name, ip_address="10.0.0.1", clique_id="c.1", index=0)
+    return entry if peers is None else msgspec.structs.replace(entry, imex_peers=peers)
