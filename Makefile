@@ -71,7 +71,6 @@ test: lint k8s
 test-lanes: lint k8s
 	$(BIN)/python tools/testlanes.py --out=$(TEST_LANES) $(PYTEST_ARGS)
 
-# The same tests in one pytest process, one tier after the other (what `make test` ran before the lanes).
 # The version smoke (not CI): the seed workloads and the driver-managed install on every Kubernetes minor
 # the chart admits; results in bench/results/kube_versions.json (docs/kubernetes-versions.md).
 SMOKE_ARGS ?=
