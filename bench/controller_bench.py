@@ -74,13 +74,13 @@ from controller_api import (
 )
 from controller_channels import POOL, burst_channel_isolation
 from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
-from lightkube.resources.core_v1 import ConfigMap
-from lightkube.resources.networking_v1 import NetworkPolicy
 from plotting import write_controller_plot
 from upstream_build import command_upstream_commit
 
 from imexdra.common.kube.connection import connect
+from imexdra.common.kube.kubeconfig import KubeConfig
+from imexdra.common.kube.models.core_v1 import ConfigMap
+from imexdra.common.kube.models.networking_v1 import NetworkPolicy
 from imexdra.common.kube.transport import resource_path
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.promtext import apiserver_metrics, metric

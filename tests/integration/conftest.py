@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 
 from imexdra.api.constants import CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
 from imexdra.common.kube.connection import connect
 from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.kubeconfig import KubeConfig
 from imexdra.common.kube.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, HostImage, NodeSpec

@@ -27,10 +27,6 @@ from typing import Any
 
 import yaml
 from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
-from lightkube.types import PatchType
 
 from imexdra.api.computedomain import (
     ComputeDomain,
@@ -38,6 +34,10 @@ from imexdra.api.computedomain import (
 from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY
 from imexdra.api.flags.common import ImexIsolation
+from imexdra.common.kube.api import PatchType
+from imexdra.common.kube.models.apps_v1 import DaemonSet
+from imexdra.common.kube.models.core_v1 import Node
+from imexdra.common.kube.models.resource_v1 import ResourceClaimTemplate
 from imexdra.controller import rbac
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port, tail
@@ -333,7 +333,7 @@ def leftovers(cluster: LocalCluster, uid: str) -> dict[str, list[str]]:
 
 async def label_as_daemon(kube: AsyncClient, pod: str, namespace: str, clique_id: str) -> None:
     """What a daemon does first thing: announce its clique ID on its own pod."""
-    from lightkube.resources.core_v1 import Pod
+    from imexdra.common.kube.models.core_v1 import Pod
 
     await kube.patch(
         Pod,

@@ -18,10 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from lightkube import ALL_NS, ApiError, AsyncClient
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.types import PatchType
+from lightkube import ALL_NAMESPACES, ApiError, AsyncClient
 
 from imexdra.api.computedomain import (
     ComputeDomain,
@@ -41,6 +38,9 @@ from imexdra.api.constants import (
     ComputeDomainStatusValue,
     ConditionStatus,
 )
+from imexdra.common.kube.api import PatchType
+from imexdra.common.kube.models.apiextensions_v1 import CustomResourceDefinition
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 
@@ -333,7 +333,7 @@ async def test_list_watch_and_apply(kube: AsyncClient, namespace: str) -> None:
     listing = kube.list(ComputeDomain, namespace=namespace)
     names = [cd.metadata.name async for cd in listing if cd.metadata is not None]
     assert first in names
-    everywhere = [cd async for cd in kube.list(ComputeDomain, namespace=ALL_NS)]
+    everywhere = [cd async for cd in kube.list(ComputeDomain, namespace=ALL_NAMESPACES)]
     assert all(isinstance(cd, ComputeDomain) for cd in everywhere)
 
     applied_name = f"applied-{secrets.token_hex(3)}"

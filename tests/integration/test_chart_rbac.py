@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError, AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, NODE_LABEL_KEY
 from imexdra.api.imexpeers import IMEX_PEERS_ANNOTATION, ImexPeers, PeerLink, decode_annotation
 from imexdra.common.errors import DriverError
+from imexdra.common.kube.api import PatchType
 from imexdra.common.kube.client import ApiStatusError
 from imexdra.common.kube.connection import connect, make_client
+from imexdra.common.kube.kubeconfig import KubeConfig
+from imexdra.common.kube.models.core_v1 import Node, Pod
 from imexdra.common.kube.transport import Transport
 from imexdra.daemon.health import pod_annotator
 from imexdra.daemon.podlabel import label_own_pod

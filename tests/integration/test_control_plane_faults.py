@@ -39,10 +39,10 @@ from typing import Any, TypeVar
 import httpx2
 import pytest
 from lightkube import ApiError, AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
+from imexdra.common.kube.kubeconfig import KubeConfig
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.promtext import Samples

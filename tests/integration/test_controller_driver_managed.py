@@ -27,10 +27,10 @@ from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra.common.kube.api import PatchType
+from imexdra.common.kube.models.core_v1 import Node, Pod
 from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import AllocationMode
+from imexdra.common.kube.models.resource_v1 import ResourceClaimTemplate
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (

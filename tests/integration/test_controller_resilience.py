@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.resources.coordination_v1 import Lease
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.flags.common import ImexIsolation
+from imexdra.common.kube.models.coordination_v1 import Lease
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (

@@ -45,10 +45,10 @@ from typing import Any
 import pytest
 import yaml
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
+from imexdra.common.kube.api import PatchType
+from imexdra.common.kube.models.core_v1 import Node, Pod
 from imexdra.common.observability.logformat import parse_line
 from imexdra.daemon.hostsfile import managed_mappings
 from imexdra.devices.imex import parse_config

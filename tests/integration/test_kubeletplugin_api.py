@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node as NodeResource
-from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, DRIVER_NAME
 from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.core_v1 import Node as NodeResource
+from imexdra.common.kube.models.resource_v1 import ResourceSlice
 from imexdra.common.kube.transport import Transport
 from imexdra.common.pacing.pulse import Pulse
 from imexdra.dra.slicepublisher import SlicePublisher

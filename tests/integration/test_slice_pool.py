@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node as NodeResource
-from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.core_v1 import Node as NodeResource
+from imexdra.common.kube.models.resource_v1 import ResourceSlice
 from imexdra.dra.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.slices import slice_devices
 from tests.support.waiting import eventually

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightkube.models.meta_v1 import ObjectMeta
-
 from imexdra.api.computedomain import (
     ComputeDomain,
     ComputeDomainChannelSpec,
@@ -36,6 +34,7 @@ from imexdra.api.constants import (
     KIND_COMPUTE_DOMAIN,
     AllocationMode,
 )
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
 

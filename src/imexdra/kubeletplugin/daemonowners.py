@@ -25,13 +25,13 @@ claim, on the job's critical path).
 from __future__ import annotations
 
 import msgspec
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Pod
 
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, DEVICE_CLASS_DAEMON
 from imexdra.common.errors import DriverError, PermanentError, RetryableError
 from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import ApiStatusError, is_not_found
+from imexdra.common.kube.models.apps_v1 import DaemonSet
+from imexdra.common.kube.models.core_v1 import Pod
 from imexdra.common.kube.transport import resource_path
 from imexdra.dra.resourceclaim import ResourceClaim, ResourceClaimConsumerReference
 

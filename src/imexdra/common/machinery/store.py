@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from lightkube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 
 
 class KubeObject(Protocol):
