@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient
 
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.common.kube.kubeclient import KubeClient
@@ -26,15 +25,15 @@ from tests.support.waiting import eventually
 
 
 @pytest.fixture
-async def pool(kube: AsyncClient) -> AsyncIterator[str]:
+async def pool(kube: KubeClient) -> AsyncIterator[str]:
     """A kubelet-less Node (the pool's name); deleting it takes its slices (owner references)."""
     name = f"pool-{uuid.uuid4().hex[:6]}"
-    await kube.create(NodeResource.from_dict({"metadata": {"name": name}}))  # type: ignore[call-overload]
+    await kube.create(NodeResource.from_dict({"metadata": {"name": name}}))
     yield name
     await kube.delete(NodeResource, name)
 
 
-async def slices_of(kube: AsyncClient, pool: str) -> list[ResourceSlice]:
+async def slices_of(kube: KubeClient, pool: str) -> list[ResourceSlice]:
     """The pool's slices in the API, by name."""
     found = [s async for s in kube.list(ResourceSlice, fields={"spec.nodeName": pool})]
     return sorted(found, key=lambda s: (s.metadata.name if s.metadata else "") or "")
@@ -66,7 +65,7 @@ def device_ids(slices: list[ResourceSlice]) -> list[int]:
 
 
 async def test_channel_isolation_pool_is_sixteen_slices_rewritten_as_one(
-    kube: AsyncClient, api: KubeClient, pool: str
+    kube: KubeClient, api: KubeClient, pool: str
 ) -> None:
     """2047 devices: 16 slices at generation 1; one deleted → all 16 at generation 2, same objects
     reused where they exist; one edited by someone else → generation 3; an unchanged pool is left alone."""
@@ -99,7 +98,7 @@ async def test_channel_isolation_pool_is_sixteen_slices_rewritten_as_one(
 
         edited: dict[str, Any] = second[0].to_dict()
         edited["spec"]["devices"] = edited["spec"]["devices"][:3]
-        await kube.replace(ResourceSlice.from_dict(edited))  # type: ignore[call-overload]
+        await kube.replace(ResourceSlice.from_dict(edited))
         third = await eventually("the pool rewritten at generation 3", lambda: at(3), within=60)
         assert device_ids(third) == list(range(1, 2048))
 

@@ -8,9 +8,10 @@ Two steps, so that a unit test can rerun the second without Kubernetes' source t
    ``tools/kubemodels/closure.json`` (descriptions cut to their first sentence);
 2. ``render``: that closure as msgspec Struct modules, one per group-version (``core_v1.py``...).
 
-The models keep lightkube-models' class names and camelCase field names, its required fields (those
-the spec requires), its renames of Python keywords (``from_``, ``continue_``), its ``Time`` as
-``datetime`` and its stamping of apiVersion and kind on every object of a kind (docs/kube-client.md).
+The models keep the class names and camelCase field names of the models they replace, their required
+fields (those the spec requires), their renames of Python keywords (``from_``, ``continue_``), their
+``Time`` as ``datetime`` and their stamping of apiVersion and kind on every object of a kind
+(docs/kube-client.md).
 
 Usage: ``tools/kubemodels/generate.py [--spec swagger.json]`` (``make kubemodels``); without
 ``--spec`` the closure is rendered again from closure.json.
@@ -55,7 +56,7 @@ ROOTS = (
     "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
 )
 
-#: Definitions that are no object of their own: rendered inline as these types (lightkube's choices).
+#: Definitions that are no object of their own: rendered inline as these types.
 INLINE = {
     "io.k8s.apimachinery.pkg.api.resource.Quantity": "str",
     "io.k8s.apimachinery.pkg.apis.meta.v1.Time": "datetime",
@@ -72,8 +73,8 @@ INLINE = {
     "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrStringArray": "Any",
 }
 
-#: Fields the spec requires but lightkube-models (from a later spec) left optional; kept optional so that
-#: every object that decoded under lightkube still decodes.
+#: Fields the spec requires but the models we replaced (from a later spec) left optional; kept optional
+#: so that every object that decoded before still decodes (docs/kube-client.md).
 OPTIONAL = {
     "io.k8s.api.apps.v1.DaemonSetCondition": {"status", "type"},
     "io.k8s.api.apps.v1.DeploymentCondition": {"status", "type"},
@@ -240,7 +241,7 @@ def _q(text: str) -> str:
 
 
 def _attribute(field: str) -> str:
-    """A Python name for a wire field: keywords get a ``_`` suffix, ``$x`` becomes ``d_x`` (lightkube's)."""
+    """A Python name for a wire field: keywords get a ``_`` suffix, ``$x`` becomes ``d_x``."""
     if field.startswith("$"):
         return "d_" + field[1:]
     name = field.replace("-", "_")

@@ -1,7 +1,7 @@
 """The API objects tests, benchmarks and the demo create, each built in one place.
 
 - ``compute_domain``: a ComputeDomain manifest (a dict, for ``kubectl apply`` or raw requests), and
-  ``compute_domain_model``: the same object as the driver's typed model (for lightkube clients);
+  ``compute_domain_model``: the same object as the driver's typed model (for typed clients);
 - ``channel_config``, ``channel_template``, ``channel_claim``: the workload side of a domain, as the
   controller renders it (``ResourceClaimTemplate``) and as the kubelet sees it (a claim from it);
 - ``daemon_device_class``: upstream's DeviceClass for the IMEX daemons' claims (the chart ships it);

@@ -17,7 +17,7 @@ A failed check is a ``PermanentError`` (the kubelet turns it into a pod event); 
 cannot answer is a ``RetryableError``.
 
 The pod and the DaemonSet are read raw and decoded into ``_Object``, their metadata only: the check
-reads nothing else, and lightkube's full Pod model cost each plugin process about a third of its CPU
+reads nothing else, and a full Pod model cost each plugin process about a third of its CPU
 in the job-start bench (its type tree is compiled on the first decode, which is the node's first daemon
 claim, on the job's critical path).
 """

@@ -8,8 +8,8 @@
   :func:`api_info` reads it, and the client builds every path from it (``transport.resource_path``).
 - :func:`decode_object` and :func:`decode_list` turn response bodies into models straight from bytes.
 
-These replace lightkube's ``core.resource``, ``core.decoders`` and ``core.schema.DictMixin``
-(docs/kube-client.md).
+They replace the third-party client library's equivalents, whose package imported its HTTP clients
+into every process (docs/kube-client.md).
 """
 
 from __future__ import annotations

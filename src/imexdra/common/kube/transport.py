@@ -1,6 +1,6 @@
 """The one HTTP/1.1 keep-alive transport to the API server: every request and watch of a component.
 
-Why our own: through lightkube's client on httpx2 one API request cost about 4 ms of CPU on the target
+Why our own: through a general-purpose client on httpx one API request cost about 4 ms of CPU on the target
 machine (URL parsing three times, anyio and httpcore layers); over a plain TLS stream about 0.3 ms and a
 third of the latency; the transport benchmark (docs/kube-client.md) compares it with aiohttp. The typed
 client (``common.kube.kubeclient``) sits on it; ``common.kube.connection`` builds it with the
