@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Generate the Kubernetes model modules in src/imexdra/common/kube/models/ from the OpenAPI v2 spec.
 
 Two steps, so that a unit test can rerun the second without Kubernetes' source tree:
@@ -13,8 +14,8 @@ fields (those the spec requires), their renames of Python keywords (``from_``, `
 ``Time`` as ``datetime`` and their stamping of apiVersion and kind on every object of a kind
 (docs/kube-client.md).
 
-Usage: ``tools/kubemodels/generate.py [--spec swagger.json]`` (``make kubemodels``); without
-``--spec`` the closure is rendered again from closure.json.
+Usage: ``tools/kubemodels/generate.py [--spec swagger.json]`` (``make kubemodels``; the default spec
+is the module cache's); ``--from-closure`` renders closure.json again without reading a spec.
 """
 
 from __future__ import annotations
@@ -257,7 +258,7 @@ def _class(name: str, definition: dict[str, Any], module: _Module) -> str:
     required = [field for field in properties if field in definition["required"]]
     optional = [field for field in properties if field not in definition["required"]]
     lines = [f"class {cls}(Model, kw_only=True):"]
-    description = definition["description"].replace("\\", "\\\\").replace('"""', "'''") or f"{cls}."
+    description = definition["description"].replace("\\", "\\\\").replace('"', "'") or f"{cls}."
     lines.append(f'    """{description}"""')
     lines.append("")
     resource = definition.get("resource")
@@ -385,6 +386,10 @@ def main() -> None:
         closure = json.loads(CLOSURE.read_text())
     else:
         path = args.spec or spec_path()
+        if not path.is_file():
+            raise SystemExit(
+                f"{path} not found: make k8s downloads Kubernetes' module into the Go module cache"
+            )
         closure = extract(json.loads(path.read_text()), source_name(path))
         CLOSURE.write_text(json.dumps(closure, indent=1, sort_keys=True) + "\n")
     files = render(closure)

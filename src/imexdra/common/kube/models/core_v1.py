@@ -450,7 +450,7 @@ class EventSource(Model, kw_only=True):
 
 
 class ExecAction(Model, kw_only=True):
-    """ExecAction describes a "run in container" action."""
+    """ExecAction describes a 'run in container' action."""
 
     command: list[str] | None = None
 
@@ -1359,7 +1359,7 @@ class ServiceAccountTokenProjection(Model, kw_only=True):
 
 
 class SleepAction(Model, kw_only=True):
-    """SleepAction describes a "sleep" action."""
+    """SleepAction describes a 'sleep' action."""
 
     seconds: int
 
@@ -1389,7 +1389,7 @@ class TCPSocketAction(Model, kw_only=True):
 
 
 class Taint(Model, kw_only=True):
-    """The node this Taint is attached to has the "effect" on any pod that does not tolerate the Taint."""
+    """The node this Taint is attached to has the 'effect' on any pod that does not tolerate the Taint."""
 
     effect: str
     key: str

@@ -233,7 +233,7 @@ class DeviceSubRequest(Model, kw_only=True):
 
 
 class DeviceTaint(Model, kw_only=True):
-    """The device this taint is attached to has the "effect" on any claim which does not tolerate the taint and, through the claim, to pods using the claim."""
+    """The device this taint is attached to has the 'effect' on any claim which does not tolerate the taint and, through the claim, to pods using the claim."""
 
     effect: str
     key: str
