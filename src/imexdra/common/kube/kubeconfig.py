@@ -132,9 +132,9 @@ class Kubeconfig(msgspec.Struct, kw_only=True):
     @classmethod
     def from_file(cls, path: Path) -> Kubeconfig:
         """Read the kubeconfig at ``path`` (``~`` expanded)."""
-        path = path.expanduser()
+        given, path = path, path.expanduser()
         if not path.is_file():
-            raise ConfigError(f"Configuration file {path} not found", field="kubeconfig")
+            raise ConfigError(f"Configuration file {given} not found", field="kubeconfig")
         try:
             raw = yaml.safe_load(path.read_text())
             parsed = msgspec.convert(raw, _File)
@@ -150,7 +150,7 @@ class Kubeconfig(msgspec.Struct, kw_only=True):
 
     def get(self, context_name: str | None = None) -> SingleConfig:
         """The context ``context_name``, by default the current one."""
-        name = context_name or self.current_context
+        name = context_name if context_name is not None else self.current_context
         if name is None:
             raise ConfigError("No current context set and no default provided", field="kubeconfig")
         context = self.contexts.get(name)
