@@ -27,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -316,6 +317,21 @@ def _class(name: str, definition: dict[str, Any], module: _Module) -> str:
     return "\n".join(lines)
 
 
+def _imports(lines: Iterable[str]) -> list[str]:
+    """One import block as ruff sorts it: ``import x`` first, then one ``from x import a, b`` per module."""
+    plain: list[str] = []
+    names: dict[str, set[str]] = {}
+    for line in sorted(set(lines)):
+        if line.startswith("import "):
+            plain.append(line)
+        else:
+            source, name = line[len("from ") :].split(" import ")
+            names.setdefault(source, set()).add(name)
+    return plain + [
+        f"from {source} import {', '.join(sorted(found))}" for source, found in sorted(names.items())
+    ]
+
+
 def render(closure: dict[str, Any]) -> dict[str, str]:
     """The generated modules' text by file name, ``__init__.py`` included."""
     modules: dict[str, _Module] = {}
@@ -328,13 +344,15 @@ def render(closure: dict[str, Any]) -> dict[str, str]:
     files: dict[str, str] = {}
     for name, module in sorted(modules.items()):
         group_version = name.rsplit("_", 1)
-        stdlib = sorted(
+        stdlib = _imports(
             line for line in module.imports if not line.startswith(("import msgspec", "from imexdra"))
         )
-        third = sorted(line for line in module.imports if line.startswith("import msgspec"))
-        ours = [f"from {PACKAGE} import {other}" for other in sorted(module.modules)]
-        names = ", ".join(sorted({"Model"} | ({"ApiInfo"} if _API_IMPORT in module.imports else set())))
-        ours.append(f"from imexdra.common.kube.resource import {names}")
+        third = _imports(line for line in module.imports if line.startswith("import msgspec"))
+        ours = _imports(
+            [f"from {PACKAGE} import {other}" for other in module.modules]
+            + [line for line in module.imports if line.startswith("from imexdra")]
+            + ["from imexdra.common.kube.resource import Model"]
+        )
         blocks = ["\n".join(block) for block in (stdlib, third, ours) if block]
         text = (
             f'"""Kubernetes {group_version[0]}/{group_version[1]} models.\n\n{header}\n"""\n\n'

@@ -8,8 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import ClassVar
 
-from imexdra.common.kube.models import core_v1
-from imexdra.common.kube.models import meta_v1
+from imexdra.common.kube.models import core_v1, meta_v1
 from imexdra.common.kube.resource import ApiInfo, Model
 
 
