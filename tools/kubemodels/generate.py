@@ -25,6 +25,7 @@ import json
 import keyword
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -376,11 +377,10 @@ def spec_path() -> Path:
     version = re.search(r"^KUBE_VERSION=(\S+)$", versions, re.MULTILINE)
     if version is None:
         raise SystemExit("tools/k8s/versions.env has no KUBE_VERSION")
-    cache = (
-        os.environ.get("GOMODCACHE")
-        or subprocess.run(
-            ["go", "env", "GOMODCACHE"], check=True, capture_output=True, text=True
-        ).stdout.strip()
+    cache = os.environ.get("GOMODCACHE") or (
+        subprocess.run(["go", "env", "GOMODCACHE"], check=True, capture_output=True, text=True).stdout.strip()
+        if shutil.which("go")
+        else str(Path.home() / "go" / "pkg" / "mod")  # Go's default, for a machine without go on PATH
     )
     return Path(cache) / f"k8s.io/kubernetes@v{version[1]}" / "api/openapi-spec/swagger.json"
 
