@@ -60,7 +60,9 @@ def device_ids(slices: list[ResourceSlice]) -> list[int]:
     ids: list[int] = []
     for s in slices:
         for device in (s.spec.devices if s.spec is not None else None) or []:
-            ids.append(device.attributes["id"]["int"])  # type: ignore[index]
+            number = (device.attributes or {})["id"].int
+            assert number is not None
+            ids.append(number)
     return ids
 
 
