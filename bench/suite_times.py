@@ -1,4 +1,4 @@
-"""The test suite's wall time in lanes (``make test-lanes``): the ``lanes.json`` of CI runs, side by side.
+"""The test suite's wall time in lanes (``make test``): the ``lanes.json`` of CI runs, side by side.
 
 Not a benchmark that runs anything itself: each run is ``.ci/run`` on a clean clone (``git clone``,
 then ``flock /tmp/imexdra-heavy.lock env CI=true bash .ci/run``), which leaves its lanes' figures in
