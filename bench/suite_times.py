@@ -90,9 +90,7 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
     )
     axes.axhline(SERIAL_PYTEST_SECONDS, color="tab:gray", linestyle="--", label="serial pytest")
     axes.axhline(SERIAL_PYTEST_SECONDS / 2, color="tab:red", linestyle="--", label="target (half)")
-    axes.set_xticks(
-        [i + 0.4 - width / 2 for i in range(len(runs))], [run["commit"][:7] for run in runs]
-    )
+    axes.set_xticks([i + 0.4 - width / 2 for i in range(len(runs))], [run["commit"][:7] for run in runs])
     axes.set_ylabel("seconds")
     axes.set_title("make test: seconds per lane (lanes of one phase run at once)")
     axes.legend(fontsize=8)
