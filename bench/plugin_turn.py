@@ -212,9 +212,11 @@ class Turn:
     poll_s: float = POLL_S
     #: py-spy records this process during its cycles (``--profile``: ours, on the first node only).
     profile: bool = False
-    #: What the phases read, in the order the turn's figures report them.
-    read: dict[str, Any] = field(default_factory=dict)
-    exit_code: int | None = None
+    #: What the phases read, for ``finish`` to report.
+    read: dict[str, Any] = field(default_factory=dict, init=False)
+    #: (utime + stime, time on CPU, time on CPU by thread name) at the idle window's start.
+    idle_from: tuple[float, float, dict[str, float]] = field(default=(0.0, 0.0, {}), init=False)
+    exit_code: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.node = self.files.node.name
@@ -240,12 +242,12 @@ class Turn:
 
     def idle_begin(self) -> None:
         pid = self.plugin.pid
-        self._idle = (tree_cpu_seconds(pid), tree_on_cpu_seconds(pid), on_cpu_by_thread(pid))
+        self.idle_from = (tree_cpu_seconds(pid), tree_on_cpu_seconds(pid), on_cpu_by_thread(pid))
 
     def idle_end(self, window: float) -> None:
         """The idle figures over ``window`` seconds since ``idle_begin``."""
         pid = self.plugin.pid
-        ticks_before, on_cpu_before, threads_before = self._idle
+        ticks_before, on_cpu_before, threads_before = self.idle_from
         self.read["idle_cpu_ms_per_s"] = round((tree_on_cpu_seconds(pid) - on_cpu_before) * 1e3 / window, 3)
         self.read["idle_ticks"] = round((tree_cpu_seconds(pid) - ticks_before) * 1e3 / window, 3)
         by_thread = {
