@@ -100,7 +100,7 @@ from benchlib import (
 )
 from plugin_nodes import daemons, node_address, node_names, pod_cidr, pool
 from plugin_plot import write_plugin_plot
-from plugin_processes import NodeFiles, Plugin, our_plugin, upstream_plugin
+from plugin_processes import NodeFiles, Plugin, distinct_port, our_plugin, upstream_plugin
 from plugin_turn import KUBELET_HISTOGRAM, NAMESPACE, POLL_S, TEMPLATE, Turn, run_turns
 from upstream_build import binary_commit, upstream_binary
 
@@ -108,7 +108,6 @@ from imexdra.common.kube.connection import connect
 from imexdra_sim.builders import channel_template, compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
-from imexdra_sim.localcluster.processes import free_port
 
 DOMAIN = "bench"
 DEFAULT_CHECKOUT = Path("/tmp/upstream-src")
@@ -242,7 +241,7 @@ async def bench(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, An
     host_imex = []
     if "hostManaged" in modes:  # each node's nvidia-imex.service, up before any plugin, as on a real node
         for index, node in enumerate(nodes, 1):
-            host_imex.append(HostImex(files[node].base, node_address(index, HOST_IMEX_HOST), free_port()))
+            host_imex.append(HostImex(files[node].base, node_address(index, HOST_IMEX_HOST), distinct_port()))
             host_imex[-1].start()
         for service in host_imex:
             await service.wait_ready()
