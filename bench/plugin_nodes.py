@@ -27,6 +27,8 @@ CYCLE_FIGURES = {
     "unprepare_own_ms": "unprepare_own_ms",
     "pod_running_s": "pod_running_s",
     "cpu_ms_per_cycle": "cpu_ms",
+    "api_requests_per_cycle": "api_requests",
+    "rate_limiter_wait_ms": "rate_limiter_wait_ms",
 }
 #: The RSS readings of a turn (``rss_mib.<phase>.<VmRSS|VmHWM>``).
 RSS_PHASES = ("after_first_cycle", "idle", "after_cycles")

@@ -48,6 +48,8 @@ POD_IMAGE = "registry.k8s.io/pause:3.10"
 KUBELET_HISTOGRAM = "dra_grpc_operations_duration_seconds"
 OWN_HISTOGRAM = "nvidia_dra_request_duration_seconds"
 PREPARE, UNPREPARE = "NodePrepareResources", "NodeUnprepareResources"
+REQUESTS = "rest_client_requests_total"
+RATE_LIMITED = "rest_client_rate_limiter_duration_seconds_sum"
 #: How often one node's waits poll (the pod's phase, the kubelet's /metrics). With N nodes each polls
 #: N times less often, so the bench's own requests (and the parsing of a kubelet's /metrics on its
 #: one event loop) stay what one node's are, not N times that on the same cores as the cluster.
@@ -186,10 +188,20 @@ class Cycles:
             figures[f"{key}_ms"] = round((sum_after - sum_before) * 1e3, 3)
             own = own_seconds(own_after, key) - own_seconds(own_before, key)
             figures[f"{key}_own_ms"] = round(own * 1e3, 3)
+        # The plugin's API client (client-go's rest_client_* metrics, which both plugins export): its
+        # requests in the cycle and the time they waited in the client's QPS token bucket.
+        figures["api_requests"] = int(metric_total(own_after, REQUESTS) - metric_total(own_before, REQUESTS))
+        waited = metric_total(own_after, RATE_LIMITED) - metric_total(own_before, RATE_LIMITED)
+        figures["rate_limiter_wait_ms"] = round(waited * 1e3, 3)
         return figures
 
     async def _gone(self, path: str) -> bool:
         return not await exists(self.transport, path)
+
+
+def metric_total(samples: Samples, name: str) -> float:
+    """The sum of every series of ``name`` (all label sets); 0 when the plugin does not export it."""
+    return sum(value for (series, _labels), value in samples.items() if series == name)
 
 
 def own_seconds(samples: Samples, operation: str) -> float:
