@@ -29,6 +29,8 @@ def turn(prepare: list[float], rss: float, idle: float, exit_code: int = 0) -> d
             "unprepare_own_ms": value / 20,
             "pod_running_s": value / 100,
             "cpu_ms": value / 4,
+            "api_requests": 4,
+            "rate_limiter_wait_ms": value / 10,
         }
         for value in prepare
     ]
