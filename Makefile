@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: venv k8s k8s-versions image release upgrade-test lint test test-lanes test-unit test-integration test-e2e \
+.PHONY: venv k8s k8s-versions image release upgrade-test lint test test-unit test-integration test-e2e \
 	smoke-versions demo cluster-up bench soak upstream-bats protos kubemodels clean
 
 venv:
@@ -59,16 +59,12 @@ test-e2e: venv k8s
 	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 # All tiers, after lint. The integration and e2e tiers run against the real local control plane.
-# They run at once as lanes (the unit tier, the integration tier, the e2e tier in two), each a pytest
+# They run at once as lanes (the unit tier, the integration tier, the e2e tier in three), each a pytest
 # process in a network namespace of its own (tools/testlanes.py, docs/testing.md "Lanes"); each lane's
 # log, junit and times go to $(TEST_LANES)/<lane>/, and all lanes' figures to $(TEST_LANES)/lanes.json.
+# PYTEST_ARGS go to every lane (e.g. PYTEST_ARGS='-k node_loss').
 TEST_LANES ?= build/test-lanes
-# One pytest process until lanes pass twice in a row on a clean clone: the first full lanes run of the
-# merged tree found three failures that only the load of concurrent lanes exposed (docs/testing.md, "Lanes").
 test: lint k8s
-	$(BIN)/pytest tests $(PYTEST_ARGS)
-
-test-lanes: lint k8s
 	$(BIN)/python tools/testlanes.py --out=$(TEST_LANES) $(PYTEST_ARGS)
 
 # The version smoke (not CI): the seed workloads and the driver-managed install on every Kubernetes minor

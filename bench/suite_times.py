@@ -1,4 +1,4 @@
-"""The test suite's wall time in lanes (``make test-lanes``): the ``lanes.json`` of CI runs, side by side.
+"""The test suite's wall time in lanes (``make test``): the ``lanes.json`` of CI runs, side by side.
 
 Not a benchmark that runs anything itself: each run is ``.ci/run`` on a clean clone (``git clone``,
 then ``flock /tmp/imexdra-heavy.lock env CI=true bash .ci/run``), which leaves its lanes' figures in
@@ -6,7 +6,11 @@ then ``flock /tmp/imexdra-heavy.lock env CI=true bash .ci/run``), which leaves i
 commit each clone ran, into ``bench/results/suite_times.json`` and a plot of every lane's seconds
 per run beside the serial baseline (docs/testing.md, "Lanes").
 
-Usage: ``python bench/suite_times.py CLONE [CLONE...]``.
+Usage: ``python bench/suite_times.py CLONE [CLONE...] [--ci-time CLONE SECONDS cold|cached ...]``: the
+runs already in ``suite_times.json`` are kept (a clone's run replaces an earlier one of the same
+commit and wall time); ``--ci-time`` records the whole ``.ci/run`` of a clone (venv, lint, builds and
+lanes), with the build cache it started from: ``cold`` (a fresh machine's: nothing built, no Go module
+or pip cache) or ``cached``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,29 @@ def run_of(clone: Path) -> dict[str, Any]:
     return {"clone": str(clone), "commit": commit, "tests": tests, **lanes}
 
 
+def kept_runs() -> list[dict[str, Any]]:
+    """The runs ``suite_times.json`` already holds (none if there is no such file)."""
+    path = RESULTS / "suite_times.json"
+    if not path.exists():
+        return []
+    runs: list[dict[str, Any]] = json.loads(path.read_text())["runs"]
+    return runs
+
+
+def kept_times() -> dict[str, Any]:
+    """The serial baseline's ``--times-json`` files ``suite_times.json`` already holds."""
+    path = RESULTS / "suite_times.json"
+    times: dict[str, Any] = json.loads(path.read_text())["baseline"]["times"] if path.exists() else {}
+    return times
+
+
+def kept_notes() -> list[str]:
+    """The notes ``suite_times.json`` already holds, about its earlier runs."""
+    path = RESULTS / "suite_times.json"
+    notes: list[str] = json.loads(path.read_text())["notes"] if path.exists() else []
+    return notes
+
+
 def write_plot(results: dict[str, Any], path: Path) -> None:
     """Each run's lanes as bars of seconds, the serial baseline as a dashed line."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -63,9 +90,7 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
     )
     axes.axhline(SERIAL_PYTEST_SECONDS, color="tab:gray", linestyle="--", label="serial pytest")
     axes.axhline(SERIAL_PYTEST_SECONDS / 2, color="tab:red", linestyle="--", label="target (half)")
-    axes.set_xticks(
-        [i + 0.4 - width / 2 for i in range(len(runs))], [f"run {i + 1}" for i in range(len(runs))]
-    )
+    axes.set_xticks([i + 0.4 - width / 2 for i in range(len(runs))], [run["commit"][:7] for run in runs])
     axes.set_ylabel("seconds")
     axes.set_title("make test: seconds per lane (lanes of one phase run at once)")
     axes.legend(fontsize=8)
@@ -86,14 +111,31 @@ def main() -> None:
         type=Path,
         help="a --times-json file of the serial suite (per tier and module), kept with the baseline",
     )
+    parser.add_argument(
+        "--ci-time",
+        action="append",
+        default=[],
+        nargs=3,
+        metavar=("CLONE", "SECONDS", "BUILDS"),
+        help="the clone's whole .ci/run in seconds, and whether its builds started cold or cached",
+    )
     args = parser.parse_args()
-    runs = [run_of(clone) for clone in args.clones]
-    before = {str(path): json.loads(path.read_text()) for path in args.before_times}
+    ci_times = {Path(clone).resolve(): (float(seconds), builds) for clone, seconds, builds in args.ci_time}
+    if unknown := {b for _, b in ci_times.values()} - {"cold", "cached"}:
+        parser.error(f"--ci-time: BUILDS is cold or cached, not {', '.join(sorted(unknown))}")
+    runs = kept_runs()
+    for clone in args.clones:
+        run = run_of(clone)
+        if (seconds_builds := ci_times.get(clone.resolve())) is not None:
+            run["ci_seconds"], run["builds"] = seconds_builds
+        runs = [r for r in runs if (r["commit"], r["wall_seconds"]) != (run["commit"], run["wall_seconds"])]
+        runs.append(run)
+    before = {str(path): json.loads(path.read_text()) for path in args.before_times} or kept_times()
     results = {
         "baseline": {**BASELINE, "times": before},
         "runs": runs,
         "median_wall_seconds": statistics.median(run["wall_seconds"] for run in runs),
-        "notes": args.note,
+        "notes": kept_notes() + args.note,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "suite_times.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")

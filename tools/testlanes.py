@@ -3,8 +3,9 @@
 
 The tiers mostly wait (grace periods, kubelets, node loss), so on the CI machine's two cores they
 run side by side instead of one after the other (docs/testing.md, "Lanes"): first the seed rack's
-module alone, then at once the unit tier, the integration tier and the rest of the e2e tier in two
-lanes of about equal measured time (``LANES``). Each lane is one pytest process with its
+module alone but for the unit tier, niced, which runs on beside everything (``Lane.nice``), then at
+once the integration tier and the rest of the e2e tier in two lanes of about equal measured time
+(``LANES``). Each lane is one pytest process with its
 own clusters, temp dirs, junit and times files. All lanes but one start in a network namespace of
 their own (``NETNS_SETUP``), so that their loopback, their ports (the MPI Operator's hard-coded
 ``:8080``, the fakecri pods' addresses on ``127.100.x.y``, every ``free_port``) and their pod
@@ -67,12 +68,18 @@ class Lane:
     own_network: bool = True
     """Run in a network namespace of its own; False: in the machine's (one lane at most)."""
     phase: int = 2
-    """Lanes of one phase run at once; a phase starts when the one before has ended."""
+    """Lanes of one phase run at once; a phase starts when the one before has ended (its gating lanes)."""
+    gates: bool = True
+    """The next phase waits for this lane; False: it runs on beside the next phase's lanes."""
+    nice: int = 0
+    """The lane's niceness: above 0 it takes CPU the other lanes leave idle, not theirs."""
 
 
 LANES = (
     Lane("e2e-seed", SEED_RACK, phase=1),
-    Lane("unit", ("tests/unit",)),
+    # The unit tier waits on nothing but the CPU: niced, from the start, it fills the cycles the racks'
+    # lanes leave idle while they wait, instead of taking a core from the seed rack or phase 2's racks.
+    Lane("unit", ("tests/unit",), phase=1, gates=False, nice=10),
     # tests/integration/test_packaging.py installs the wheel's dependencies from PyPI.
     Lane("integration", ("tests/integration",), own_network=False),
     Lane("e2e-1", E2E_FIRST),
@@ -140,7 +147,8 @@ def start(lane: Lane, out: Path, extra: list[str]) -> Running:
     # Short, under /tmp: unix socket paths in tmp_path may hold at most 107 bytes.
     basetemp = Path(tempfile.mkdtemp(prefix=f"imxl-{lane.name}-", dir="/tmp")) / "t"
     netns = ["unshare", "--net", "--", "sh", "-c", NETNS_SETUP, f"lane-{lane.name}"]
-    argv = [*(netns if lane.own_network else []), *pytest_argv(lane, directory, basetemp, extra)]
+    niced = ["nice", "-n", str(lane.nice)] if lane.nice else []
+    argv = [*niced, *(netns if lane.own_network else []), *pytest_argv(lane, directory, basetemp, extra)]
     log = (directory / "pytest.log").open("w", buffering=1)  # a line at a time: the log is live
     process = subprocess.Popen(
         argv,
@@ -168,19 +176,19 @@ def _copy_output(running: Running) -> None:
     running.log.close()
 
 
-def wait_all(lanes: list[Running]) -> None:
-    """Wait for every lane; say each one's result as it ends."""
-    pending = list(lanes)
-    while pending:
-        for running in list(pending):
-            if running.process.poll() is None:
+def wait_for(needed: list[Running], lanes: list[Running]) -> None:
+    """Wait until every lane of ``needed`` has ended; say each lane's result as it ends."""
+    while True:
+        for running in lanes:
+            if running.ended or running.process.poll() is None:
                 continue
             running.ended = time.monotonic()
             if running.reader is not None:
                 running.reader.join()
-            pending.remove(running)
             seconds = running.ended - running.started
             print(f"[lanes] {running.lane.name} done in {seconds:.0f} s: {last_line(running)}", flush=True)
+        if all(running.ended for running in needed):
+            return
         time.sleep(0.5)
 
 
@@ -271,7 +279,8 @@ def main() -> int:
     for phase in sorted({lane.phase for lane in LANES}):
         started_now = [start(lane, out, extra) for lane in LANES if lane.phase == phase]
         lanes.extend(started_now)
-        wait_all(started_now)
+        wait_for([running for running in started_now if running.lane.gates], lanes)
+    wait_for(lanes, lanes)
     ended = time.monotonic()
     for running in lanes:
         print(f"\n========== lane {running.lane.name}: {' '.join(running.lane.paths)} ==========")
