@@ -18,6 +18,7 @@ from lightkube.resources.core_v1 import Node as NodeResource
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, DRIVER_NAME
+from imexdra.api.imexmode import DRIVER_MANAGED_IMEX
 from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.kube.transport import Transport
 from imexdra.common.pacing.pulse import Pulse
@@ -309,7 +310,7 @@ async def test_slice_publisher_converges(kube: AsyncClient, api: KubeClient) -> 
         api,
         driver_name=DRIVER_NAME,
         node_name=pool,
-        devices=slice_devices(host_managed=False),
+        devices=slice_devices(imex=DRIVER_MANAGED_IMEX),
         node_uid=node_uid,
         settle_delay=0.1,
     )
