@@ -50,7 +50,7 @@ class ImexManagement(ABC):
         """The isolation to run with, given ``--imex-isolation``; ``ConfigError`` if the mode refuses it."""
 
     @abstractmethod
-    def check_allocation_mode(self, allocation_mode: str) -> None:
+    def check_allocation_mode(self, allocation_mode: AllocationMode) -> None:
         """Raise ``PermanentError`` when a domain-isolated channel claim's ``allocationMode`` is refused."""
 
 
@@ -84,7 +84,7 @@ class DriverManagedImex(ImexManagement):
             field="imex_isolation",
         )
 
-    def check_allocation_mode(self, allocation_mode: str) -> None:
+    def check_allocation_mode(self, allocation_mode: AllocationMode) -> None:
         """Single and All are both served (All: every channel of the node)."""
 
 
@@ -109,7 +109,7 @@ class HostManagedImex(ImexManagement):
         """Both isolations (docs/channel-isolation.md)."""
         return isolation
 
-    def check_allocation_mode(self, allocation_mode: str) -> None:
+    def check_allocation_mode(self, allocation_mode: AllocationMode) -> None:
         """Only Single (or unset): the host's IMEX domain is shared, channel 0 is the one handed out."""
         if allocation_mode != AllocationMode.SINGLE:
             raise PermanentError(
