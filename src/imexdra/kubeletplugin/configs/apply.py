@@ -36,7 +36,8 @@ removing a label, for entries older versions (or upstream) recorded before the c
 (docs/tenancy.md).
 
 The collaborators that reach the API are Protocols, implemented in ``domains``, ``nodelabels`` and
-``daemonowners``.
+``daemonowners``. Which rules above apply is asked of the IMEX mode (``imex``, ``imexdra.api.imexmode``:
+whether daemons run, whether the node is labelled, which ``allocationMode`` is served).
 """
 
 from __future__ import annotations
