@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .PHONY: venv k8s k8s-versions image release upgrade-test lint test test-unit test-integration test-e2e \
-	smoke-versions demo cluster-up bench soak upstream-bats protos clean
+	smoke-versions demo cluster-up bench soak upstream-bats protos kubemodels clean
 
 venv:
 	@tools/venv.sh
@@ -123,3 +123,8 @@ clean:
 
 protos: venv
 	@tools/gen-protos.sh
+
+# The Kubernetes models in src/imexdra/common/kube/models from KUBE_VERSION's OpenAPI spec, which `make k8s`
+# brings into the Go module cache (docs/kube-client.md).
+kubemodels: venv
+	@$(BIN)/python tools/kubemodels/generate.py

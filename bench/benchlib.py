@@ -406,7 +406,7 @@ def summarize_profile(path: Path, top: int = 12) -> dict[str, Any]:
     }
 
 
-_OUR_AND_CLIENT_PACKAGES = ("imexdra/", "lightkube/", "grpclib/", "h2/", "hpack/", "httpx2/", "httpcore")
+_OUR_AND_CLIENT_PACKAGES = ("imexdra/", "grpclib/", "h2/", "hpack/")
 
 
 def _ours(frame: str) -> bool:

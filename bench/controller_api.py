@@ -22,9 +22,9 @@ from benchlib import (
     gathered,
     percentile,
 )
-from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra.common.kube.kubeclient import KubeClient, decode
 from imexdra.common.kube.transport import Transport, resource_path
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -69,7 +69,7 @@ class User:
 class Observer:
     """A watch on the bench namespace recording when each domain was first Ready and when it vanished."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: KubeClient) -> None:
         self.client = client
         self.ready: dict[str, float] = {}
         #: ``status.channel`` as the domain became Ready (None under domain isolation).
@@ -78,17 +78,31 @@ class Observer:
         self.changed = asyncio.Event()
 
     async def run(self) -> None:
-        async for op, obj in self.client.watch(ComputeDomain, namespace=NAMESPACE):
-            now = time.monotonic()
-            name = obj.metadata.name if obj.metadata else None
-            if name is None:
-                continue
-            if op == "DELETED":
-                self.gone.setdefault(name, now)
-            elif obj.status is not None and obj.status.status == "Ready" and name not in self.ready:
-                self.ready[name] = now
-                self.channels[name] = obj.status.channel
-            self.changed.set()
+        """Watch until cancelled, again from the last resourceVersion whenever the server ends a watch."""
+        version = ""
+        while True:
+            async with self.client.watch(
+                ComputeDomain, namespace=NAMESPACE, resource_version=version
+            ) as events:
+                async for event in events:
+                    if event.type not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
+                        continue
+                    obj = decode(event, ComputeDomain)
+                    version = (obj.metadata.resourceVersion if obj.metadata else None) or version
+                    if event.type != "BOOKMARK":
+                        self._record(event.type, obj)
+
+    def _record(self, op: str, obj: ComputeDomain) -> None:
+        now = time.monotonic()
+        name = obj.metadata.name if obj.metadata else None
+        if name is None:
+            return
+        if op == "DELETED":
+            self.gone.setdefault(name, now)
+        elif obj.status is not None and obj.status.status == "Ready" and name not in self.ready:
+            self.ready[name] = now
+            self.channels[name] = obj.status.channel
+        self.changed.set()
 
     async def until(self, check: Callable[[], bool], within: float) -> None:
         deadline = time.monotonic() + within

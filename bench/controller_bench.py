@@ -73,14 +73,12 @@ from controller_api import (
     writes,
 )
 from controller_channels import POOL, burst_channel_isolation
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
-from lightkube.resources.core_v1 import ConfigMap
-from lightkube.resources.networking_v1 import NetworkPolicy
 from plotting import write_controller_plot
 from upstream_build import command_upstream_commit
 
 from imexdra.common.kube.connection import connect
+from imexdra.common.kube.models.core_v1 import ConfigMap
+from imexdra.common.kube.models.networking_v1 import NetworkPolicy
 from imexdra.common.kube.transport import resource_path
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.promtext import apiserver_metrics, metric
@@ -159,7 +157,7 @@ async def apiserver_write_capacity(cluster: LocalCluster, prefix: str, count: in
 
 async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> dict[str, Any]:
     """Every phase against the controller ``command`` starts; the domains are all gone at the end."""
-    client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="imexdra-bench")
+    client = connect(cluster.kubeconfig).kube(field_manager="imexdra-bench")
     user = User(connect(cluster.kubeconfig).transport(user_agent="imexdra-bench"))
     observer = Observer(client)
     watcher = asyncio.create_task(observer.run())
@@ -221,7 +219,7 @@ async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> 
     finally:
         watcher.cancel()
         user.transport.close()
-        await client.close()
+        client.close()
     after = conflicts_seen(cluster)
     results["conflicts"] = {
         "apiserver_409_by_resource": {r: after[r] - conflicts_before[r] for r in CONTROLLER_RESOURCES},
@@ -237,7 +235,7 @@ async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> 
 
 async def channel_phase(cluster: LocalCluster, args: argparse.Namespace, label: str) -> dict[str, Any]:
     """Phase 4 with a watch and a user of its own (``run`` closes its own at the end of phases 1-3)."""
-    client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="imexdra-bench")
+    client = connect(cluster.kubeconfig).kube(field_manager="imexdra-bench")
     user = User(connect(cluster.kubeconfig).transport(user_agent="imexdra-bench"))
     observer = Observer(client)
     watcher = asyncio.create_task(observer.run())
@@ -246,7 +244,7 @@ async def channel_phase(cluster: LocalCluster, args: argparse.Namespace, label: 
     finally:
         watcher.cancel()
         user.transport.close()
-        await client.close()
+        client.close()
 
 
 def ratios(ours: dict[str, Any], other: dict[str, Any]) -> dict[str, float | None]:

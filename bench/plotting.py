@@ -8,7 +8,6 @@ values are solid.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -422,79 +421,4 @@ def write_rack_plot(results: dict[str, Any], path: Path) -> None:
         axes.set_xlabel("racks (72 nodes, four domains each)")
         axes.set_ylim(bottom=0)
         axes.legend(loc="upper left", fontsize=8)
-    figure.savefig(path, dpi=110)
-
-
-PLUGIN_COLOURS = {"imexdra": "tab:blue", "upstream": OTHER_COLOUR}
-
-
-def write_plugin_plot(results: dict[str, Any], path: Path) -> None:
-    """The kubelet plugin through the kubelet, every plugin of the run, side by side.
-
-    Prepare and unprepare per cycle, the prepare CDF, pod create → Running per cycle, idle CPU and RSS.
-    """
-    runs = results["plugins"]
-    figure, (series, distribution, running, costs) = _figure(
-        f"Kubelet plugin through the real kubelet, {results['mode']}, one node "
-        f"(upstream {(results.get('upstream_commit') or 'not run')[:8]})",
-        panels=4,
-    )
-    for name, run in runs.items():
-        colour = PLUGIN_COLOURS.get(name, "tab:purple")
-        prepare = [cycle["prepare_ms"] for cycle in run["cycles"]]
-        unprepare = [cycle["unprepare_ms"] for cycle in run["cycles"]]
-        cycles = range(1, len(prepare) + 1)
-        series.plot(cycles, prepare, marker=".", linewidth=1, color=colour, label=f"{name} prepare")
-        series.plot(cycles, unprepare, linestyle=":", linewidth=1, color=colour, label=f"{name} unprepare")
-        _cdf(
-            distribution,
-            prepare,
-            "prepares",
-            color=colour,
-            label=f"{name} (p50 {run['prepare_ms']['p50']:g} ms)",
-        )
-        running.plot(
-            cycles,
-            [cycle["pod_running_s"] for cycle in run["cycles"]],
-            marker=".",
-            linewidth=1,
-            color=colour,
-            label=f"{name} (p50 {run['pod_running_s']['p50']:g} s)",
-        )
-    series.set_yscale("log")
-    series.set_title("Kubelet's NodePrepare/UnprepareResources per cycle")
-    series.set_xlabel("cycle")
-    series.set_ylabel("ms (dra_grpc_operations_duration_seconds, log)")
-    distribution.set_xscale("log")
-    distribution.set_xlabel("NodePrepareResources, ms (log)")
-    distribution.set_title("Prepare distribution")
-    running.set_ylim(bottom=0)
-    running.set_title("Pod create → Running")
-    running.set_xlabel("cycle")
-    running.set_ylabel("seconds")
-    names = list(runs)
-    measures: tuple[tuple[str, Callable[[dict[str, Any]], float]], ...] = (
-        ("idle RSS, MiB", lambda run: run["rss_mib"]["idle"]["VmRSS"]),
-        ("peak RSS, MiB", lambda run: run["rss_mib"]["after_cycles"]["VmHWM"]),
-        ("idle CPU, ms/s × 10", lambda run: run["idle_cpu_ms_per_s"] * 10),
-        ("CPU per cycle p50, ms", lambda run: run["cpu_ms_per_cycle"]["p50"]),
-    )
-    width = 0.8 / max(1, len(names))
-    for offset, name in enumerate(names):
-        values = [value_of(runs[name]) for _, value_of in measures]
-        bars = costs.bar(
-            [m + offset * width for m in range(len(measures))],
-            values,
-            width=width,
-            color=PLUGIN_COLOURS.get(name, "tab:purple"),
-            label=name,
-        )
-        costs.bar_label(bars, fmt="%.1f", fontsize=7)
-    costs.set_xticks(
-        [m + width * (len(names) - 1) / 2 for m in range(len(measures))], [m for m, _ in measures]
-    )
-    costs.tick_params(axis="x", labelsize=7)
-    costs.set_title("Memory and CPU")
-    for axes in (series, distribution, running, costs):
-        axes.legend(fontsize=8)
     figure.savefig(path, dpi=110)

@@ -65,6 +65,23 @@ exec "$@"
 """
 
 
+#: The ports ``distinct_port`` has handed out in this run.
+_HANDED_OUT: set[int] = set()
+
+
+def distinct_port() -> int:
+    """A port free now and not handed out before in this run.
+
+    ``free_port`` alone can give the same port twice (the kernel reuses a port once its probe socket
+    closes): with one plugin per node, two plugins started at once were given the same health-check
+    port, and the second failed on ``Address already in use``.
+    """
+    while (port := free_port()) in _HANDED_OUT:
+        continue
+    _HANDED_OUT.add(port)
+    return port
+
+
 def process_tree(pid: int) -> list[int]:
     """``pid`` and its descendants (children of every thread), as /proc has them now."""
     pids, pending = [], [pid]
@@ -217,7 +234,7 @@ def our_plugin(
 
     Driver-managed by default (no gate, no mode: the binary's defaults); host-managed with ``host_socket``.
     """
-    port = free_port()
+    port = distinct_port()
     env = {
         "PATH": os.environ.get("PATH", ""),
         "NODE_NAME": files.node.name,
@@ -229,7 +246,7 @@ def our_plugin(
         "DRIVER_ROOT_CTR_PATH": str(files.driver_root),
         "NVIDIA_DRIVER_ROOT": str(files.driver_root),
         "ALT_PROC_DEVICES_PATH": str(files.proc_devices),
-        "HEALTHCHECK_PORT": str(free_port()),
+        "HEALTHCHECK_PORT": str(distinct_port()),
         "HTTP_ENDPOINT": f"127.0.0.1:{port}",
         "LOGGING_FORMAT": "json",
     }
@@ -250,7 +267,7 @@ def upstream_plugin(
 
     Driver-managed by default; host-managed with ``host_socket``: its gate and mode, and ``ROOT_VIEW``.
     """
-    port = free_port()
+    port = distinct_port()
     container_root, wrapper, host_managed = files.driver_root, list[str](), list[str]()
     if host_socket is not None:
         container_root = files.node.host_dir / "upstream-root"
@@ -279,7 +296,7 @@ def upstream_plugin(
         f"--kubelet-registrar-directory-path={files.node.registry_dir}",
         f"--nvidia-cdi-hook-path={CDI_HOOK}",
         f"--http-endpoint=127.0.0.1:{port}",
-        f"--healthcheck-port={free_port()}",
+        f"--healthcheck-port={distinct_port()}",
         *host_managed,
     ]
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root")}

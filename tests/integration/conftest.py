@@ -11,8 +11,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 
 from imexdra.api.constants import CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
 from imexdra.common.kube.connection import connect
@@ -96,8 +94,6 @@ async def api(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
 
 
 @pytest.fixture(scope="session")
-async def kube(cluster: LocalCluster) -> AsyncIterator[AsyncClient]:
-    """A lightkube AsyncClient authenticated as cluster admin."""
-    client = AsyncClient(config=KubeConfig.from_file(cluster.kubeconfig), field_manager="imexdra-tests")
-    yield client
-    await client.close()
+def kube(api: KubeClient) -> KubeClient:
+    """The same typed client, by the name the tests that set up and inspect objects take it."""
+    return api

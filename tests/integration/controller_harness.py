@@ -19,18 +19,13 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import yaml
-from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
-from lightkube.types import PatchType
 
 from imexdra.api.computedomain import (
     ComputeDomain,
@@ -38,6 +33,11 @@ from imexdra.api.computedomain import (
 from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY
 from imexdra.api.flags.common import ImexIsolation
+from imexdra.common.kube.api import PatchType
+from imexdra.common.kube.kubeclient import KubeClient, decode
+from imexdra.common.kube.models.apps_v1 import DaemonSet
+from imexdra.common.kube.models.core_v1 import Node
+from imexdra.common.kube.models.resource_v1 import ResourceClaimTemplate
 from imexdra.controller import rbac
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port, tail
@@ -331,9 +331,9 @@ def leftovers(cluster: LocalCluster, uid: str) -> dict[str, list[str]]:
     return {kind: [item["metadata"]["name"] for item in labelled(cluster, kind, uid)] for kind in kinds}
 
 
-async def label_as_daemon(kube: AsyncClient, pod: str, namespace: str, clique_id: str) -> None:
+async def label_as_daemon(kube: KubeClient, pod: str, namespace: str, clique_id: str) -> None:
     """What a daemon does first thing: announce its clique ID on its own pod."""
-    from lightkube.resources.core_v1 import Pod
+    from imexdra.common.kube.models.core_v1 import Pod
 
     await kube.patch(
         Pod,
@@ -354,18 +354,17 @@ class TeardownWatch:
     has seen the objects that exist now.
     """
 
-    def __init__(self, kube: AsyncClient, uid: str, *, user_namespace: str, driver_namespace: str) -> None:
+    def __init__(self, kube: KubeClient, uid: str, *, user_namespace: str, driver_namespace: str) -> None:
         label: dict[str, Any] = {COMPUTE_DOMAIN_LABEL_KEY: uid}
         self._uid = uid
-        self._watches: list[tuple[str, Callable[[], Any]]] = [
-            ("ComputeDomain", lambda: kube.watch(ComputeDomain, namespace=user_namespace)),
-            ("ResourceClaimTemplate", lambda: kube.watch(ResourceClaimTemplate, namespace="*", labels=label)),
-            ("DaemonSet", lambda: kube.watch(DaemonSet, namespace=driver_namespace, labels=label)),
-            (
-                "ComputeDomainClique",
-                lambda: kube.watch(ComputeDomainClique, namespace=driver_namespace, labels=label),
-            ),
-            ("node", lambda: kube.watch(Node, labels=label)),
+        self._kube = kube
+        # (step name, kind, namespace, label selector) of each watch.
+        self._watches: list[tuple[str, type[Any], str | None, dict[str, Any] | None]] = [
+            ("ComputeDomain", ComputeDomain, user_namespace, None),
+            ("ResourceClaimTemplate", ResourceClaimTemplate, "*", label),
+            ("DaemonSet", DaemonSet, driver_namespace, label),
+            ("ComputeDomainClique", ComputeDomainClique, driver_namespace, label),
+            ("node", Node, None, label),
         ]
         self.steps: list[tuple[int, str]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -373,8 +372,8 @@ class TeardownWatch:
     async def __aenter__(self) -> TeardownWatch:
         armed = [asyncio.Event() for _ in self._watches]
         self._tasks = [
-            asyncio.create_task(self._follow(kind, watch, ready))
-            for (kind, watch), ready in zip(self._watches, armed, strict=True)
+            asyncio.create_task(self._follow(watch, ready))
+            for watch, ready in zip(self._watches, armed, strict=True)
         ]
         await asyncio.wait_for(asyncio.gather(*(ready.wait() for ready in armed)), timeout=30)
         return self
@@ -384,22 +383,28 @@ class TeardownWatch:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _follow(self, kind: str, watch: Callable[[], Any], armed: asyncio.Event) -> None:
+    async def _follow(
+        self, watch: tuple[str, type[Any], str | None, dict[str, Any] | None], armed: asyncio.Event
+    ) -> None:
+        kind, res, namespace, labels = watch
         deleting: set[str] = set()
-        async for event, obj in watch():
-            armed.set()
-            meta = obj.metadata
-            if kind == "ComputeDomain" and meta.uid != self._uid:
-                continue
-            where = f"{kind} {meta.name}"
-            if kind == "ResourceClaimTemplate":
-                where = f"{(meta.labels or {}).get(TARGET_LABEL_KEY, '')} {where}"
-            rv = int(meta.resourceVersion)
-            if event == "DELETED":
-                self.steps.append((rv, f"{where} unlabelled" if kind == "node" else f"{where} gone"))
-            elif meta.deletionTimestamp is not None and where not in deleting:
-                deleting.add(where)
-                self.steps.append((rv, f"{where} deleting"))
+        async with self._kube.watch(res, namespace=namespace, labels=labels, bookmarks=False) as events:
+            async for event in events:
+                armed.set()
+                if event.type not in ("ADDED", "MODIFIED", "DELETED"):
+                    continue
+                meta = decode(event, res).metadata
+                if kind == "ComputeDomain" and meta.uid != self._uid:
+                    continue
+                where = f"{kind} {meta.name}"
+                if kind == "ResourceClaimTemplate":
+                    where = f"{(meta.labels or {}).get(TARGET_LABEL_KEY, '')} {where}"
+                rv = int(meta.resourceVersion)
+                if event.type == "DELETED":
+                    self.steps.append((rv, f"{where} unlabelled" if kind == "node" else f"{where} gone"))
+                elif meta.deletionTimestamp is not None and where not in deleting:
+                    deleting.add(where)
+                    self.steps.append((rv, f"{where} deleting"))
 
     def when(self, prefix: str, outcome: str = "gone") -> list[int]:
         """The resourceVersions of the steps ``<prefix>... <outcome>`` (gone, deleting or unlabelled)."""

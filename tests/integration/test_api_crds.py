@@ -3,7 +3,7 @@
 Aspects covered: the CRDs install and become Established; a valid ComputeDomain is accepted and
 defaulted; invalid values and any spec change are rejected by the apiserver (schema and CEL rule);
 status is written only through the status subresource, with upstream's omit rules surviving the
-round trip; list, watch and server-side apply work through lightkube with the typed classes; cliques
+round trip; list, watch and server-side apply work through the typed client and classes; cliques
 round-trip; ``kubectl get`` shows our printer columns.
 """
 
@@ -18,10 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from lightkube import ALL_NS, ApiError, AsyncClient
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.types import PatchType
 
 from imexdra.api.computedomain import (
     ComputeDomain,
@@ -41,6 +37,11 @@ from imexdra.api.constants import (
     ComputeDomainStatusValue,
     ConditionStatus,
 )
+from imexdra.common.kube.api import ALL_NAMESPACES, PatchType
+from imexdra.common.kube.client import ApiStatusError
+from imexdra.common.kube.kubeclient import KubeClient, decode
+from imexdra.common.kube.models.apiextensions_v1 import CustomResourceDefinition
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 
@@ -77,7 +78,7 @@ def raw_object(cluster: LocalCluster, namespace: str, name: str) -> dict[str, An
 
 
 @pytest.mark.parametrize("crd", [CRD_COMPUTE_DOMAINS, CRD_COMPUTE_DOMAIN_CLIQUES], ids=["cd", "clique"])
-async def test_crds_are_established(kube: AsyncClient, namespace: str, crd: str) -> None:
+async def test_crds_are_established(kube: KubeClient, namespace: str, crd: str) -> None:
     """Both CRDs are accepted by the apiserver: names accepted and Established."""
     installed = await kube.get(CustomResourceDefinition, crd)
     assert installed.status is not None
@@ -86,7 +87,7 @@ async def test_crds_are_established(kube: AsyncClient, namespace: str, crd: str)
     assert conditions["Established"] == "True"
 
 
-async def test_valid_compute_domain_is_accepted_and_defaulted(kube: AsyncClient, namespace: str) -> None:
+async def test_valid_compute_domain_is_accepted_and_defaulted(kube: KubeClient, namespace: str) -> None:
     """A ComputeDomain with only the required fields is created; numNodes and allocationMode are defaulted."""
     created = await kube.create(compute_domain_model("defaults", namespace))
     assert isinstance(created, ComputeDomain)
@@ -172,14 +173,14 @@ def test_kubectl_create_rejects_invalid_spec(
     ],
     ids=["allocation-mode", "num-nodes"],
 )
-async def test_lightkube_create_rejects_invalid_spec(
-    kube: AsyncClient, namespace: str, compute_domain: ComputeDomain, message: str
+async def test_typed_create_rejects_invalid_spec(
+    kube: KubeClient, namespace: str, compute_domain: ComputeDomain, message: str
 ) -> None:
     """The typed client surfaces the apiserver's 422 for invalid values."""
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(ApiStatusError) as caught:
         await kube.create(compute_domain, namespace=namespace)
-    assert caught.value.status.code == 422
-    assert message in (caught.value.status.message or "")
+    assert caught.value.code == 422
+    assert message in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -191,26 +192,26 @@ async def test_lightkube_create_rejects_invalid_spec(
     ],
     ids=["num-nodes", "allocation-mode", "template-name"],
 )
-async def test_spec_changes_are_rejected(kube: AsyncClient, namespace: str, change: dict[str, Any]) -> None:
+async def test_spec_changes_are_rejected(kube: KubeClient, namespace: str, change: dict[str, Any]) -> None:
     """Any spec update fails the CEL rule with upstream's message; the stored spec is unchanged."""
     name = f"immutable-{secrets.token_hex(3)}"
     created = await kube.create(compute_domain_model(name, namespace))
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(ApiStatusError) as caught:
         await kube.patch(ComputeDomain, name, change, namespace=namespace, patch_type=PatchType.MERGE)
-    assert caught.value.status.code == 422
-    assert "A computeDomain.spec is immutable" in (caught.value.status.message or "")
+    assert caught.value.code == 422
+    assert "A computeDomain.spec is immutable" in str(caught.value)
     assert (await kube.get(ComputeDomain, name, namespace=namespace)).spec == created.spec
 
 
 async def test_replace_with_changed_spec_is_rejected_but_metadata_may_change(
-    kube: AsyncClient, namespace: str
+    kube: KubeClient, namespace: str
 ) -> None:
     """A PUT changing the spec is refused; one keeping it (defaults omitted) and adding a label is not."""
     name = f"replace-{secrets.token_hex(3)}"
     created = await kube.create(compute_domain_model(name, namespace))
     assert created.spec is not None and created.metadata is not None
     created.spec.num_nodes = 5
-    with pytest.raises(ApiError, match=r"A computeDomain\.spec is immutable"):
+    with pytest.raises(ApiStatusError, match=r"A computeDomain\.spec is immutable"):
         await kube.replace(created)
     unchanged = await kube.get(ComputeDomain, name, namespace=namespace)
     assert unchanged.metadata is not None
@@ -220,7 +221,7 @@ async def test_replace_with_changed_spec_is_rejected_but_metadata_may_change(
 
 
 async def test_status_is_written_through_the_status_subresource(
-    cluster: LocalCluster, kube: AsyncClient, namespace: str
+    cluster: LocalCluster, kube: KubeClient, namespace: str
 ) -> None:
     """Status goes through /status only; index 0 and -1 survive, node status defaults, empty nodes vanish."""
     name = f"status-{secrets.token_hex(3)}"
@@ -229,9 +230,7 @@ async def test_status_is_written_through_the_status_subresource(
         ComputeDomainNode(name="node-0", ip_address="10.0.0.1", clique_id="uuid.1", index=0, status=READY),
         ComputeDomainNode(name="node-1", ip_address="10.0.0.2", clique_id="", index=-1),
     ]
-    written = await kube.replace(
-        created.status_update(ComputeDomainStatus(status=READY, nodes=nodes)), name, namespace=namespace
-    )
+    written = await kube.replace(created.status_update(ComputeDomainStatus(status=READY, nodes=nodes)))
     assert written.status == ComputeDomainStatus(status=READY, nodes=nodes)
     raw_nodes = raw_object(cluster, namespace, name)["status"]["nodes"]
     assert [node["index"] for node in raw_nodes] == [0, -1]
@@ -259,9 +258,7 @@ async def test_status_is_written_through_the_status_subresource(
     assert patched.status == ComputeDomainStatus(status=NOT_READY, nodes=nodes)
 
     current = await kube.get(ComputeDomain, name, namespace=namespace)
-    await kube.replace(
-        current.status_update(ComputeDomainStatus(status=NOT_READY)), name, namespace=namespace
-    )
+    await kube.replace(current.status_update(ComputeDomainStatus(status=NOT_READY)))
     assert "nodes" not in raw_object(cluster, namespace, name)["status"]
     assert (await kube.get(ComputeDomain.Status, name, namespace=namespace)).status == ComputeDomainStatus(
         status=NOT_READY
@@ -269,7 +266,7 @@ async def test_status_is_written_through_the_status_subresource(
 
 
 async def test_channel_and_conditions_round_trip(
-    cluster: LocalCluster, kube: AsyncClient, namespace: str
+    cluster: LocalCluster, kube: KubeClient, namespace: str
 ) -> None:
     """status.channel and a ChannelAllocated condition are stored as sent; channel 0 is refused."""
     name = f"channel-{secrets.token_hex(3)}"
@@ -282,12 +279,12 @@ async def test_channel_and_conditions_round_trip(
         message="channel 5",
     )
     status = ComputeDomainStatus(status=NOT_READY, channel=5, conditions=[condition])
-    written = await kube.replace(created.status_update(status), name, namespace=namespace)
+    written = await kube.replace(created.status_update(status))
     assert written.status == status
     assert raw_object(cluster, namespace, name)["status"]["conditions"][0]["lastTransitionTime"] == (
         "2026-11-01T10:00:00Z"
     )
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(ApiStatusError) as caught:
         await kube.patch(
             ComputeDomain.Status,
             name,
@@ -295,14 +292,14 @@ async def test_channel_and_conditions_round_trip(
             namespace=namespace,
             patch_type=PatchType.MERGE,
         )
-    assert caught.value.status.code == 422
+    assert caught.value.code == 422
 
 
-async def test_invalid_status_is_rejected(kube: AsyncClient, namespace: str) -> None:
+async def test_invalid_status_is_rejected(kube: KubeClient, namespace: str) -> None:
     """The status subresource is validated too: an unknown status value is refused."""
     name = f"bad-status-{secrets.token_hex(3)}"
     await kube.create(compute_domain_model(name, namespace))
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(ApiStatusError) as caught:
         await kube.patch(
             ComputeDomain.Status,
             name,
@@ -310,48 +307,47 @@ async def test_invalid_status_is_rejected(kube: AsyncClient, namespace: str) -> 
             namespace=namespace,
             patch_type=PatchType.MERGE,
         )
-    assert caught.value.status.code == 422
-    assert 'Unsupported value: "Bogus"' in (caught.value.status.message or "")
+    assert caught.value.code == 422
+    assert 'Unsupported value: "Bogus"' in str(caught.value)
 
 
-async def test_stale_status_write_conflicts(kube: AsyncClient, namespace: str) -> None:
+async def test_stale_status_write_conflicts(kube: KubeClient, namespace: str) -> None:
     """A status replace from an outdated object fails with 409 (optimistic concurrency)."""
     name = f"conflict-{secrets.token_hex(3)}"
     stale = await kube.create(compute_domain_model(name, namespace))
-    await kube.replace(stale.status_update(ComputeDomainStatus(status=READY)), name, namespace=namespace)
-    with pytest.raises(ApiError) as caught:
-        await kube.replace(
-            stale.status_update(ComputeDomainStatus(status=NOT_READY)), name, namespace=namespace
-        )
-    assert caught.value.status.code == 409
+    await kube.replace(stale.status_update(ComputeDomainStatus(status=READY)))
+    with pytest.raises(ApiStatusError) as caught:
+        await kube.replace(stale.status_update(ComputeDomainStatus(status=NOT_READY)))
+    assert caught.value.code == 409
 
 
-async def test_list_watch_and_apply(kube: AsyncClient, namespace: str) -> None:
+async def test_list_watch_and_apply(kube: KubeClient, namespace: str) -> None:
     """List (namespace and cluster wide), watch and server-side apply work with the typed class."""
     first = f"listed-{secrets.token_hex(3)}"
     await kube.create(compute_domain_model(first, namespace))
-    listing = kube.list(ComputeDomain, namespace=namespace)
-    names = [cd.metadata.name async for cd in listing if cd.metadata is not None]
+    listing = await kube.list_page(ComputeDomain, namespace=namespace)
+    names = [cd.metadata.name for cd in listing.items if cd.metadata is not None]
     assert first in names
-    everywhere = [cd async for cd in kube.list(ComputeDomain, namespace=ALL_NS)]
+    everywhere = [cd async for cd in kube.list(ComputeDomain, namespace=ALL_NAMESPACES)]
     assert all(isinstance(cd, ComputeDomain) for cd in everywhere)
 
     applied_name = f"applied-{secrets.token_hex(3)}"
 
     async def first_added() -> ComputeDomain:
-        async for event, obj in kube.watch(
-            ComputeDomain, namespace=namespace, resource_version=listing.resourceVersion
-        ):
-            if event == "ADDED" and obj.metadata is not None and obj.metadata.name == applied_name:
-                return obj
+        async with kube.watch(
+            ComputeDomain, namespace=namespace, resource_version=listing.resource_version
+        ) as events:
+            async for event in events:
+                if event.type != "ADDED":
+                    continue
+                obj = decode(event, ComputeDomain)
+                if obj.metadata is not None and obj.metadata.name == applied_name:
+                    return obj
         raise AssertionError("watch ended")
 
     # The watch starts at the list's resourceVersion: it sees the apply whenever it connects.
     watcher = asyncio.create_task(first_added())
-    applied = await kube.apply(
-        compute_domain_model(applied_name, namespace, mode=AllocationMode.ALL),
-        field_manager="imexdra-api-test",
-    )
+    applied = await kube.apply(compute_domain_model(applied_name, namespace, mode=AllocationMode.ALL))
     assert applied.spec is not None and applied.spec.channel.allocation_mode is AllocationMode.ALL
     async with asyncio.timeout(30):
         seen = await watcher
@@ -359,7 +355,7 @@ async def test_list_watch_and_apply(kube: AsyncClient, namespace: str) -> None:
     assert seen.spec == applied.spec
 
 
-async def test_clique_round_trip(cluster: LocalCluster, kube: AsyncClient, namespace: str) -> None:
+async def test_clique_round_trip(cluster: LocalCluster, kube: KubeClient, namespace: str) -> None:
     """Cliques store their daemons (index kept, status defaulted); kubectl shows their ComputeDomain."""
     cd_uid = str(uuid.uuid4())
     name = f"{cd_uid}.cluster-uuid.1"
@@ -386,12 +382,12 @@ async def test_clique_round_trip(cluster: LocalCluster, kube: AsyncClient, names
 
 
 async def test_kubectl_get_shows_printer_columns(
-    cluster: LocalCluster, kube: AsyncClient, namespace: str
+    cluster: LocalCluster, kube: KubeClient, namespace: str
 ) -> None:
     """kubectl get computedomains shows status, channel, mode, numNodes and age; -o wide adds the template."""
     name = f"columns-{secrets.token_hex(3)}"
     created = await kube.create(compute_domain_model(name, namespace, mode=AllocationMode.ALL, num_nodes=2))
-    await kube.replace(created.status_update(ComputeDomainStatus(status=READY)), name, namespace=namespace)
+    await kube.replace(created.status_update(ComputeDomainStatus(status=READY)))
     table = cluster.kubectl("get", "computedomains", name, "-n", namespace).stdout.splitlines()
     assert table[0].split() == ["NAME", "STATUS", "CHANNEL", "MODE", "NUMNODES", "AGE"]
     # Under domain isolation the channel cell is empty.

@@ -16,18 +16,18 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import msgspec
 import pytest
-from lightkube import ApiError, AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, NODE_LABEL_KEY
 from imexdra.api.imexpeers import IMEX_PEERS_ANNOTATION, ImexPeers, PeerLink, decode_annotation
 from imexdra.common.errors import DriverError
+from imexdra.common.kube.api import PatchType
 from imexdra.common.kube.client import ApiStatusError
 from imexdra.common.kube.connection import connect, make_client
-from imexdra.common.kube.transport import Transport
+from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.core_v1 import Node, Pod
+from imexdra.common.kube.transport import Transport, resource_path
 from imexdra.daemon.health import pod_annotator
 from imexdra.daemon.podlabel import label_own_pod
 from imexdra.kubeletplugin.nodelabels import NodeLabeler
@@ -206,12 +206,13 @@ def default_rbac(cluster: LocalCluster, compute_domain_crds: None) -> Iterator[C
 
 
 @pytest.fixture
-async def plugin_client(default_rbac: ChartRBAC) -> AsyncIterator[AsyncClient]:
+async def plugin_client(default_rbac: ChartRBAC) -> AsyncIterator[KubeClient]:
     """An API client with the default install's kubelet-plugin account, its token bound to node-0."""
-    config = KubeConfig.from_file(default_rbac.kubeconfig("kubeletPlugin", node="node-0"))
-    client = AsyncClient(config=config, field_manager="chart-rbac-test")
+    client = connect(default_rbac.kubeconfig("kubeletPlugin", node="node-0")).kube(
+        field_manager="chart-rbac-test"
+    )
     yield client
-    await client.close()
+    client.close()
 
 
 @pytest.fixture
@@ -232,7 +233,7 @@ def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
 
 
 async def replace_refusal(
-    client: AsyncClient, name: str, change: Callable[[Node], None], *, dry_run: bool
+    client: KubeClient, name: str, change: Callable[[Node], None], *, dry_run: bool
 ) -> str:
     """Replace node ``name`` after ``change``; return the API server's refusal ("" when it succeeds).
 
@@ -243,11 +244,16 @@ async def replace_refusal(
         node = await client.get(Node, name)
         change(node)
         try:
-            await client.replace(node, dry_run=dry_run)
-        except ApiError as error:
-            if error.status.code == 409:
+            await client.request(
+                "PUT",
+                resource_path(Node, name),
+                query={"fieldManager": client.field_manager, **({"dryRun": "All"} if dry_run else {})},
+                body=msgspec.json.encode(node),
+            )
+        except ApiStatusError as error:
+            if error.code == 409:
                 continue
-            return str(error.status.message)
+            return str(error)
         return ""
 
 
@@ -256,13 +262,13 @@ def _label_probe(node: Node) -> None:
     node.metadata.labels = {**(node.metadata.labels or {}), NODE_LABEL_KEY: "probe"}
 
 
-async def foreign_node_write_refused(client: AsyncClient) -> bool:
+async def foreign_node_write_refused(client: KubeClient) -> bool:
     """Whether a (dry-run) label write to node-1 by the node-0 plugin is refused by the policy yet."""
     return "of its own node" in await replace_refusal(client, "node-1", _label_probe, dry_run=True)
 
 
 async def test_plugin_labels_only_its_own_node(
-    cluster: LocalCluster, default_rbac: ChartRBAC, plugin_client: AsyncClient, plugin_transport: Transport
+    cluster: LocalCluster, default_rbac: ChartRBAC, plugin_client: KubeClient, plugin_transport: Transport
 ) -> None:
     """The plugin's NodeLabeler works on node-0 under the chart's RBAC; other labels and nodes are refused."""
     domain = "00000000-chart-rbac-test"

@@ -19,17 +19,16 @@ from collections.abc import AsyncIterator, Iterator
 
 import msgspec
 import pytest
-from lightkube.models.coordination_v1 import LeaseSpec
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import ConfigMap, Namespace
-from lightkube.resources.core_v1 import Event as CoreEvent
-from lightkube.types import PatchType
 from prometheus_client import REGISTRY
 
+from imexdra.common.kube.api import PatchType
 from imexdra.common.kube.client import ApiStatusError, load_config, microtime
 from imexdra.common.kube.connection import make_client
 from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.coordination_v1 import Lease, LeaseSpec
+from imexdra.common.kube.models.core_v1 import ConfigMap, Namespace
+from imexdra.common.kube.models.core_v1 import Event as CoreEvent
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.common.kube.restmetrics import server_host
 from imexdra.common.machinery.events import EventAggregator, EventRecorder
 from imexdra.common.machinery.informer import EventHandler, Informer, enqueue

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lightkube.resources.authentication_v1 import SelfSubjectReview
 
 from imexdra.common.kube.connection import Connection, connect
 from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.authentication_v1 import SelfSubjectReview
 from imexdra.common.kube.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.credentials import service_account_token

@@ -36,13 +36,13 @@ import collections
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-import httpx2
 import pytest
-from lightkube import ApiError, AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, CRD_COMPUTE_DOMAIN_CLIQUES, CRD_COMPUTE_DOMAINS
+from imexdra.common.kube.client import ApiStatusError
+from imexdra.common.kube.connection import connect
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.promtext import Samples
@@ -114,15 +114,11 @@ def own_cluster(pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
 
 
 @pytest.fixture(scope="module")
-async def own_kube(own_cluster: LocalCluster) -> AsyncIterator[AsyncClient]:
+async def own_kube(own_cluster: LocalCluster) -> AsyncIterator[KubeClient]:
     """Cluster admin on the module's control plane; a request may wait out an etcd outage."""
-    client = AsyncClient(
-        config=KubeConfig.from_file(own_cluster.kubeconfig),
-        field_manager="imexdra-tests",
-        timeout=httpx2.Timeout(60.0),
-    )
+    client = connect(own_cluster.kubeconfig).kube(field_manager="imexdra-tests", timeout=60.0)
     yield client
-    await client.close()
+    client.close()
 
 
 @pytest.fixture(scope="module")
@@ -143,17 +139,17 @@ async def through_outage(what: str, attempt: Callable[[], Awaitable[T]], within:
     while True:
         try:
             return await attempt()
-        except httpx2.HTTPError as error:  # ApiError included: etcd down answers 5xx
+        except ApiStatusError as error:  # transport failures included; etcd down answers 5xx
             if asyncio.get_running_loop().time() > deadline:
                 pytest.fail(f"{what}: still failing after {within}s: {error}")
         await asyncio.sleep(RETRY_INTERVAL)
 
 
-async def get_domain(kube: AsyncClient, name: str) -> ComputeDomain | None:
+async def get_domain(kube: KubeClient, name: str) -> ComputeDomain | None:
     try:
         return await kube.get(ComputeDomain, name, namespace=USER_NS)
-    except ApiError as error:
-        if error.status.code == 404:
+    except ApiStatusError as error:
+        if error.code == 404:
             return None
         raise
 
@@ -163,7 +159,7 @@ def uid_of(cd: ComputeDomain) -> str:
     return cd.metadata.uid
 
 
-async def create_domain(kube: AsyncClient, name: str) -> str:
+async def create_domain(kube: KubeClient, name: str) -> str:
     """Create a domain and return its UID; after a failed attempt, look before creating again (the
     failed create may have been applied), so the test itself never provokes a 409."""
     failed = False
@@ -178,20 +174,20 @@ async def create_domain(kube: AsyncClient, name: str) -> str:
     return uid_of(await through_outage(f"create {name}", attempt))
 
 
-async def delete_domain(kube: AsyncClient, name: str) -> None:
+async def delete_domain(kube: KubeClient, name: str) -> None:
     """Delete a domain; 404 after a failed attempt means that attempt went through."""
 
     async def attempt() -> None:
         try:
             await kube.delete(ComputeDomain, name, namespace=USER_NS)
-        except ApiError as error:
-            if error.status.code != 404:
+        except ApiStatusError as error:
+            if error.code != 404:
                 raise
 
     await through_outage(f"delete {name}", attempt)
 
 
-async def create_load(kube: AsyncClient, names: list[str]) -> dict[str, str]:
+async def create_load(kube: KubeClient, names: list[str]) -> dict[str, str]:
     """Create the domains one after another, ``CREATE_INTERVAL`` apart; return their UIDs."""
     uids = {}
     for name in names:
@@ -200,7 +196,7 @@ async def create_load(kube: AsyncClient, names: list[str]) -> dict[str, str]:
     return uids
 
 
-async def create_burst(kube: AsyncClient, prefix: str) -> dict[str, str]:
+async def create_burst(kube: KubeClient, prefix: str) -> dict[str, str]:
     """Create ``BURST`` domains at once and return a moment later, while the controller writes their
     objects."""
     names = [f"burst-{prefix}-{i}" for i in range(BURST)]
@@ -315,7 +311,7 @@ def conflicts(segments: list[tuple[Samples, Samples]]) -> dict[str, float]:
 
 async def test_etcd_and_apiserver_restarts_under_load_miss_nothing_and_write_nothing_twice(
     own_cluster: LocalCluster,
-    own_kube: AsyncClient,
+    own_kube: KubeClient,
     controller: ControllerProcess,
     pytestconfig: pytest.Config,
 ) -> None:

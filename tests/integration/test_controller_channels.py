@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import AllocationMode
@@ -34,6 +33,7 @@ from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.api.flags.common import ImexIsolation
 from imexdra.api.imexmode import HOST_MANAGED_IMEX
 from imexdra.common.kube.connection import connect
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.machinery.events import EventRecorder
 from imexdra.controller.config import CONTROLLER_NAME, ControllerConfig
 from imexdra.controller.controller import Controller
@@ -131,7 +131,7 @@ async def status_of(cluster: LocalCluster, name: str, wanted: str) -> dict[str, 
 
 
 async def test_numbers_exhaustion_and_reuse(
-    cluster: LocalCluster, kube: AsyncClient, controller: Controller
+    cluster: LocalCluster, kube: KubeClient, controller: Controller
 ) -> None:
     """Two domains get 1 and 2 and are Ready; a third waits exhausted, then takes a deleted one's number."""
     for name in ("first", "second"):
@@ -183,7 +183,7 @@ async def test_numbers_exhaustion_and_reuse(
 
 
 async def test_allocation_mode_all_is_refused(
-    cluster: LocalCluster, kube: AsyncClient, controller: Controller
+    cluster: LocalCluster, kube: KubeClient, controller: Controller
 ) -> None:
     """allocationMode All: NotReady with AllocationModeUnsupported, no number and no template."""
     await kube.create(compute_domain_model("everything", USER_NS, mode=AllocationMode.ALL))
@@ -201,7 +201,7 @@ def condition(cluster: LocalCluster, name: str, reason: str) -> dict[str, Any] |
 
 
 async def test_switch_back_to_domain_isolation(
-    cluster: LocalCluster, kube: AsyncClient, identities: dict[ImexIsolation, Path]
+    cluster: LocalCluster, kube: KubeClient, identities: dict[ImexIsolation, Path]
 ) -> None:
     """Back to domain isolation: a channel domain is a mismatch and a new domain waits until it is gone."""
     async with running(cluster, identities[ImexIsolation.CHANNEL], ImexIsolation.CHANNEL, clean_up=False):
@@ -242,7 +242,7 @@ async def test_switch_back_to_domain_isolation(
 
 
 async def test_switch_to_channel_isolation(
-    cluster: LocalCluster, kube: AsyncClient, identities: dict[ImexIsolation, Path]
+    cluster: LocalCluster, kube: KubeClient, identities: dict[ImexIsolation, Path]
 ) -> None:
     """To channel isolation: a domain on channel 0 is a mismatch and a new domain waits until it is gone."""
     async with running(cluster, identities[ImexIsolation.DOMAIN], ImexIsolation.DOMAIN, clean_up=False):

@@ -18,12 +18,11 @@ import secrets
 from collections.abc import AsyncIterator
 
 import pytest
-from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra.common.kube.api import PatchType
 from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.core_v1 import Node, Pod
 from imexdra_sim.apinodes import FakeKubelet
 from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -78,12 +77,12 @@ async def controller(
         yield process
 
 
-async def status_indices(kube: AsyncClient) -> dict[str, int]:
+async def status_indices(kube: KubeClient) -> dict[str, int]:
     cd = await kube.get(ComputeDomain, "legacy", namespace=USER_NS)
     return {n.name: n.index for n in cd.status.nodes} if cd.status else {}
 
 
-async def live_pods(kube: AsyncClient, uid: str) -> dict[str, Pod]:
+async def live_pods(kube: KubeClient, uid: str) -> dict[str, Pod]:
     pods = [p async for p in kube.list(Pod, namespace=DRIVER_NS, labels={LABEL: uid})]
     return {
         p.spec.nodeName: p
@@ -92,14 +91,14 @@ async def live_pods(kube: AsyncClient, uid: str) -> dict[str, Pod]:
     }
 
 
-async def start_daemon(kube: AsyncClient, kubelet: FakeKubelet, pod: Pod) -> None:
+async def start_daemon(kube: KubeClient, kubelet: FakeKubelet, pod: Pod) -> None:
     assert pod.metadata is not None and pod.metadata.name and pod.spec is not None and pod.spec.nodeName
     await kubelet.report_pod(pod.metadata.name, pod.spec.nodeName, ready=True)
     await label_as_daemon(kube, pod.metadata.name, DRIVER_NS, CLIQUE)
 
 
 async def test_indices_live_in_status_and_survive_a_restart(
-    cluster: LocalCluster, kube: AsyncClient, kubelet: FakeKubelet, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, kubelet: FakeKubelet, controller: ControllerProcess
 ) -> None:
     """status.nodes holds indices 0..2, no clique exists; after a SIGKILL a rejoining node gets its index."""
     created = await kube.create(compute_domain_model("legacy", USER_NS, num_nodes=3))
@@ -135,20 +134,20 @@ async def test_indices_live_in_status_and_survive_a_restart(
     assert leftovers(cluster, uid)["computedomaincliques"] == []
 
 
-async def _all_bound(kube: AsyncClient, uid: str) -> dict[str, Pod] | None:
+async def _all_bound(kube: KubeClient, uid: str) -> dict[str, Pod] | None:
     pods = await live_pods(kube, uid)
     return pods if len(pods) == len(NODES) else None
 
 
-async def indexed(kube: AsyncClient) -> dict[str, int] | None:
+async def indexed(kube: KubeClient) -> dict[str, int] | None:
     found = await status_indices(kube)
     return found if len(found) == len(NODES) else None
 
 
-async def has_entries(kube: AsyncClient, count: int) -> bool:
+async def has_entries(kube: KubeClient, count: int) -> bool:
     return len(await status_indices(kube)) == count
 
 
-async def left(kube: AsyncClient, node: str) -> bool:
+async def left(kube: KubeClient, node: str) -> bool:
     found = await status_indices(kube)
     return len(found) == len(NODES) - 1 and node not in found

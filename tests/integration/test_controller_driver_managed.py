@@ -26,11 +26,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
+from imexdra.common.kube.api import PatchType
+from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.core_v1 import Node, Pod
 from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
@@ -58,7 +58,7 @@ LABEL = "resource.nvidia.com/computeDomain"
 
 
 @pytest.fixture(scope="module")
-async def daemon_devices(cluster: LocalCluster, kube: AsyncClient) -> AsyncIterator[list[DaemonDevicePlugin]]:
+async def daemon_devices(cluster: LocalCluster, kube: KubeClient) -> AsyncIterator[list[DaemonDevicePlugin]]:
     """The daemon DeviceClass, and daemon-0 published and preparable on both real nodes."""
     plugins = [
         DaemonDevicePlugin(node=n.name, registry_dir=n.registry_dir, plugins_dir=n.plugins_dir)
@@ -84,32 +84,32 @@ async def controller(
         yield process
 
 
-async def create_domain(kube: AsyncClient, name: str, num_nodes: int = 0) -> str:
+async def create_domain(kube: KubeClient, name: str, num_nodes: int = 0) -> str:
     created = await kube.create(compute_domain_model(name, USER_NS, num_nodes=num_nodes))
     assert created.metadata is not None and created.metadata.uid
     return created.metadata.uid
 
 
-async def get_domain(kube: AsyncClient, name: str) -> ComputeDomain:
+async def get_domain(kube: KubeClient, name: str) -> ComputeDomain:
     return await kube.get(ComputeDomain, name, namespace=USER_NS)
 
 
-async def status_of(kube: AsyncClient, name: str) -> str | None:
+async def status_of(kube: KubeClient, name: str) -> str | None:
     cd = await get_domain(kube, name)
     return cd.status.status.value if cd.status else None
 
 
-async def has_status(kube: AsyncClient, name: str, expected: str) -> bool:
+async def has_status(kube: KubeClient, name: str, expected: str) -> bool:
     return await status_of(kube, name) == expected
 
 
-async def label_nodes(kube: AsyncClient, uid: str | None, nodes: tuple[str, ...] = NODES) -> None:
+async def label_nodes(kube: KubeClient, uid: str | None, nodes: tuple[str, ...] = NODES) -> None:
     """What the kubelet plugin does when it prepares a workload's channel claim (None removes it)."""
     for node in nodes:
         await kube.patch(Node, node, {"metadata": {"labels": {LABEL: uid}}}, patch_type=PatchType.MERGE)
 
 
-async def ready_daemon_pods(kube: AsyncClient, uid: str, count: int) -> list[Pod]:
+async def ready_daemon_pods(kube: KubeClient, uid: str, count: int) -> list[Pod]:
     async def pods() -> list[Pod] | None:
         found = [
             p
@@ -133,7 +133,7 @@ def clique(cluster: LocalCluster, uid: str, clique_id: str = CLIQUE) -> dict[str
     return found[0] if found else None
 
 
-async def delete_and_wait_gone(cluster: LocalCluster, kube: AsyncClient, name: str, uid: str) -> None:
+async def delete_and_wait_gone(cluster: LocalCluster, kube: KubeClient, name: str, uid: str) -> None:
     await kube.delete(ComputeDomain, name, namespace=USER_NS)
 
     def gone() -> bool:
@@ -150,7 +150,7 @@ async def delete_and_wait_gone(cluster: LocalCluster, kube: AsyncClient, name: s
 
 
 async def test_create_makes_finalizer_templates_daemonset_and_ready(
-    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
 ) -> None:
     """A numNodes-0 domain gets its finalizer, both templates, its DaemonSet, and is Ready at once."""
     uid = await create_domain(kube, "solo")
@@ -186,7 +186,7 @@ async def test_create_makes_finalizer_templates_daemonset_and_ready(
 
 
 async def test_daemon_network_policy_is_made_again_and_goes_with_its_daemonset(
-    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
 ) -> None:
     """The daemons' NetworkPolicy: owned by the DaemonSet, made again when deleted, collected with it."""
     uid = await create_domain(kube, "fenced")
@@ -215,7 +215,7 @@ async def test_daemon_network_policy_is_made_again_and_goes_with_its_daemonset(
 
 
 async def test_daemons_join_one_clique_with_stable_indices(
-    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
 ) -> None:
     """Two daemons get indices 0 and 1 and Ready; a replaced one gets its index back; delete cleans up."""
     uid = await create_domain(kube, "pair", num_nodes=2)
@@ -297,7 +297,7 @@ def assert_teardown_order(teardown: TeardownWatch) -> None:
 
 
 async def test_non_fabric_daemon_is_reported_with_index_minus_one(
-    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
 ) -> None:
     """An empty clique ID makes a status node with cliqueID "" and index -1, and no clique object."""
     uid = await create_domain(kube, "plain", num_nodes=1)
@@ -316,7 +316,7 @@ async def test_non_fabric_daemon_is_reported_with_index_minus_one(
 
 
 async def test_claim_template_name_clash_is_reported_then_resolved(
-    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
 ) -> None:
     """A foreign template of the requested name gives a Warning Event; once it is gone, ours is created."""
     apply(cluster, foreign_template("clash-channel", USER_NS))
@@ -355,7 +355,7 @@ def labelled_template(
 
 
 async def test_a_lookalike_in_another_namespace_is_ignored(
-    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
 ) -> None:
     """A tenant's template labelled with the domain's UID and holding a finalizer of its own.
 
@@ -419,7 +419,7 @@ def has_domain(cluster: LocalCluster, name: str) -> bool:
 
 
 async def test_objects_of_vanished_domains_are_swept(
-    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
 ) -> None:
     """A finalized template, a clique and a node label naming an unknown domain are removed.
 

@@ -15,11 +15,11 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable
 
 import pytest
-from lightkube import AsyncClient
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import AllocationMode
+from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.resource_v1 import ResourceClaimTemplate
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
@@ -50,7 +50,7 @@ async def controller(cluster: LocalCluster, compute_domain_crds: None) -> AsyncI
         yield process
 
 
-async def ready_domain(kube: AsyncClient, name: str, **spec: object) -> ComputeDomain:
+async def ready_domain(kube: KubeClient, name: str, **spec: object) -> ComputeDomain:
     await kube.create(compute_domain_model(name, USER_NS, **spec))  # type: ignore[arg-type]
 
     async def ready() -> ComputeDomain | None:
@@ -72,7 +72,7 @@ def test_resolved_gate_overrides_are_logged(controller: ControllerProcess) -> No
 
 
 async def test_create_makes_only_the_workload_template_and_is_ready(
-    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
 ) -> None:
     """Finalizer, workload template with the spec's ChannelConfig (All stays All: the plugin rejects it
     at prepare, docs/data-path.md §10), Ready despite numNodes; nothing else."""
@@ -110,7 +110,7 @@ async def test_create_makes_only_the_workload_template_and_is_ready(
 
 
 async def test_delete_removes_template_then_domain_and_forgets_metrics(
-    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
 ) -> None:
     """Deletion removes the template and both finalizers; the domain goes and its gauge entry with it."""
     cd = await ready_domain(kube, "train-b")
@@ -141,7 +141,7 @@ async def test_delete_removes_template_then_domain_and_forgets_metrics(
 
 
 async def test_ready_waits_for_the_workload_template(
-    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
 ) -> None:
     """A foreign template of the wanted name: NotReady with ClaimTemplateConflict; once it goes, Ready."""
     apply(cluster, foreign_template("clash-channel", USER_NS))

@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import DRIVER_NAME
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra_sim.builders import channel_claim, channel_config, compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import ControllerProcess, controller_running, events_of, labelled
@@ -75,7 +75,7 @@ async def unprotected(cluster: LocalCluster, compute_domain_crds: None) -> Async
         yield c
 
 
-async def ready_domain(kube: AsyncClient, name: str, namespace: str) -> str:
+async def ready_domain(kube: KubeClient, name: str, namespace: str) -> str:
     """Create a domain, wait for Ready; its UID."""
     await kube.create(compute_domain_model(name, namespace))
 
@@ -126,7 +126,7 @@ def in_use_events(cluster: LocalCluster, namespace: str, uid: str) -> list[dict[
 
 
 async def test_a_domain_in_use_waits_for_its_pods(
-    cluster: LocalCluster, kube: AsyncClient, protected: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, protected: ControllerProcess
 ) -> None:
     """Deleted under a reserved claim: Terminating, template kept, InUse names the pod; pod gone → gone."""
     uid = await ready_domain(kube, "held", USER_NS)
@@ -147,7 +147,7 @@ async def test_a_domain_in_use_waits_for_its_pods(
 
 
 async def test_a_claim_of_another_namespace_does_not_hold_the_domain(
-    cluster: LocalCluster, kube: AsyncClient, protected_victim: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, protected_victim: ControllerProcess
 ) -> None:
     """A tenant's reserved claim naming the domain's UID: the domain still goes at once, no InUse event."""
     namespace = f"{USER_NS}-v"
@@ -166,7 +166,7 @@ async def test_a_claim_of_another_namespace_does_not_hold_the_domain(
 
 
 async def test_protection_off_tears_down_at_once(
-    cluster: LocalCluster, kube: AsyncClient, unprotected: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, unprotected: ControllerProcess
 ) -> None:
     """With --compute-domain-in-use-protection=false the domain goes while its pod still holds the claim."""
     namespace = f"{USER_NS}-off"

@@ -18,10 +18,10 @@ import secrets
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.flags.common import ImexIsolation
+from imexdra.common.kube.kubeclient import KubeClient
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import controller_running, events_of, labelled
@@ -69,7 +69,7 @@ def admitted_names(note: str) -> set[str]:
     return set(note.rpartition("; admitted: ")[2].split(", "))
 
 
-async def create_ready(kube: AsyncClient, cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
+async def create_ready(kube: KubeClient, cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
     await kube.create(compute_domain_model(name, namespace))
     status: dict[str, Any] = await eventually(
         f"{namespace}/{name} Ready", lambda: ready(cluster, namespace, name), within=30
@@ -79,7 +79,7 @@ async def create_ready(kube: AsyncClient, cluster: LocalCluster, namespace: str,
 
 @pytest.mark.parametrize("isolation", list(ImexIsolation), ids=lambda i: i.value)
 async def test_third_domain_waits_until_one_is_deleted(
-    cluster: LocalCluster, kube: AsyncClient, compute_domain_crds: None, isolation: ImexIsolation
+    cluster: LocalCluster, kube: KubeClient, compute_domain_crds: None, isolation: ImexIsolation
 ) -> None:
     """Bound 2: the third domain of a namespace waits with no template or channel, then gets them."""
     driver_ns, team, other = (f"{p}-{isolation.value}-{SUFFIX}" for p in ("imexdra-quota", "team", "other"))
@@ -135,7 +135,7 @@ async def test_third_domain_waits_until_one_is_deleted(
 
 
 async def test_lowered_bound_keeps_what_was_admitted(
-    cluster: LocalCluster, kube: AsyncClient, compute_domain_crds: None
+    cluster: LocalCluster, kube: KubeClient, compute_domain_crds: None
 ) -> None:
     """Restarted with the bound lowered from 2 to 1: both admitted domains stay Ready, a new one waits."""
     driver_ns, team = f"imexdra-quota-low-{SUFFIX}", f"team-low-{SUFFIX}"

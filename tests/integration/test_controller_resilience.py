@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient
-from lightkube.resources.coordination_v1 import Lease
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.flags.common import ImexIsolation
+from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.coordination_v1 import Lease
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
@@ -207,7 +207,7 @@ async def kill_mid_work(
 
 @pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
 async def test_sigkill_during_create_and_delete_converges_without_leaks(
-    cluster: LocalCluster, kube: AsyncClient, identity: Path, pytestconfig: pytest.Config, mode: Mode
+    cluster: LocalCluster, kube: KubeClient, identity: Path, pytestconfig: pytest.Config, mode: Mode
 ) -> None:
     """Killed mid-create and mid-delete, a restarted controller finishes both and leaks nothing."""
     seed = int(os.environ.get("IMEXDRA_SEED") or random.randrange(1 << 30))
@@ -274,7 +274,7 @@ def lease_holder(cluster: LocalCluster) -> str:
 
 
 async def test_two_replicas_elect_one_leader_and_fail_over(
-    cluster: LocalCluster, kube: AsyncClient, identity: Path
+    cluster: LocalCluster, kube: KubeClient, identity: Path
 ) -> None:
     """One of two replicas leads (and only it reconciles); SIGKILL hands over, SIGTERM releases the Lease."""
     replicas = [

@@ -24,13 +24,12 @@ import secrets
 from collections.abc import AsyncIterator
 
 import pytest
-from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER
+from imexdra.common.kube.api import PatchType
 from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.core_v1 import Node, Pod
 from imexdra_sim.apinodes import FakeKubelet
 from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
@@ -120,7 +119,7 @@ def clique_indices(cluster: LocalCluster, uid: str) -> dict[str, int]:
     return {d["nodeName"]: d["index"] for d in found[0].get("daemons", [])} if found else {}
 
 
-async def start_daemon(kube: AsyncClient, kubelet: FakeKubelet, pod: Pod, rng: random.Random) -> None:
+async def start_daemon(kube: KubeClient, kubelet: FakeKubelet, pod: Pod, rng: random.Random) -> None:
     """One daemon pod starting: Running, its daemon announces the clique, then its probe passes."""
     assert pod.metadata is not None and pod.metadata.name and pod.spec is not None and pod.spec.nodeName
     # Seeded jitter: the daemons start, announce and pass their probes in a random interleaving.
@@ -132,7 +131,7 @@ async def start_daemon(kube: AsyncClient, kubelet: FakeKubelet, pod: Pod, rng: r
     await kubelet.report_pod(pod.metadata.name, pod.spec.nodeName, ready=True)
 
 
-async def scheduled_daemons(cluster: LocalCluster, kube: AsyncClient, uid: str) -> list[Pod]:
+async def scheduled_daemons(cluster: LocalCluster, kube: KubeClient, uid: str) -> list[Pod]:
     """Wait for the DaemonSet, label the nodes as the kubelet plugin would, wait for 18 bound pods."""
     await eventually("DaemonSet", lambda: leftovers(cluster, uid)["daemonsets"], within=30)
     for node in NODES:
@@ -147,7 +146,7 @@ async def scheduled_daemons(cluster: LocalCluster, kube: AsyncClient, uid: str) 
     return pods
 
 
-async def wait_ready_with_all_daemons(kube: AsyncClient) -> None:
+async def wait_ready_with_all_daemons(kube: KubeClient) -> None:
     async def ready() -> bool:
         cd = await kube.get(ComputeDomain, "big", namespace=USER_NS)
         return cd.status is not None and cd.status.status == "Ready" and len(cd.status.nodes) == DAEMONS
@@ -155,7 +154,7 @@ async def wait_ready_with_all_daemons(kube: AsyncClient) -> None:
     await eventually("big Ready with 18 nodes", ready, within=60)
 
 
-async def delete_and_wait_gone(cluster: LocalCluster, kube: AsyncClient, uid: str, name: str = "big") -> None:
+async def delete_and_wait_gone(cluster: LocalCluster, kube: KubeClient, uid: str, name: str = "big") -> None:
     """Delete the domain and wait until it and every object it had are gone."""
     await kube.delete(ComputeDomain, name, namespace=USER_NS)
 
@@ -173,7 +172,7 @@ async def delete_and_wait_gone(cluster: LocalCluster, kube: AsyncClient, uid: st
 
 async def test_eighteen_daemons_cost_a_handful_of_writes_and_no_conflicts(
     cluster: LocalCluster,
-    kube: AsyncClient,
+    kube: KubeClient,
     kubelet: FakeKubelet,
     controller: ControllerProcess,
     pytestconfig: pytest.Config,
@@ -221,7 +220,7 @@ async def test_eighteen_daemons_cost_a_handful_of_writes_and_no_conflicts(
 
 
 async def test_a_domain_born_with_its_finalizer_costs_no_finalizer_write(
-    cluster: LocalCluster, kube: AsyncClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
 ) -> None:
     """Created holding its finalizer (restored from a backup, or written so by a tool): the controller goes
     straight to the templates and DaemonSet without a PATCH of the domain; its one write on the domain is

@@ -44,11 +44,11 @@ from typing import Any
 
 import pytest
 import yaml
-from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
+from imexdra.common.kube.api import PatchType
+from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.core_v1 import Node, Pod
 from imexdra.common.observability.logformat import parse_line
 from imexdra.daemon.hostsfile import managed_mappings
 from imexdra.devices.imex import parse_config
@@ -247,16 +247,14 @@ def daemon_set(
     }
 
 
-async def set_node_label(kube: AsyncClient, node: str, on: bool) -> None:
+async def set_node_label(kube: KubeClient, node: str, on: bool) -> None:
     """Schedule (or evict) the daemon on ``node``, as the kubelet plugin's node label would."""
     patch = {"metadata": {"labels": {NODE_LABEL: "true" if on else None}}}
     await kube.patch(Node, node, patch, patch_type=PatchType.MERGE)
 
 
 @pytest.fixture(scope="module")
-async def domain(
-    cluster: LocalCluster, kube: AsyncClient, compute_domain_crds: None
-) -> AsyncIterator[Domain]:
+async def domain(cluster: LocalCluster, kube: KubeClient, compute_domain_crds: None) -> AsyncIterator[Domain]:
     """Four nodes, the controller, a ComputeDomain (numNodes 4) and its daemons scheduled everywhere."""
     await add_missing_nodes(cluster)
     # The controller spaces health publications by the daemons' poll interval: tell it the test's.
@@ -308,7 +306,7 @@ def imex_status(ip: str) -> dict[str, Any] | None:
         return None
 
 
-async def live_pods(kube: AsyncClient) -> dict[str, Pod]:
+async def live_pods(kube: KubeClient) -> dict[str, Pod]:
     """The daemon pods that are not terminating, by node."""
     pods = {}
     async for pod in kube.list(Pod, namespace=DRIVER_NS, labels={"app": APP}):
@@ -317,7 +315,7 @@ async def live_pods(kube: AsyncClient) -> dict[str, Pod]:
     return pods
 
 
-async def converged(kube: AsyncClient, nodes: tuple[str, ...]) -> dict[str, Member] | None:
+async def converged(kube: KubeClient, nodes: tuple[str, ...]) -> dict[str, Member] | None:
     """Members by node once exactly ``nodes`` have Ready daemons whose IMEX sees all of them connected."""
     pods = await live_pods(kube)
     if set(pods) != set(nodes) or not all(is_ready(p) for p in pods.values()):
@@ -363,7 +361,7 @@ def expected_hosts(domain: Domain, entries: dict[str, dict[str, Any]]) -> dict[s
     return hosts
 
 
-async def wait_converged(kube: AsyncClient, nodes: tuple[str, ...], what: str) -> dict[str, Member]:
+async def wait_converged(kube: KubeClient, nodes: tuple[str, ...], what: str) -> dict[str, Member]:
     result: dict[str, Member] = await eventually(
         what, lambda: converged(kube, nodes), within=240, interval=2.0
     )
@@ -385,7 +383,7 @@ def daemon_log(domain: Domain, node: str, pod: str) -> list[dict[str, Any]]:
 # -- the tests ---------------------------------------------------------------------------------------
 
 
-async def test_daemons_form_a_ready_domain(domain: Domain, kube: AsyncClient) -> None:
+async def test_daemons_form_a_ready_domain(domain: Domain, kube: KubeClient) -> None:
     """Four daemons become Ready; the clique, the hosts files and the ComputeDomain all agree."""
     members = await wait_converged(kube, NODES, "four Ready daemons with connected IMEX")
     entries = await eventually(
@@ -422,7 +420,7 @@ def _all_ready_entries(domain: Domain, count: int) -> dict[str, dict[str, Any]] 
     )
 
 
-async def test_membership_churn_reloads_without_restart(domain: Domain, kube: AsyncClient) -> None:
+async def test_membership_churn_reloads_without_restart(domain: Domain, kube: KubeClient) -> None:
     """A node leaving and rejoining rewrites the hosts files and reloads IMEX by SIGUSR1, same PIDs."""
     before = await wait_converged(kube, NODES, "domain converged")
     index_of_leaver = clique_entries(domain)["node-3"]["index"]
@@ -445,7 +443,7 @@ async def test_membership_churn_reloads_without_restart(domain: Domain, kube: As
         assert hosts_of(domain, node) == expected_hosts(domain, clique_entries(domain))
 
 
-async def test_killed_imex_is_restarted_by_its_daemon(domain: Domain, kube: AsyncClient) -> None:
+async def test_killed_imex_is_restarted_by_its_daemon(domain: Domain, kube: KubeClient) -> None:
     """SIGKILLing nvidia-imex makes its daemon start a new one; the pod itself is not restarted."""
     before = await wait_converged(kube, NODES, "domain converged")
     victim = before["node-1"]
@@ -491,7 +489,7 @@ def _cannot_reach(domain: Domain, victim: str) -> dict[str, Any] | None:
     return condition if condition.get("status") == "False" and named else None
 
 
-async def test_unreachable_imex_peer_shows_in_status_and_clears(domain: Domain, kube: AsyncClient) -> None:
+async def test_unreachable_imex_peer_shows_in_status_and_clears(domain: Domain, kube: KubeClient) -> None:
     """A stopped nvidia-imex stops answering its peers' TCP probes: each survivor reports it as
     Recovering in the clique, the domain's IMEXPeersConnected turns False naming the pairs (and a
     Warning event says so); running again, it is Connected everywhere and the condition True."""
@@ -521,7 +519,7 @@ async def test_unreachable_imex_peer_shows_in_status_and_clears(domain: Domain, 
     assert condition["reason"] == "AllPeersConnected"
 
 
-async def test_force_deleted_daemon_pod_recovers(domain: Domain, kube: AsyncClient) -> None:
+async def test_force_deleted_daemon_pod_recovers(domain: Domain, kube: KubeClient) -> None:
     """A daemon pod deleted with no grace is replaced on its node, keeps its index, and all are Ready."""
     before = await wait_converged(kube, NODES, "domain converged")
     index = clique_entries(domain)["node-2"]["index"]
@@ -624,7 +622,7 @@ def kill_order(rng: random.Random, kills: int) -> list[str]:
     return order[:kills]
 
 
-async def landing(kube: AsyncClient, victim: str, previous: str | None) -> str:
+async def landing(kube: KubeClient, victim: str, previous: str | None) -> str:
     """Where a kill of ``victim`` lands now: in the domain's startup (whose) or once it settled."""
     if await converged(kube, NODES):
         return "settled"
@@ -650,7 +648,7 @@ async def restarted(domain: Domain, node: str, pod_uid: str, old_pid: int, what:
 
 async def assert_recovered(
     domain: Domain,
-    kube: AsyncClient,
+    kube: KubeClient,
     before: dict[str, Member],
     indices: dict[str, int],
     kills_on: collections.Counter[str],
@@ -680,7 +678,7 @@ async def assert_recovered(
 
 
 async def test_sigkilled_daemons_recover(
-    domain: Domain, kube: AsyncClient, pytestconfig: pytest.Config
+    domain: Domain, kube: KubeClient, pytestconfig: pytest.Config
 ) -> None:
     """SIGKILLed daemon containers are restarted by their kubelets and the domain converges as before.
 
@@ -738,7 +736,7 @@ async def test_sigkilled_daemons_recover(
     )
 
 
-async def test_node_without_fabric_joins_without_imex(domain: Domain, kube: AsyncClient) -> None:
+async def test_node_without_fabric_joins_without_imex(domain: Domain, kube: KubeClient) -> None:
     """An empty CLIQUE_ID: the pod announces "no fabric", runs no IMEX, passes its probe, and is listed."""
     created = await kube.create(compute_domain_model("nofabric", USER_NS, num_nodes=1))
     assert created.metadata is not None and created.metadata.uid
@@ -768,7 +766,7 @@ async def test_node_without_fabric_joins_without_imex(domain: Domain, kube: Asyn
     domain.cluster.kubectl("delete", "daemonset", name, "-n", DRIVER_NS, "--timeout=60s")
 
 
-async def _ready_pod(kube: AsyncClient, app: str) -> Pod | None:
+async def _ready_pod(kube: KubeClient, app: str) -> Pod | None:
     """The pod once Ready and announced (its probe passes before the daemon has labelled it)."""
     async for pod in kube.list(Pod, namespace=DRIVER_NS, labels={"app": app}):
         if is_ready(pod) and pod.metadata and CLIQUE_LABEL_KEY in (pod.metadata.labels or {}):

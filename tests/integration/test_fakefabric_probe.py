@@ -1,5 +1,5 @@
 """The fake fabric as the rack runs it, without a cluster: two fabric services of one IMEX domain
-(``python -m imexdra_sim.devices.fakefabric``) and the GPU program ``imex-probe`` (tools/k8s/imexprobe)
+(``python -m imexdra_sim.devices.fakefabric``) and the GPU program ``imex-probe`` (sim/imexprobe)
 holding mknod'ed channel devices with ``O_PATH`` (docs/fake-fabric.md).
 
 The probe's answers are what a workload's log shows: the export's handle and channel, an import

@@ -13,13 +13,12 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node as NodeResource
-from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, DRIVER_NAME
 from imexdra.api.imexmode import DRIVER_MANAGED_IMEX
 from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.core_v1 import Node as NodeResource
+from imexdra.common.kube.models.resource_v1 import ResourceSlice
 from imexdra.common.kube.transport import Transport
 from imexdra.common.pacing.pulse import Pulse
 from imexdra.dra.slicepublisher import SlicePublisher
@@ -50,7 +49,7 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
 
 
 @pytest.fixture
-async def labeler(kube: AsyncClient, lean: Transport) -> AsyncIterator[NodeLabeler]:
+async def labeler(kube: KubeClient, lean: Transport) -> AsyncIterator[NodeLabeler]:
     """A NodeLabeler for node-1; the label is removed afterwards."""
     yield NodeLabeler(lean, NODE)
     await kube.patch(NodeResource, NODE, {"metadata": {"labels": {LABEL: None}}})
@@ -210,7 +209,7 @@ async def test_concurrent_changes_of_one_node_meet_no_conflict(
 
 
 async def test_domain_cache_and_readiness(
-    cluster: LocalCluster, kube: AsyncClient, api: KubeClient, namespace: str
+    cluster: LocalCluster, kube: KubeClient, api: KubeClient, namespace: str
 ) -> None:
     """Lookups by UID across namespaces; readiness from the watched clique entry, or from the domain
     status; a change of this node's entry wakes the prepare retries, another node's does not."""
@@ -297,10 +296,10 @@ async def test_domain_cache_and_readiness(
         clique_watch.cancel()
 
 
-async def test_slice_publisher_converges(kube: AsyncClient, api: KubeClient) -> None:
+async def test_slice_publisher_converges(kube: KubeClient, api: KubeClient) -> None:
     """Create once; recreate after deletion; fix a changed slice in place; delete extra slices."""
     pool = f"ghost-{uuid.uuid4().hex[:6]}"  # a Node object no kubelet owns (nor wipes slices of)
-    ghost = await kube.create(NodeResource.from_dict({"metadata": {"name": pool}}))  # type: ignore[call-overload]
+    ghost = await kube.create(NodeResource.from_dict({"metadata": {"name": pool}}))
     owner_uid = ghost.metadata.uid
 
     async def node_uid() -> str:
@@ -334,9 +333,9 @@ async def test_slice_publisher_converges(kube: AsyncClient, api: KubeClient) -> 
 
         body = second.to_dict()
         body["spec"]["devices"] = body["spec"]["devices"][:1]
-        await kube.replace(ResourceSlice.from_dict(body))  # type: ignore[call-overload]
+        await kube.replace(ResourceSlice.from_dict(body))
         extra = ResourceSlice.from_dict({**body, "metadata": {"name": f"00001-extra-{pool}"}})
-        await kube.create(extra)  # type: ignore[call-overload]
+        await kube.create(extra)
 
         async def repaired() -> bool:
             current = await slices()

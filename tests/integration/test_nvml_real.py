@@ -1,7 +1,7 @@
 """The real NVML backend (``devices/nvml_real.py``, over nvidia-ml-py) against our mock libnvidia-ml.so.1.
 
 Nothing between ``PynvmlNvml`` and the C ABI is faked: the pinned pynvml loads the mock library built by
-tools/nvml-mock/build.sh through ctypes, and the library answers from the ``nvml-mock-profile`` beside it
+sim/nvml-mock/build.sh through ctypes, and the library answers from the ``nvml-mock-profile`` beside it
 (docs/nvml-mock.md). Each test copies the library into its own directory next to its profile.
 
 Every case runs in a fresh Python process (``nvml_probe.py``). pynvml keeps one library handle per

@@ -14,28 +14,27 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node as NodeResource
-from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.api.imexmode import HOST_MANAGED_IMEX
 from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.models.core_v1 import Node as NodeResource
+from imexdra.common.kube.models.resource_v1 import ResourceSlice
 from imexdra.dra.slicepublisher import SlicePublisher
 from imexdra.kubeletplugin.slices import slice_devices
 from tests.support.waiting import eventually
 
 
 @pytest.fixture
-async def pool(kube: AsyncClient) -> AsyncIterator[str]:
+async def pool(kube: KubeClient) -> AsyncIterator[str]:
     """A kubelet-less Node (the pool's name); deleting it takes its slices (owner references)."""
     name = f"pool-{uuid.uuid4().hex[:6]}"
-    await kube.create(NodeResource.from_dict({"metadata": {"name": name}}))  # type: ignore[call-overload]
+    await kube.create(NodeResource.from_dict({"metadata": {"name": name}}))
     yield name
     await kube.delete(NodeResource, name)
 
 
-async def slices_of(kube: AsyncClient, pool: str) -> list[ResourceSlice]:
+async def slices_of(kube: KubeClient, pool: str) -> list[ResourceSlice]:
     """The pool's slices in the API, by name."""
     found = [s async for s in kube.list(ResourceSlice, fields={"spec.nodeName": pool})]
     return sorted(found, key=lambda s: (s.metadata.name if s.metadata else "") or "")
@@ -62,12 +61,14 @@ def device_ids(slices: list[ResourceSlice]) -> list[int]:
     ids: list[int] = []
     for s in slices:
         for device in (s.spec.devices if s.spec is not None else None) or []:
-            ids.append(device.attributes["id"]["int"])  # type: ignore[index]
+            number = (device.attributes or {})["id"].int
+            assert number is not None
+            ids.append(number)
     return ids
 
 
 async def test_channel_isolation_pool_is_sixteen_slices_rewritten_as_one(
-    kube: AsyncClient, api: KubeClient, pool: str
+    kube: KubeClient, api: KubeClient, pool: str
 ) -> None:
     """2047 devices: 16 slices at generation 1; one deleted → all 16 at generation 2, same objects
     reused where they exist; one edited by someone else → generation 3; an unchanged pool is left alone."""
@@ -100,7 +101,7 @@ async def test_channel_isolation_pool_is_sixteen_slices_rewritten_as_one(
 
         edited: dict[str, Any] = second[0].to_dict()
         edited["spec"]["devices"] = edited["spec"]["devices"][:3]
-        await kube.replace(ResourceSlice.from_dict(edited))  # type: ignore[call-overload]
+        await kube.replace(ResourceSlice.from_dict(edited))
         third = await eventually("the pool rewritten at generation 3", lambda: at(3), within=60)
         assert device_ids(third) == list(range(1, 2048))
 

@@ -12,8 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from lightkube.config.kubeconfig import SingleConfig
-from lightkube.config.models import Cluster, Context, User
+from imexdra.common.kube.kubeconfig import Cluster, Context, SingleConfig, User
 
 Reply = Callable[[bytes], bytes]
 """Builds the bytes to answer from the request's bytes; empty bytes close without answering."""

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lightkube import AsyncClient
-
-from imexdra.common.kube.client import load_config
+from imexdra.common.kube.connection import make_client
+from imexdra.common.kube.kubeclient import KubeClient
 
 KUBECONFIG = """
 apiVersion: v1
@@ -22,8 +21,8 @@ current-context: ctx
 """
 
 
-def offline_client(directory: Path) -> AsyncClient:
+def offline_client(directory: Path) -> KubeClient:
     """A client of no cluster, its kubeconfig written to ``directory``; close it when done."""
     path = directory / "offline.kubeconfig"
     path.write_text(KUBECONFIG)
-    return AsyncClient(config=load_config(path))
+    return make_client(field_manager="imexdra-test", kubeconfig=path)

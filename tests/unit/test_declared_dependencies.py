@@ -1,6 +1,6 @@
 """Every third-party package the product imports is a pinned dependency of its own (issue 19 item 6).
 
-A package reached only through another's dependencies (``httpx2`` under lightkube) would change
+A package reached only through another's dependencies (``hpack`` under h2) would change
 under us when that one moves; pyproject.toml names it with an exact version instead. Imports are read
 from the source with ``ast``; ``importlib.metadata.packages_distributions`` maps each top-level module
 to the distribution that installs it.

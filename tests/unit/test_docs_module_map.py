@@ -2,9 +2,9 @@
 
 The map is where a new engineer looks a module up, so a module added without its row, or a row left
 behind by a move, makes it lie. Python modules are compared by dotted name with the files under
-``src/imexdra`` and ``sim/src/imexdra_sim`` (a package is its ``__init__``; the generated stubs count
-as their one package, ``imexdra.dra._pb``); the tests, benchmarks and tools are compared by their
-top-level entries.
+``src/imexdra`` and ``sim/src/imexdra_sim`` (a package is its ``__init__``; generated code counts as
+its one package: the protobuf stubs ``imexdra.dra._pb``, the API models ``imexdra.common.kube.models``);
+the tests, benchmarks and tools are compared by their top-level entries.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tests.support.paths import REPO
 
 PAGE = REPO / "docs" / "architecture.md"
 PACKAGES = (REPO / "src" / "imexdra", REPO / "sim" / "src" / "imexdra_sim")
-GENERATED = "imexdra.dra._pb"
+GENERATED = ("imexdra.dra._pb", "imexdra.common.kube.models")
 # The folders whose top-level entries the map names one by one.
 FOLDERS = ("tests", "bench", "tools")
 ROW = re.compile(r"^\| `([^`]+)` \|", re.MULTILINE)
@@ -40,12 +40,12 @@ def module_name(package_dir: Path, path: Path) -> str:
 
 
 def modules_on_disk() -> set[str]:
-    """Every module of the two packages, the generated stubs as their package alone."""
+    """Every module of the two packages, each generated package as itself alone."""
     names = set()
     for package_dir in PACKAGES:
         for path in package_dir.rglob("*.py"):
             name = module_name(package_dir, path)
-            if not name.startswith(GENERATED + "."):
+            if not name.startswith(tuple(f"{package}." for package in GENERATED)):
                 names.add(name)
     return names
 

@@ -1,7 +1,7 @@
 """Write or check deployments/container/constraints.txt: every package the image's venv installs, pinned.
 
-pyproject.toml pins imexdra's direct dependencies; their own dependencies (httpx under lightkube,
-anyio under httpx, ...) float, so two image builds a month apart could differ. Both image recipes
+pyproject.toml pins imexdra's direct dependencies; their own dependencies (grpclib's
+multidict, h2's hpack, ...) float, so two image builds a month apart could differ. Both image recipes
 install the wheel with ``--constraint constraints.txt``, and this file is the closure of the runtime
 dependencies as installed in the development venv the tests run in: the image runs the versions the
 tests ran (docs/node-runtime.md, "The project's image").

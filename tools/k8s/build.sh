@@ -8,7 +8,7 @@
 #   kube-router-netpol and ipset, the NetworkPolicy enforcer of clusters that run one;
 #   oci-registry and crane, the cluster's container registry and the release's pusher;
 #   Debian's prometheus and promtool, unpacked into .../prometheus-<version>/bin (tools/k8s/prometheus.sh);
-#   first, tools/nvml-mock/build.sh builds the mock libnvidia-ml.so.1 into .../nvml-mock/ (C, seconds);
+#   first, sim/nvml-mock/build.sh builds the mock libnvidia-ml.so.1 into .../nvml-mock/ (C, seconds);
 #   last, tools/image/build.sh builds the nodes' container images into .../images/
 # Idempotent: a component is rebuilt only when the stamp of its inputs (versions + go.mod/go.sum/sources)
 # differs from the one recorded next to the binaries. Prints progress and the time each step took.
@@ -25,7 +25,7 @@ source "$here/buildlib.sh"
 
 total_start=$SECONDS
 log "cache: $out"
-"$here/../nvml-mock/build.sh"
+"$here/../../sim/nvml-mock/build.sh"
 
 # Three groups of steps run at once (docs/local-cluster.md §3): Kubernetes alone (the largest, about
 # 10 min); the other Go tools; the node runtime with everything that downloads Debian packages (apt
@@ -40,8 +40,8 @@ build_tools() {
   build_step helm helm "$HELM_VERSION" helm -- -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
     -o "$bin/helm" helm.sh/helm/v3/cmd/helm
 
-  build_step fakecri fakecri "$STAGING_VERSION" fakecri -- -o "$bin/fakecri" .
-  build_step imexprobe imexprobe "" imex-probe -- -ldflags="-s -w" -o "$bin/imex-probe" .
+  build_step fakecri ../../sim/fakecri "$STAGING_VERSION" fakecri -- -o "$bin/fakecri" .
+  build_step imexprobe ../../sim/imexprobe "" imex-probe -- -ldflags="-s -w" -o "$bin/imex-probe" .
   # The NetworkPolicy enforcer of clusters that ask for one (LocalCluster(network_policy=True)):
   # kube-router's network policy controller alone (tools/k8s/kuberouter/main.go), which runs iptables from
   # the wrappers build_node_and_images writes and ipset, Debian's, unpacked beside iptables (it needs the

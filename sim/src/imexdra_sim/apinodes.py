@@ -11,13 +11,11 @@ import asyncio
 import contextlib
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
-
-from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.api import KubeApi, PatchType
+from imexdra.common.kube.models.coordination_v1 import Lease
+from imexdra.common.kube.models.core_v1 import Node, Pod
 
 #: A kubelet's default node Lease duration.
 NODE_LEASE_SECONDS = 40
@@ -54,7 +52,7 @@ class FakeKubelet:
     async def register(self) -> None:
         """Create the Node objects with capacity and a Ready condition, as a kubelet registers its node."""
         for node in self.nodes:
-            await self.kube.create(cast(Node, Node.from_dict(fake_node(node))))
+            await self.kube.create(Node.from_dict(fake_node(node)))
         await self._report_nodes()
 
     async def _report_nodes(self) -> None:

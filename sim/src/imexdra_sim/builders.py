@@ -1,7 +1,7 @@
 """The API objects tests, benchmarks and the demo create, each built in one place.
 
 - ``compute_domain``: a ComputeDomain manifest (a dict, for ``kubectl apply`` or raw requests), and
-  ``compute_domain_model``: the same object as the driver's typed model (for lightkube clients);
+  ``compute_domain_model``: the same object as the driver's typed model (for typed clients);
 - ``channel_config``, ``channel_template``, ``channel_claim``: the workload side of a domain, as the
   controller renders it (``ResourceClaimTemplate``) and as the kubelet sees it (a claim from it);
 - ``daemon_device_class``: upstream's DeviceClass for the IMEX daemons' claims (the chart ships it);
@@ -16,8 +16,6 @@ the test that probes them: a builder here is for the ordinary object everyone me
 from __future__ import annotations
 
 from typing import Any
-
-from lightkube.models.meta_v1 import ObjectMeta
 
 from imexdra.api.computedomain import (
     ComputeDomain,
@@ -36,6 +34,7 @@ from imexdra.api.constants import (
     KIND_COMPUTE_DOMAIN,
     AllocationMode,
 )
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
 

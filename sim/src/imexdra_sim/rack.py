@@ -55,7 +55,7 @@ HOST_IMEX_DIR = "nvidia-imex"
 HOST_SOCKET_PATH = f"{SIM_DIR}/{HOST_IMEX_DIR}/{SOCKET_NAME}"
 GPUS_PER_NODE = 4
 PROBE_IMAGE = f"imexdra.local/imex-probe:{IMAGE_TAG}"
-"""The GPU program of the fake fabric: fakecri runs ``imex-probe`` (tools/k8s/imexprobe) from the cache."""
+"""The GPU program of the fake fabric: fakecri runs ``imex-probe`` (sim/imexprobe) from the cache."""
 CHART = Path(__file__).resolve().parents[3] / "deployments" / "helm" / "imexdra"
 RELEASE_SCRIPT = Path(__file__).resolve().parents[3] / "tools" / "release.py"
 """``make release``'s script: racks with a registry publish to it as an operator publishes."""

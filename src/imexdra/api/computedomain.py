@@ -1,4 +1,4 @@
-"""The ComputeDomain custom resource as typed msgspec models, registered as lightkube resources.
+"""The ComputeDomain custom resource as typed msgspec models of a kind (``common.kube.resource``).
 
 ``ComputeDomain`` works with every ``KubeApi`` verb (create, get, list, watch, patch, replace,
 delete, apply); ``ComputeDomain.Status`` is its status subresource (get, patch, replace). Field names
@@ -25,10 +25,6 @@ from datetime import datetime
 from typing import Annotated, ClassVar
 
 import msgspec
-from lightkube.core import resource as res
-from lightkube.core.resource_registry import resource_registry
-from lightkube.core.schema import DictMixin
-from lightkube.models.meta_v1 import ObjectMeta
 from msgspec import UNSET, UnsetType
 
 from imexdra.api.constants import (
@@ -42,6 +38,8 @@ from imexdra.api.constants import (
     ConditionStatus,
 )
 from imexdra.api.imexpeers import ImexPeers
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.resource import ApiInfo, Model
 
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 #: An IMEX channel number a domain can be given (channel 0 is the shared domain-mode channel).
@@ -124,10 +122,10 @@ class ComputeDomainStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
         return next((c for c in self.conditions if c.type == type_), None)
 
 
-class _ComputeDomainFields(DictMixin, kw_only=True):
+class _ComputeDomainFields(Model, kw_only=True):
     """Shape shared by the resource and its status subresource."""
 
-    # lightkube reads and fills these two attributes by their wire names.
+    # The client reads and fills these two attributes by their wire names.
     apiVersion: str | None = None  # noqa: N815
     kind: str | None = None
     metadata: ObjectMeta | None = None
@@ -140,36 +138,28 @@ class _ComputeDomainFields(DictMixin, kw_only=True):
         self.kind = KIND_COMPUTE_DOMAIN
 
 
-class ComputeDomainStatusResource(res.NamespacedSubResource, _ComputeDomainFields):
+class ComputeDomainStatusResource(_ComputeDomainFields, kw_only=True):
     """The ``status`` subresource of a ComputeDomain (verbs: get, patch, replace)."""
 
-    _api_info = res.ApiInfo(
-        resource=res.ResourceDef(API_GROUP, API_GROUP_VERSION, KIND_COMPUTE_DOMAIN),
-        parent=res.ResourceDef(API_GROUP, API_GROUP_VERSION, KIND_COMPUTE_DOMAIN),
+    _api_info: ClassVar[ApiInfo] = ApiInfo(
+        group=API_GROUP,
+        version=API_GROUP_VERSION,
+        kind=KIND_COMPUTE_DOMAIN,
         plural=PLURAL_COMPUTE_DOMAINS,
-        verbs=["get", "patch", "put"],
-        action="status",
+        namespaced=True,
+        subresource="status",
     )
 
 
-class ComputeDomain(res.NamespacedResourceG, _ComputeDomainFields):
+class ComputeDomain(_ComputeDomainFields, kw_only=True):
     """A ComputeDomain (``computedomains.resource.nvidia.com``, namespaced)."""
 
-    _api_info = res.ApiInfo(
-        resource=res.ResourceDef(API_GROUP, API_GROUP_VERSION, KIND_COMPUTE_DOMAIN),
+    _api_info: ClassVar[ApiInfo] = ApiInfo(
+        group=API_GROUP,
+        version=API_GROUP_VERSION,
+        kind=KIND_COMPUTE_DOMAIN,
         plural=PLURAL_COMPUTE_DOMAINS,
-        verbs=[
-            "delete",
-            "deletecollection",
-            "get",
-            "global_list",
-            "global_watch",
-            "list",
-            "patch",
-            "post",
-            "put",
-            "watch",
-        ],
+        namespaced=True,
     )
 
     Status: ClassVar[type[ComputeDomainStatusResource]] = ComputeDomainStatusResource
@@ -177,7 +167,3 @@ class ComputeDomain(res.NamespacedResourceG, _ComputeDomainFields):
     def status_update(self, status: ComputeDomainStatus) -> ComputeDomainStatusResource:
         """Build the body that replaces this object's status (its resourceVersion guards the write)."""
         return ComputeDomainStatusResource(metadata=self.metadata, spec=self.spec, status=status)
-
-
-# Lets lightkube.codecs.load_all_yaml turn ComputeDomain manifests into this class.
-resource_registry.register(ComputeDomain)

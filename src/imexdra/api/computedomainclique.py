@@ -1,4 +1,4 @@
-"""The ComputeDomainClique custom resource as a typed msgspec model usable with lightkube's clients.
+"""The ComputeDomainClique custom resource as a typed msgspec model of a kind (``common.kube.resource``).
 
 A clique object lists the IMEX daemons of one ComputeDomain that share one NVLink clique; it lives in
 the driver namespace and is named ``<ComputeDomain UID>.<clique ID>`` (docs/compatibility.md §2.2). It
@@ -9,11 +9,9 @@ once the daemon reported its IMEX connections.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import msgspec
-from lightkube.core import resource as res
-from lightkube.core.resource_registry import resource_registry
-from lightkube.core.schema import DictMixin
-from lightkube.models.meta_v1 import ObjectMeta
 from msgspec import UNSET, UnsetType
 
 from imexdra.api.constants import (
@@ -25,6 +23,8 @@ from imexdra.api.constants import (
     ComputeDomainStatusValue,
 )
 from imexdra.api.imexpeers import ImexPeers
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.resource import ApiInfo, Model
 
 
 class ComputeDomainDaemonInfo(msgspec.Struct, kw_only=True):
@@ -40,27 +40,18 @@ class ComputeDomainDaemonInfo(msgspec.Struct, kw_only=True):
     imex_peers: ImexPeers | UnsetType = msgspec.field(name="imexPeers", default=UNSET)
 
 
-class ComputeDomainClique(res.NamespacedResourceG, DictMixin, kw_only=True):
+class ComputeDomainClique(Model, kw_only=True):
     """A ComputeDomainClique (``computedomaincliques.resource.nvidia.com``, namespaced)."""
 
-    _api_info = res.ApiInfo(
-        resource=res.ResourceDef(API_GROUP, API_GROUP_VERSION, KIND_COMPUTE_DOMAIN_CLIQUE),
+    _api_info: ClassVar[ApiInfo] = ApiInfo(
+        group=API_GROUP,
+        version=API_GROUP_VERSION,
+        kind=KIND_COMPUTE_DOMAIN_CLIQUE,
         plural=PLURAL_COMPUTE_DOMAIN_CLIQUES,
-        verbs=[
-            "delete",
-            "deletecollection",
-            "get",
-            "global_list",
-            "global_watch",
-            "list",
-            "patch",
-            "post",
-            "put",
-            "watch",
-        ],
+        namespaced=True,
     )
 
-    # lightkube reads and fills these two attributes by their wire names.
+    # The client reads and fills these two attributes by their wire names.
     apiVersion: str | None = None  # noqa: N815
     kind: str | None = None
     metadata: ObjectMeta | None = None
@@ -75,6 +66,3 @@ class ComputeDomainClique(res.NamespacedResourceG, DictMixin, kw_only=True):
 def clique_name(compute_domain_uid: str, clique_id: str) -> str:
     """Object name of the clique of ``clique_id`` (``<clusterUUID>.<cliqueId>``) in one ComputeDomain."""
     return f"{compute_domain_uid}.{clique_id}"
-
-
-resource_registry.register(ComputeDomainClique)

@@ -26,7 +26,6 @@ import json
 from typing import Any, ClassVar, NoReturn
 
 import msgspec
-from lightkube.models.resource_v1 import OpaqueDeviceConfiguration
 
 from imexdra.api.constants import (
     API_VERSION,
@@ -38,6 +37,7 @@ from imexdra.api.constants import (
     AllocationMode,
 )
 from imexdra.common.errors import ConfigError
+from imexdra.common.kube.models.resource_v1 import OpaqueDeviceConfiguration
 
 #: Kinds upstream's decoding scheme also knows; naming them gets a clearer error than "unknown kind".
 _FOREIGN_KINDS = frozenset(

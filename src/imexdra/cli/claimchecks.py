@@ -26,10 +26,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from lightkube.models.resource_v1 import DeviceClaim
-from lightkube.resources.core_v1 import Event, Pod
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
-
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import (
     DEVICE_CLASS_CHANNEL,
@@ -45,6 +41,13 @@ from imexdra.cli.suggest import Suggestion
 from imexdra.cli.targets import Target, TargetKind
 from imexdra.cli.workloads import Consumer, WorkloadView
 from imexdra.common.errors import ConfigError
+from imexdra.common.kube.models.core_v1 import Event, Pod
+from imexdra.common.kube.models.resource_v1 import (
+    DeviceClaim,
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimTemplate,
+)
 
 #: The chart's DeviceClasses; a cluster class whose CEL selector names the driver counts as well.
 KNOWN_DEVICE_CLASSES = (DEVICE_CLASS_DEFAULT_CHANNEL, DEVICE_CLASS_CHANNEL, DEVICE_CLASS_DAEMON)

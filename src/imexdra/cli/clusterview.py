@@ -23,11 +23,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from lightkube import ALL_NS
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.apps_v1 import DaemonSet, Deployment
-from lightkube.resources.core_v1 import Event, Pod
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
 from imexdra.api.constants import (
     COMPUTE_DOMAIN_LABEL_KEY,
@@ -37,9 +32,13 @@ from imexdra.api.constants import (
 )
 from imexdra.api.opaque import ComputeDomainChannelConfig, decode_opaque_config
 from imexdra.common.errors import ConfigError, DriverError
-from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.api import ALL_NAMESPACES, KubeApi
 from imexdra.common.kube.client import ApiStatusError, is_not_found, kube_errors, load_config
 from imexdra.common.kube.connection import make_client
+from imexdra.common.kube.models.apps_v1 import DaemonSet, Deployment
+from imexdra.common.kube.models.core_v1 import Event, Pod
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.models.resource_v1 import DeviceClass, ResourceClaim
 
 T = TypeVar("T")
 
@@ -124,7 +123,8 @@ async def find_driver_namespace(client: KubeApi, given: str | None) -> str:
     for component, resource in zip(INSTALL_COMPONENTS, (DaemonSet, Deployment), strict=True):
         labels = {**INSTALL_LABELS, "app.kubernetes.io/component": component}
         found = {
-            meta(item).namespace for item in await list_all(client, resource, namespace=ALL_NS, labels=labels)
+            meta(item).namespace
+            for item in await list_all(client, resource, namespace=ALL_NAMESPACES, labels=labels)
         }
         if len(found) == 1:
             return str(found.pop())

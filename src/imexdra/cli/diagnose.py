@@ -21,11 +21,6 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from lightkube import ALL_NS
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Event, Node, Pod
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
-
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import (
     COMPUTE_DOMAIN_LABEL_KEY,
@@ -56,7 +51,10 @@ from imexdra.cli.clusterview import (
 from imexdra.cli.findings import Finding, Severity
 from imexdra.cli.imexpeers import imex_peer_findings
 from imexdra.cli.lifecycle import in_use_findings, lost_node_findings
-from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.api import ALL_NAMESPACES, KubeApi
+from imexdra.common.kube.models.apps_v1 import DaemonSet
+from imexdra.common.kube.models.core_v1 import Event, Node, Pod
+from imexdra.common.kube.models.resource_v1 import ResourceClaim, ResourceClaimTemplate
 from imexdra.controller import reasons
 
 #: Event reasons whose newest message is quoted for a stuck pod.
@@ -135,7 +133,7 @@ async def fetch_view(
         domain=domain,
         imex_mode=imex_mode or await detect_imex_mode(client),
         driver_namespace=driver_namespace,
-        all_domains=await list_all(client, ComputeDomain, namespace=ALL_NS),
+        all_domains=await list_all(client, ComputeDomain, namespace=ALL_NAMESPACES),
         template_exists=await get_or_none(client, ResourceClaimTemplate, template, namespace) is not None,
         daemonsets=await list_all(client, DaemonSet, **daemon_selector),
         daemon_pods=await list_all(client, Pod, **daemon_selector),

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.resources.resource_v1 import ResourceClaim
-
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.cli.clusterview import claim_domain_uid, key_of, meta, pod_node, reserved_pods
 from imexdra.cli.findings import Finding, Severity
+from imexdra.common.kube.models.core_v1 import Node, Pod
+from imexdra.common.kube.models.resource_v1 import ResourceClaim
 from imexdra.common.machinery.events import and_more
 from imexdra.controller import reasons
 

@@ -11,10 +11,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightkube import ALL_NS
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.resources.resource_v1 import ResourceClaim
-
 from imexdra.api.computedomain import ComputeDomain, Condition
 from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.api.constants import (
@@ -41,7 +37,9 @@ from imexdra.cli.clusterview import (
     reserved_pods,
 )
 from imexdra.cli.imexpeers import peers_json, peers_text
-from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.api import ALL_NAMESPACES, KubeApi
+from imexdra.common.kube.models.core_v1 import Node, Pod
+from imexdra.common.kube.models.resource_v1 import ResourceClaim
 from imexdra.controller.nodehealth import not_ready_reason
 
 #: GPU Feature Discovery's marker of a GPU node.
@@ -66,7 +64,7 @@ class Snapshot:
 
 async def fetch_snapshot(client: KubeApi, *, namespace: str | None, driver_namespace: str) -> Snapshot:
     """Read the objects ``status`` reports; ``namespace=None`` means all namespaces."""
-    scope = namespace if namespace is not None else ALL_NS
+    scope = namespace if namespace is not None else ALL_NAMESPACES
     claims = [c for c in await list_all(client, ResourceClaim, namespace=scope) if driver_devices(c)]
     pods: dict[str, Pod] = {}
     for claim in claims:

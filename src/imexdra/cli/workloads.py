@@ -5,8 +5,9 @@ A pod, a workload (Job, MPIJob ``kubeflow.org/v2beta1``, Deployment) or a namesp
 finds its pods the way its controller labels them: a Job by ``batch.kubernetes.io/job-name``, an
 MPIJob by ``training.kubeflow.org/job-name``, a Deployment by ``spec.selector.matchLabels``.
 
-Everything is decoded into types here, once: lightkube's models for the built-in kinds, and the MPIJob
-(which lightkube has no model for) into a :class:`Workload` with typed pod templates. The checks never
+Everything is decoded into types here, once: the generated models for the built-in kinds
+(``common.kube.models``), and the MPIJob (a CRD of the MPI Operator's, kept as its metadata and
+untyped spec) into a :class:`Workload` with typed pod templates. The checks never
 see a raw dict.
 """
 
@@ -14,26 +15,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
-
-from lightkube import ALL_NS
-from lightkube.generic_resource import create_namespaced_resource
-from lightkube.models.core_v1 import PodSpec, PodTemplateSpec
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Event, Namespace, Pod
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
+from typing import Any, ClassVar
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.cli.clusterview import get_or_none, list_all, name_of
 from imexdra.cli.targets import Target, TargetKind
-from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.api import ALL_NAMESPACES, KubeApi
+from imexdra.common.kube.models.apps_v1 import Deployment
+from imexdra.common.kube.models.batch_v1 import Job
+from imexdra.common.kube.models.core_v1 import Event, Namespace, Pod, PodSpec, PodTemplateSpec
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.models.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
+from imexdra.common.kube.resource import ApiInfo, Model
 
 #: Labels the Job controller and the MPI Operator put on the pods they create.
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 MPIJOB_NAME_LABEL = "training.kubeflow.org/job-name"
 
-MPIJob = create_namespaced_resource("kubeflow.org", "v2beta1", "MPIJob", "mpijobs")
+
+class MPIJob(Model, kw_only=True):
+    """A ``kubeflow.org/v2beta1`` MPIJob: its metadata, and its spec as the API returns it."""
+
+    _api_info: ClassVar[ApiInfo] = ApiInfo(
+        group="kubeflow.org", version="v2beta1", kind="MPIJob", plural="mpijobs", namespaced=True
+    )
+
+    apiVersion: str | None = None  # noqa: N815 (the wire name)
+    kind: str | None = None
+    metadata: ObjectMeta | None = None
+    spec: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +96,9 @@ def decode_deployment(deployment: Deployment) -> Workload:
     return Workload(dict(labels), _specs(("", spec.template if spec is not None else None)))
 
 
-def decode_mpijob(mpijob: Any) -> Workload:
+def decode_mpijob(mpijob: MPIJob) -> Workload:
     """An MPIJob's pods carry its name in ``training.kubeflow.org/job-name``; a template per replica type."""
-    replicas = (getattr(mpijob, "spec", None) or {}).get("mpiReplicaSpecs") or {}
+    replicas = (mpijob.spec or {}).get("mpiReplicaSpecs") or {}
     templates: list[tuple[str, PodTemplateSpec | None]] = [
         (str(role), _pod_template(spec["template"]))
         for role, spec in sorted(replicas.items())
@@ -98,7 +108,7 @@ def decode_mpijob(mpijob: Any) -> Workload:
 
 
 def _pod_template(raw: dict[str, Any]) -> PodTemplateSpec:
-    return cast(PodTemplateSpec, PodTemplateSpec.from_dict(raw))  # typed as returning the mixin
+    return PodTemplateSpec.from_dict(raw)
 
 
 def _specs(*templates: tuple[str, PodTemplateSpec | None]) -> list[tuple[str, PodSpec]]:
@@ -149,7 +159,7 @@ async def fetch_workload_view(client: KubeApi, target: Target) -> WorkloadView |
         from_templates=from_templates,
         templates={name_of(t): t for t in await list_all(client, ResourceClaimTemplate, namespace=namespace)},
         claims={name_of(c): c for c in await list_all(client, ResourceClaim, namespace=namespace)},
-        domains=await list_all(client, ComputeDomain, namespace=ALL_NS),
+        domains=await list_all(client, ComputeDomain, namespace=ALL_NAMESPACES),
         device_classes=await list_all(client, DeviceClass),
         events=await list_all(client, Event, namespace=namespace, fields={"involvedObject.kind": "Pod"}),
     )

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, TypeVar
 
-from lightkube.resources.core_v1 import Node
-
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
+from imexdra.common.kube.models.core_v1 import Node
 from imexdra.common.machinery.store import KubeObject
 from imexdra.controller.claimholds import PendingBinding
 from imexdra.controller.overlay import Overlay

@@ -46,7 +46,6 @@ from enum import StrEnum
 from typing import TypeVar
 
 import structlog
-from lightkube.resources.core_v1 import Pod
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique
@@ -56,6 +55,7 @@ from imexdra.api.constants import (
     NODE_LABEL_KEY,
     ComputeDomainStatusValue,
 )
+from imexdra.common.kube.models.core_v1 import Pod
 from imexdra.common.machinery.events import EventRecorder, ObjectRef
 from imexdra.common.machinery.informer import EventHandler
 from imexdra.common.machinery.workqueue import WorkQueue

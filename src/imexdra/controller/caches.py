@@ -30,18 +30,17 @@ daemon only, and a decision reads one node's daemon pod, not the domain's (docs/
 
 from __future__ import annotations
 
-from typing import Any
-
-from lightkube.core import resource as res
-from lightkube.core.schema import DictMixin
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
+from typing import Any, ClassVar
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, TARGET_LABEL_KEY, ClaimTemplateTarget
 from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.models.apps_v1 import DaemonSet
+from imexdra.common.kube.models.core_v1 import Node, Pod
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.models.resource_v1 import ResourceClaimTemplate
+from imexdra.common.kube.resource import ApiInfo, Model
 from imexdra.common.machinery.informer import EventHandler, Informer
 from imexdra.common.machinery.store import KubeObject, T, index_by_label, index_by_uid
 from imexdra.controller.claimholds import ChannelClaim, index_by_used_domain
@@ -51,14 +50,10 @@ from imexdra.controller.overlay import DOMAIN_INDEX, Overlay
 from imexdra.controller.placement import Home, Kind, Places
 
 
-class DaemonSetMeta(res.NamespacedResourceG, DictMixin, kw_only=True):
+class DaemonSetMeta(Model, kw_only=True):
     """An ``apps/v1`` DaemonSet as the controller keeps it: its metadata; spec and status are not decoded."""
 
-    _api_info = res.ApiInfo(
-        resource=res.ResourceDef("apps", "v1", "DaemonSet"),
-        plural="daemonsets",
-        verbs=["delete", "list", "patch", "watch"],
-    )
+    _api_info: ClassVar[ApiInfo] = DaemonSet._api_info
 
     metadata: ObjectMeta | None = None
 

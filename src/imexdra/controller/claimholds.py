@@ -24,11 +24,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import msgspec
-from lightkube.core import resource as res
-from lightkube.core.schema import DictMixin
-from lightkube.models.meta_v1 import ObjectMeta
 
 from imexdra.api.constants import (
     BINDING_CONDITION_DAEMON_READY,
@@ -36,6 +34,9 @@ from imexdra.api.constants import (
     DRIVER_NAME,
     KIND_CHANNEL_CONFIG,
 )
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.models.resource_v1 import ResourceClaim
+from imexdra.common.kube.resource import ApiInfo, Model
 from imexdra.controller.channels import ClaimHold
 
 #: The device names of channels the plugin publishes (``channel-<id>``, kubeletplugin/slices.py).
@@ -238,14 +239,10 @@ def binding_of(status: _Status) -> PendingBinding | None:
     )
 
 
-class ChannelClaim(res.NamespacedResourceG, DictMixin, kw_only=True):
+class ChannelClaim(Model, kw_only=True):
     """A ResourceClaim as the controller keeps it: identity and the channels it holds, nothing more."""
 
-    _api_info = res.ApiInfo(
-        resource=res.ResourceDef("resource.k8s.io", "v1", "ResourceClaim"),
-        plural="resourceclaims",
-        verbs=["global_list", "global_watch", "list", "watch"],
-    )
+    _api_info: ClassVar[ApiInfo] = ResourceClaim._api_info
 
     metadata: ObjectMeta | None = None
     #: Decoded from the wire, turned into ``hold`` and dropped in ``__post_init__``.

@@ -33,11 +33,11 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
-from lightkube.resources.core_v1 import Node
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.flags.common import ImexIsolation
 from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.models.core_v1 import Node
 from imexdra.common.machinery.events import EventRecorder
 from imexdra.common.machinery.informer import EventHandler, follow_latest
 from imexdra.common.machinery.store import KubeObject, object_key

@@ -56,10 +56,9 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from lightkube.resources.core_v1 import Pod
-
 from imexdra.api.constants import CLIQUE_LABEL_KEY, COMPUTE_DOMAIN_LABEL_KEY
 from imexdra.api.imexpeers import IMEX_PEERS_ANNOTATION, ImexPeers, decode_annotation
+from imexdra.common.kube.models.core_v1 import Pod
 
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 _EPOCH = dt.datetime.min.replace(tzinfo=dt.UTC)

@@ -24,18 +24,18 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from lightkube.models.meta_v1 import LabelSelector, ObjectMeta, OwnerReference
-from lightkube.models.networking_v1 import (
+
+from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, IMEX_CMD_PORT, IMEX_SERVER_PORT
+from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.client import ApiStatusError, is_conflict
+from imexdra.common.kube.models.meta_v1 import LabelSelector, ObjectMeta, OwnerReference
+from imexdra.common.kube.models.networking_v1 import (
+    NetworkPolicy,
     NetworkPolicyIngressRule,
     NetworkPolicyPeer,
     NetworkPolicyPort,
     NetworkPolicySpec,
 )
-from lightkube.resources.networking_v1 import NetworkPolicy
-
-from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, IMEX_CMD_PORT, IMEX_SERVER_PORT
-from imexdra.common.kube.api import KubeApi
-from imexdra.common.kube.client import ApiStatusError, is_conflict
 from imexdra.common.machinery.informer import Informer
 from imexdra.common.machinery.store import index_by_label
 from imexdra.controller.apiwrites import ApiWrites

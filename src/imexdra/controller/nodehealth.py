@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from lightkube.resources.core_v1 import Node
-
+from imexdra.common.kube.models.core_v1 import Node
 from imexdra.controller.daemons import DaemonPod
 
 

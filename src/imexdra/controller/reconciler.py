@@ -32,7 +32,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import structlog
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import (
@@ -43,6 +42,7 @@ from imexdra.api.constants import (
 )
 from imexdra.common.errors import DriverError
 from imexdra.common.kube.client import ApiStatusError, is_conflict
+from imexdra.common.kube.models.resource_v1 import ResourceClaimTemplate
 from imexdra.common.machinery.events import EventRecorder, and_more
 from imexdra.common.machinery.store import KubeObject, object_key
 from imexdra.common.process import tasks

@@ -19,41 +19,6 @@ directly gives the same wire shape without a template engine.
 
 from __future__ import annotations
 
-from lightkube.models.apps_v1 import DaemonSetSpec
-from lightkube.models.core_v1 import (
-    Capabilities,
-    Container,
-    EnvVar,
-    EnvVarSource,
-    ExecAction,
-    LocalObjectReference,
-    ObjectFieldSelector,
-    PodDNSConfig,
-    PodDNSConfigOption,
-    PodResourceClaim,
-    PodSpec,
-    PodTemplateSpec,
-    Probe,
-    ResourceClaim,
-    ResourceRequirements,
-    SeccompProfile,
-    SecurityContext,
-    Toleration,
-)
-from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
-from lightkube.models.resource_v1 import (
-    CELDeviceSelector,
-    DeviceClaim,
-    DeviceClaimConfiguration,
-    DeviceRequest,
-    DeviceSelector,
-    ExactDeviceRequest,
-    ResourceClaimSpec,
-    ResourceClaimTemplateSpec,
-)
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
-
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import (
     CHANNEL_REQUEST_NAME,
@@ -76,6 +41,39 @@ from imexdra.api.opaque import (
     ComputeDomainChannelConfig,
     ComputeDomainDaemonConfig,
     opaque_device_configuration,
+)
+from imexdra.common.kube.models.apps_v1 import DaemonSet, DaemonSetSpec
+from imexdra.common.kube.models.core_v1 import (
+    Capabilities,
+    Container,
+    EnvVar,
+    EnvVarSource,
+    ExecAction,
+    LocalObjectReference,
+    ObjectFieldSelector,
+    PodDNSConfig,
+    PodDNSConfigOption,
+    PodResourceClaim,
+    PodSpec,
+    PodTemplateSpec,
+    Probe,
+    ResourceClaim,
+    ResourceRequirements,
+    SeccompProfile,
+    SecurityContext,
+    Toleration,
+)
+from imexdra.common.kube.models.meta_v1 import LabelSelector, ObjectMeta
+from imexdra.common.kube.models.resource_v1 import (
+    CELDeviceSelector,
+    DeviceClaim,
+    DeviceClaimConfiguration,
+    DeviceRequest,
+    DeviceSelector,
+    ExactDeviceRequest,
+    ResourceClaimSpec,
+    ResourceClaimTemplate,
+    ResourceClaimTemplateSpec,
 )
 from imexdra.controller.config import ControllerConfig
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
-
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import (
     COMPUTE_DOMAIN_LABEL_KEY,
@@ -24,6 +22,7 @@ from imexdra.api.constants import (
     TARGET_LABEL_KEY,
     ClaimTemplateTarget,
 )
+from imexdra.common.kube.models.resource_v1 import ResourceClaimTemplate
 from imexdra.controller import reasons
 from imexdra.controller.isolation import Verdict
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import msgspec
 import structlog
-from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus, Condition
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo, clique_name
@@ -30,6 +29,7 @@ from imexdra.api.constants import (
     ConditionStatus,
 )
 from imexdra.api.imexpeers import REPORT_SPACING_POLLS
+from imexdra.common.kube.models.meta_v1 import ObjectMeta, OwnerReference
 from imexdra.common.machinery.events import EventRecorder
 from imexdra.controller import imexhealth, membership, nodehealth, reasons
 from imexdra.controller.apiwrites import ApiWrites

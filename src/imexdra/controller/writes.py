@@ -27,9 +27,6 @@ from typing import Any, TypeVar
 
 import msgspec
 import structlog
-from lightkube.core import decoders
-from lightkube.resources.core_v1 import Node
-from lightkube.resources.resource_v1 import ResourceClaim
 from prometheus_client import Counter
 
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
@@ -37,6 +34,9 @@ from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, DRIVER_NAME, NODE_LA
 from imexdra.common.errors import RetryableError
 from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import ApiStatusError, RetryableApiError, is_not_found, status_code
+from imexdra.common.kube.models.core_v1 import Node
+from imexdra.common.kube.models.resource_v1 import ResourceClaim
+from imexdra.common.kube.resource import decode_object
 from imexdra.common.kube.transport import resource_path
 from imexdra.common.machinery.store import KubeObject, object_key
 from imexdra.controller.claimholds import PendingBinding
@@ -146,7 +146,8 @@ class Writer:
         _, namespace = _names(obj)
         res = type(obj)
         body = await self._send(_plural(res), "create", "POST", resource_path(res, namespace=namespace), obj)
-        created: R = decoders.decode_object(body, cached_as or res)
+        decoded_as: type[Any] = cached_as or res
+        created: R = decode_object(body, decoded_as)
         overlay.record(created)
         return created
 
@@ -166,7 +167,7 @@ class Writer:
         items = msgspec.json.decode(response.body, type=dict[str, Any]).get("items") or []
         if not items:
             return None
-        found: R = decoders.decode_object(msgspec.json.encode(items[0]), res)
+        found: R = decode_object(msgspec.json.encode(items[0]), res)
         return found
 
     async def delete(self, obj: R, overlay: Overlay[R], *, has_finalizers: bool = True) -> None:
@@ -197,7 +198,7 @@ class Writer:
         assert cd.metadata is not None
         finalizers = [*(cd.metadata.finalizers or []), COMPUTE_DOMAIN_FINALIZER]
         patch = {"metadata": {"finalizers": finalizers, "resourceVersion": cd.metadata.resourceVersion}}
-        patched: ComputeDomain = decoders.decode_object(await self._patch(cd, patch, _MERGE), ComputeDomain)
+        patched: ComputeDomain = decode_object(await self._patch(cd, patch, _MERGE), ComputeDomain)
         overlay.record(patched)
         return patched
 
@@ -221,7 +222,7 @@ class Writer:
                 raise
             overlay.mark_gone(obj)
             return
-        overlay.record(decoders.decode_object(body, type(obj)))
+        overlay.record(decode_object(body, type(obj)))
 
     async def write_status(
         self,
@@ -256,13 +257,13 @@ class Writer:
             assert cd.metadata is not None
             patch["metadata"] = {"resourceVersion": cd.metadata.resourceVersion}
         answer = await self._patch(cd, patch, _MERGE, ComputeDomain.Status)
-        updated: ComputeDomain = decoders.decode_object(answer, ComputeDomain)
+        updated: ComputeDomain = decode_object(answer, ComputeDomain)
         overlay.record(updated)
         return updated
 
     async def merge_patch(self, obj: R, patch: dict[str, Any], overlay: Overlay[R]) -> R:
         """Merge-patch an object the controller alone writes and record the result."""
-        patched: R = decoders.decode_object(await self._patch(obj, patch, _MERGE), type(obj))
+        patched: R = decode_object(await self._patch(obj, patch, _MERGE), type(obj))
         overlay.record(patched)
         return patched
 
@@ -301,7 +302,7 @@ class Writer:
             if is_not_found(error):
                 return None
             raise
-        overlay.record(decoders.decode_object(body, Node))
+        overlay.record(decode_object(body, Node))
         return uid
 
     async def set_device_conditions(

@@ -26,8 +26,6 @@ import time
 from collections.abc import Awaitable, Callable
 
 import structlog
-from lightkube.resources.core_v1 import Pod
-from lightkube.types import PatchType
 
 from imexdra.api.imexpeers import (
     CONNECTED,
@@ -38,8 +36,9 @@ from imexdra.api.imexpeers import (
     encode_annotation,
 )
 from imexdra.common.errors import DriverError
-from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.api import KubeApi, PatchType
 from imexdra.common.kube.client import kube_errors
+from imexdra.common.kube.models.core_v1 import Pod
 from imexdra.daemon.membership import Membership, Peer
 from imexdra.daemon.peers import Latest
 from imexdra.devices.imex import ImexError

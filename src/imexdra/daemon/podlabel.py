@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 
 import structlog
-from lightkube.resources.core_v1 import Pod
-from lightkube.types import PatchType
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY
-from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.api import KubeApi, PatchType
 from imexdra.common.kube.client import RetryableApiError, kube_errors
+from imexdra.common.kube.models.core_v1 import Pod
 from imexdra.common.pacing.ratelimit import Backoff
 
 _log = structlog.get_logger(__name__)

@@ -1,8 +1,9 @@
 """Reading ResourceClaims from the API server (the ``driver.ClaimGetter`` the plugin uses).
 
-The claim is decoded by ``resourceclaim.parse_claim`` rather than lightkube's models: a driver's
-checkpoint (the IMEX driver's) records the whole status in Go's canonical form (opaque parameters
-verbatim), and decoding only what the plugin reads keeps the per-prepare GET cheap. Only
+The claim is decoded by ``resourceclaim.parse_claim``, not into the generated models
+(``common.kube.models``): a driver's checkpoint (the IMEX driver's) records the whole status in Go's
+canonical form (opaque parameters verbatim), and decoding only what the plugin reads keeps the
+per-prepare GET cheap. Only
 ``resource.k8s.io/v1`` is asked; upstream's library falls back to v1beta2/v1beta1 on 404 for older
 clusters, which this driver (Kubernetes >= 1.34 with DRA GA) does not target.
 """
@@ -10,9 +11,9 @@ clusters, which this driver (Kubernetes >= 1.34 with DRA GA) does not target.
 from __future__ import annotations
 
 import msgspec
-from lightkube.resources import resource_v1
 
 from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.models import resource_v1
 from imexdra.common.kube.transport import resource_path
 from imexdra.dra.driver import ClaimGetter
 from imexdra.dra.resourceclaim import ResourceClaim, parse_claim

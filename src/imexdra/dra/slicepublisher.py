@@ -24,16 +24,15 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import structlog
-from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
-from lightkube.models.resource_v1 import ResourceSliceSpec
-from lightkube.resources.resource_v1 import ResourceSlice
 
 from imexdra.common.errors import DriverError
 from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import is_not_found, kube_errors
+from imexdra.common.kube.models.meta_v1 import ObjectMeta, OwnerReference
+from imexdra.common.kube.models.resource_v1 import ResourceSlice, ResourceSliceSpec
 from imexdra.common.machinery.informer import EventHandler, Informer
 from imexdra.common.pacing.ratelimit import Backoff
 
@@ -177,7 +176,7 @@ class SlicePublisher:
         }
 
     def _spec_model(self, index: int, generation: int) -> ResourceSliceSpec:
-        return cast(ResourceSliceSpec, ResourceSliceSpec.from_dict(self._desired_spec(index, generation)))
+        return ResourceSliceSpec.from_dict(self._desired_spec(index, generation))
 
     def _differs(self, existing: ResourceSlice, index: int, generation: int) -> bool:
         if existing.spec is None:

@@ -17,7 +17,7 @@ A failed check is a ``PermanentError`` (the kubelet turns it into a pod event); 
 cannot answer is a ``RetryableError``.
 
 The pod and the DaemonSet are read raw and decoded into ``_Object``, their metadata only: the check
-reads nothing else, and lightkube's full Pod model cost each plugin process about a third of its CPU
+reads nothing else, and a full Pod model cost each plugin process about a third of its CPU
 in the job-start bench (its type tree is compiled on the first decode, which is the node's first daemon
 claim, on the job's critical path).
 """
@@ -25,13 +25,13 @@ claim, on the job's critical path).
 from __future__ import annotations
 
 import msgspec
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Pod
 
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, DEVICE_CLASS_DAEMON
 from imexdra.common.errors import DriverError, PermanentError, RetryableError
 from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import ApiStatusError, is_not_found
+from imexdra.common.kube.models.apps_v1 import DaemonSet
+from imexdra.common.kube.models.core_v1 import Pod
 from imexdra.common.kube.transport import resource_path
 from imexdra.dra.resourceclaim import ResourceClaim, ResourceClaimConsumerReference
 

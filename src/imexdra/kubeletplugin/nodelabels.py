@@ -31,12 +31,12 @@ from typing import Any
 
 import msgspec
 import structlog
-from lightkube.resources.core_v1 import Node
 
 from imexdra.api.constants import GPU_CLIQUE_NODE_LABEL_KEY, NODE_LABEL_KEY
 from imexdra.common.errors import RetryableError
 from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import retry_on_conflict
+from imexdra.common.kube.models.core_v1 import Node
 from imexdra.common.kube.transport import resource_path
 from imexdra.common.machinery.informer import Informer
 from imexdra.common.machinery.store import resource_version

@@ -1,20 +1,15 @@
-"""ComputeDomain and ComputeDomainClique models: wire format, tolerance, and lightkube wiring.
+"""ComputeDomain and ComputeDomainClique models: wire format, tolerance, and their API wiring.
 
 Aspects covered: the upstream omit/always-emit rules (empty ``status.nodes`` and ``daemons`` left out,
 ``index`` and ``status`` always written); decoding of objects as the apiserver returns them, including
-unknown fields and objects without spec; type errors; the request paths lightkube derives for every
-verb and for the status subresource; list and watch decoding; manifest loading.
+unknown fields and objects without spec; type errors; the request paths the client derives for every
+verb and for the status subresource; list and watch decoding.
 """
 
 from typing import Any
 
 import msgspec
 import pytest
-from lightkube import codecs
-from lightkube.core import decoders
-from lightkube.core.generic_client import ALL_NS
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.types import PatchType
 
 from imexdra.api.computedomain import (
     ComputeDomain,
@@ -24,6 +19,9 @@ from imexdra.api.computedomain import (
 )
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo, clique_name
 from imexdra.api.constants import AllocationMode, ComputeDomainStatusValue
+from imexdra.common.kube.api import ALL_NAMESPACES, PatchType, WatchEvent
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.resource import decode_list, decode_object
 from imexdra.common.kube.transport import resource_path
 from imexdra_sim.builders import compute_domain_model
 
@@ -195,7 +193,11 @@ BASE = "apis/resource.nvidia.com/v1beta1"
             f"{BASE}/namespaces/ns/computedomains/cd",
         ),
         ({"method": "list", "res": ComputeDomain}, "GET", f"{BASE}/namespaces/ns/computedomains"),
-        ({"method": "list", "res": ComputeDomain, "namespace": ALL_NS}, "GET", f"{BASE}/computedomains"),
+        (
+            {"method": "list", "res": ComputeDomain, "namespace": ALL_NAMESPACES},
+            "GET",
+            f"{BASE}/computedomains",
+        ),
         ({"method": "post", "obj": compute_domain()}, "POST", f"{BASE}/namespaces/team/computedomains"),
         ({"method": "put", "obj": compute_domain()}, "PUT", f"{BASE}/namespaces/team/computedomains/cd"),
         (
@@ -258,45 +260,24 @@ def test_request_paths(request_args: dict[str, Any], method: str, url: str) -> N
     meta = getattr(obj, "metadata", None)
     namespace = request_args.get("namespace", getattr(meta, "namespace", None) or "ns")
     name = request_args.get("name") or (meta.name if request_args["method"] == "put" and meta else None)
-    scope = None if namespace == ALL_NS else namespace
+    scope = None if namespace == ALL_NAMESPACES else namespace
     assert method in {"GET", "POST", "PUT", "PATCH", "DELETE"}
     assert resource_path(res, name, namespace=scope) == f"/{url}"
 
 
 def test_list_and_watch_bodies_decode_to_typed_objects() -> None:
-    """LIST and watch payloads decode through lightkube into the typed classes."""
+    """LIST and watch payloads decode straight into the typed classes."""
     item = {
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomain",
         "metadata": {"name": "a", "resourceVersion": "7"},
     }
-    _, rv, items = decoders.decode_list(
+    _, rv, items = decode_list(
         msgspec.json.encode({"metadata": {"resourceVersion": "9"}, "items": [item]}), ComputeDomain
     )
     assert rv == "9"
     assert [type(cd) for cd in items] == [ComputeDomain]
-    event = decoders.decode_watch_event(msgspec.json.encode({"type": "ADDED", "object": item}))
-    watched = decoders.decode_object(event.object, ComputeDomain)
+    event = msgspec.json.decode(msgspec.json.encode({"type": "ADDED", "object": item}), type=WatchEvent)
+    watched = decode_object(event.object, ComputeDomain)
     assert isinstance(watched, ComputeDomain)
     assert watched.metadata is not None and watched.metadata.resourceVersion == "7"
-
-
-def test_manifests_load_as_typed_objects() -> None:
-    """codecs.load_all_yaml maps ComputeDomain and ComputeDomainClique manifests to these classes."""
-    objects = codecs.load_all_yaml(
-        """
-apiVersion: resource.nvidia.com/v1beta1
-kind: ComputeDomain
-metadata: {name: imex-channel-injection}
-spec:
-  numNodes: 1
-  channel:
-    resourceClaimTemplate: {name: imex-channel-0}
----
-apiVersion: resource.nvidia.com/v1beta1
-kind: ComputeDomainClique
-metadata: {name: uid.uuid.1}
-daemons: [{nodeName: a, ipAddress: 10.0.0.1, cliqueID: uuid.1}]
-"""
-    )
-    assert [type(obj) for obj in objects] == [ComputeDomain, ComputeDomainClique]

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Event, Node, Pod
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
-
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique
 from imexdra.cli.clusterview import ImexMode
 from imexdra.cli.diagnose import DomainView
 from imexdra.cli.status import Snapshot
+from imexdra.common.kube.models.apps_v1 import DaemonSet
+from imexdra.common.kube.models.core_v1 import Event, Node, Pod
+from imexdra.common.kube.models.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
 
 DRIVER_NS = "imexdra"
 UID = "5b1c8a4e-0000-4000-8000-000000000001"

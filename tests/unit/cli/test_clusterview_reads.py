@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from lightkube.resources.core_v1 import Pod
 
 from imexdra.cli import clusterview
 from imexdra.common.kube.client import ApiStatusError
+from imexdra.common.kube.models.core_v1 import Pod
 from imexdra.common.kube.transport import _status_error
 
 

@@ -18,8 +18,6 @@ import click
 import pytest
 import yaml
 from click.testing import CliRunner
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.apps_v1 import DaemonSet, Deployment
 
 from imexdra.cli import clusterview
 from imexdra.cli import main as cli_main
@@ -32,6 +30,8 @@ from imexdra.cli.clusterview import (
     find_driver_namespace,
 )
 from imexdra.cli.status import build_report, render_text
+from imexdra.common.kube.models.apps_v1 import DaemonSet, Deployment
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.controller.main import main as controller_main
 from imexdra.daemon.main import main as daemon_main
 from imexdra.kubeletplugin.main import main as plugin_main

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from lightkube.models.core_v1 import NodeCondition, NodeStatus
 
 from imexdra.cli.clusterview import ImexMode, format_table, imex_mode_from_classes
 from imexdra.cli.status import Snapshot, build_report, channel_rows, domain_row, node_rows, render_text
+from imexdra.common.kube.models.core_v1 import NodeCondition, NodeStatus
 from tests.unit.cli import objects as o
 
 

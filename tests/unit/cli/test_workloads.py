@@ -12,9 +12,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Namespace, Pod
 
 from imexdra.cli.targets import Target, TargetKind
 from imexdra.cli.workloads import (
@@ -28,6 +25,9 @@ from imexdra.cli.workloads import (
     fetch_consumers,
 )
 from imexdra.common.kube.client import PermanentApiError
+from imexdra.common.kube.models.apps_v1 import Deployment
+from imexdra.common.kube.models.batch_v1 import Job
+from imexdra.common.kube.models.core_v1 import Namespace, Pod
 from tests.unit.cli import objects as o
 
 POD_TEMPLATE = {

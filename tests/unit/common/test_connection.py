@@ -5,14 +5,13 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from lightkube.config.kubeconfig import SingleConfig
-from lightkube.config.models import Cluster, Context, User
-from lightkube.resources.core_v1 import ConfigMap
 
 from imexdra.common.errors import ConfigError
 from imexdra.common.kube.client import RetryableApiError
 from imexdra.common.kube.connection import connect, make_client
 from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.kubeconfig import Cluster, Context, SingleConfig, User
+from imexdra.common.kube.models.core_v1 import ConfigMap
 from imexdra.common.kube.proxy import proxy_url
 
 KUBECONFIG = """

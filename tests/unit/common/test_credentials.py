@@ -11,10 +11,10 @@ import ssl
 import stat
 
 import pytest
-from lightkube.config.models import NameValue, User, UserExec
 
 from imexdra.common.errors import ConfigError
 from imexdra.common.kube.credentials import CredentialError, Credentials
+from imexdra.common.kube.kubeconfig import NameValue, User, UserExec
 from imexdra_sim.localcluster.pki import ClusterPKI
 
 V1 = "client.authentication.k8s.io/v1"

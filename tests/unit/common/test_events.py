@@ -1,12 +1,14 @@
 """Event aggregation: what gets created, counted, flushed, forgotten or filtered; object references."""
 
+from typing import ClassVar
+
 import pytest
-from lightkube.generic_resource import create_namespaced_resource
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Node
 from prometheus_client import REGISTRY
 
 from imexdra.common.kube.connection import make_client
+from imexdra.common.kube.models.core_v1 import ConfigMap, Node
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.resource import ApiInfo, Model
 from imexdra.common.machinery.events import EventAggregator, EventKey, EventRecorder, ObjectRef, and_more
 
 REF = ObjectRef("v1", "ConfigMap", "a", "ns", "uid-a")
@@ -141,9 +143,15 @@ def test_object_ref_of_builtin_and_cluster_scoped() -> None:
 
 
 def test_object_ref_of_custom_resource() -> None:
-    """Custom resources built with lightkube's generic classes get their group version."""
-    widget = create_namespaced_resource("example.com", "v1", "Widget", "widgets")
-    obj = widget(metadata=ObjectMeta(name="w", namespace="ns", uid="u3"))
+    """Custom resources (a model with its own ApiInfo) get their group version."""
+
+    class Widget(Model, kw_only=True):
+        _api_info: ClassVar[ApiInfo] = ApiInfo(
+            group="example.com", version="v1", kind="Widget", plural="widgets", namespaced=True
+        )
+        metadata: ObjectMeta | None = None
+
+    obj = Widget(metadata=ObjectMeta(name="w", namespace="ns", uid="u3"))
     assert ObjectRef.of(obj) == ObjectRef("example.com/v1", "Widget", "w", "ns", "u3")
 
 

@@ -1,8 +1,7 @@
 """The informer's queue-feeding handler (list/watch behaviour is tested against the real API server)."""
 
-from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
-from lightkube.resources.core_v1 import ConfigMap
-
+from imexdra.common.kube.models.core_v1 import ConfigMap
+from imexdra.common.kube.models.meta_v1 import ObjectMeta, OwnerReference
 from imexdra.common.machinery.informer import enqueue
 from imexdra.common.machinery.workqueue import WorkQueue
 

@@ -9,14 +9,13 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
-from lightkube.config.models import User
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Node
-from lightkube.types import PatchType
 
-from imexdra.common.kube.api import ALL_NAMESPACES, KubeApi
+from imexdra.common.kube.api import ALL_NAMESPACES, KubeApi, PatchType
 from imexdra.common.kube.client import PermanentApiError, kube_errors
 from imexdra.common.kube.kubeclient import KubeClient, decode
+from imexdra.common.kube.kubeconfig import User
+from imexdra.common.kube.models.core_v1 import ConfigMap, Node
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.common.kube.transport import Transport
 from tests.support.httpscript import ScriptedServer, chunked, reply, serving
 
@@ -53,7 +52,7 @@ def test_kube_client_satisfies_the_protocol() -> None:
 
 
 async def test_get_decodes_into_the_resource_class(api: ScriptedServer) -> None:
-    """GET of a namespaced object: the object's URL, decoded as the lightkube class."""
+    """GET of a namespaced object: the object's URL, decoded as the kind's class."""
     api.replies = [reply(200, cm("a", x="1"))]
     got = await client(api).get(ConfigMap, "a", namespace="ns")
     assert isinstance(got, ConfigMap) and got.data == {"x": "1"}

@@ -13,10 +13,10 @@ from urllib.parse import parse_qs
 
 import pytest
 import yaml
-from lightkube.config.models import User
 
 from imexdra.common.errors import ConfigError
 from imexdra.common.kube.credentials import Credentials
+from imexdra.common.kube.kubeconfig import User
 from imexdra.common.kube.oidc import KubeconfigUser, OidcRefreshError
 
 

@@ -8,11 +8,11 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from lightkube.resources.core_v1 import ConfigMap
 from prometheus_client import REGISTRY
 
 from imexdra.common.kube.client import PermanentApiError, RetryableApiError, kube_errors
 from imexdra.common.kube.connection import connect, make_client
+from imexdra.common.kube.models.core_v1 import ConfigMap
 from imexdra.common.kube.restmetrics import (
     LATENCY_BUCKETS,
     SIZE_BUCKETS,

@@ -1,10 +1,9 @@
 """The indexed store: keys, index maintenance on every write, and the relist diff behind synthetic deletes."""
 
 import pytest
-from lightkube.models.core_v1 import PodSpec
-from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 
+from imexdra.common.kube.models.core_v1 import ConfigMap, Node, Pod, PodSpec
+from imexdra.common.kube.models.meta_v1 import ObjectMeta, OwnerReference
 from imexdra.common.machinery.store import (
     Store,
     diff,

@@ -10,14 +10,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from lightkube.config.kubeconfig import SingleConfig
-from lightkube.config.models import Cluster, Context, User
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node
 from prometheus_client import REGISTRY
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.common.kube.client import PermanentApiError, RetryableApiError
+from imexdra.common.kube.kubeconfig import Cluster, Context, SingleConfig, User
+from imexdra.common.kube.models.apps_v1 import DaemonSet
+from imexdra.common.kube.models.core_v1 import Node
 from imexdra.common.kube.transport import _MAX_CONNECTIONS, TLS_READ_BUFFER, Transport, resource_path
 from imexdra_sim.localcluster.pki import ClusterPKI
 from tests.support.connectproxy import connect_proxy

@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from lightkube.config.models import User
 from prometheus_client import REGISTRY
 
 from imexdra.common.kube import http11
 from imexdra.common.kube.client import PermanentApiError, RetryableApiError
+from imexdra.common.kube.kubeconfig import User
 from imexdra.common.kube.transport import Transport
 from tests.support.httpscript import local_kubeconfig, serving
 

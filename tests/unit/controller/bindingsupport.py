@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from lightkube.core import decoders
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Node
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, ComputeDomainStatusValue
+from imexdra.common.kube.models.core_v1 import Node
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.resource import decode_object
 from imexdra.common.machinery.workqueue import WorkQueue
 from imexdra.controller.binding import BindingConditions
 from imexdra.controller.caches import Caches
@@ -81,7 +81,7 @@ def claim_body(
 
 def decoded(body: bytes) -> ChannelClaim:
     """The claim as the controller's informer decodes it."""
-    claim: ChannelClaim = decoders.decode_object(body, ChannelClaim)
+    claim: ChannelClaim = decode_object(body, ChannelClaim)
     return claim
 
 
@@ -133,7 +133,7 @@ async def binding_setup(tmp_path: Path) -> AsyncIterator[Setup]:
         clock=lambda: clock[0],
     )
     yield Setup(caches, writes, events, binding, cd, clock)
-    await client.close()
+    client.close()
 
 
 async def drained(queue: WorkQueue[str]) -> set[str]:

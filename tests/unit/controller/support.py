@@ -7,10 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from lightkube.models.core_v1 import PodCondition, PodSpec, PodStatus
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Pod
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import (
     ComputeDomain,
@@ -20,6 +16,9 @@ from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.api.flags.common import ImexIsolation, ImexMode, ImexSettings
 from imexdra.api.flags.controller import ControllerSettings
 from imexdra.common.kube.api import WatchEvent
+from imexdra.common.kube.models.core_v1 import Pod, PodCondition, PodSpec, PodStatus
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.models.resource_v1 import ResourceClaimTemplate
 from imexdra.common.machinery.events import ObjectRef
 from imexdra.common.machinery.informer import Informer
 from imexdra.controller.caches import Caches, DaemonSetMeta

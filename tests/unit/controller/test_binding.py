@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube.models.core_v1 import ContainerState, ContainerStateTerminated, ContainerStatus
 
 from imexdra.api.constants import ComputeDomainStatusValue
+from imexdra.common.kube.models.core_v1 import ContainerState, ContainerStateTerminated, ContainerStatus
 from imexdra.controller.binding import FAILING_GRACE_SECONDS, Facts, Outcome, decide
 from imexdra.controller.claimholds import PendingBinding
 from tests.unit.controller.bindingsupport import (

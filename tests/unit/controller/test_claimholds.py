@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from lightkube.core import decoders
 
+from imexdra.common.kube.resource import decode_list, decode_object
 from imexdra.controller.channels import ClaimHold
 from imexdra.controller.claimholds import ChannelClaim, ClaimUse, channel_number, index_by_used_domain
 
@@ -95,7 +95,7 @@ def claim(
 )
 def test_claim_decodes_into_its_hold(body: bytes, expected: ClaimHold | None) -> None:
     """Only channels >= 1 of our driver are held, for the domain its channel config names."""
-    assert decoders.decode_object(body, ChannelClaim).hold == expected
+    assert decode_object(body, ChannelClaim).hold == expected
 
 
 def test_odd_parameters_do_not_fail_a_list() -> None:
@@ -103,14 +103,14 @@ def test_odd_parameters_do_not_fail_a_list() -> None:
     odd = msgspec.json.decode(claim([result("channel-5")], [config()]))
     odd["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"] = [1, 2]
     body = b'{"metadata": {"resourceVersion": "9"}, "items": [' + msgspec.json.encode(odd) + b"]}"
-    _, rv, (only,) = decoders.decode_list(body, ChannelClaim)
+    _, rv, (only,) = decode_list(body, ChannelClaim)
     assert rv == "9"
     assert only.hold == ClaimHold(None, frozenset({5}), NS)
 
 
 def test_only_identity_is_kept() -> None:
     """Labels, annotations, managed fields and the status are dropped after decoding."""
-    decoded = decoders.decode_object(claim([result("channel-7")], [config()]), ChannelClaim)
+    decoded = decode_object(claim([result("channel-7")], [config()]), ChannelClaim)
     assert decoded.status is None
     assert decoded.metadata is not None
     kept = {k: v for k, v in msgspec.structs.asdict(decoded.metadata).items() if v is not None}
@@ -168,6 +168,6 @@ def pod(name: str) -> dict[str, Any]:
 )
 def test_claim_decodes_into_its_use(body: bytes, expected: ClaimUse | None) -> None:
     """A channel of ours plus a channel config is a use of that domain by the reserved pods."""
-    decoded = decoders.decode_object(body, ChannelClaim)
+    decoded = decode_object(body, ChannelClaim)
     assert decoded.use == expected
     assert index_by_used_domain(decoded) == ([expected.domain] if expected else [])

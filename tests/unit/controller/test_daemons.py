@@ -5,14 +5,14 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from lightkube.models.core_v1 import (
+
+from imexdra.common.kube.models.core_v1 import (
     ContainerState,
     ContainerStateTerminated,
     ContainerStateWaiting,
     ContainerStatus,
+    Pod,
 )
-from lightkube.resources.core_v1 import Pod
-
 from imexdra.controller.daemons import daemon_pod, one_per_node
 from tests.unit.controller.support import CLIQUE, UID, make_pod, member
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from lightkube.models.meta_v1 import ObjectMeta
 from prometheus_client import REGISTRY
 
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
 from imexdra.api.constants import AllocationMode, ComputeDomainStatusValue, ConditionStatus
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.controller import reasons
 from imexdra.controller.channels import ClaimHold
 from imexdra.controller.claimholds import ChannelClaim

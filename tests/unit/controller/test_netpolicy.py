@@ -4,8 +4,8 @@ tests/integration/test_controller_driver_managed.py, enforced in tests/e2e/test_
 from __future__ import annotations
 
 import pytest
-from lightkube.models.meta_v1 import ObjectMeta
 
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.controller.caches import DaemonSetMeta
 from imexdra.controller.netpolicy import daemon_network_policy
 from tests.unit.controller.support import UID, make_config

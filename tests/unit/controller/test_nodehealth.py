@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from lightkube.models.core_v1 import NodeCondition, NodeStatus
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Node
 
+from imexdra.common.kube.models.core_v1 import Node, NodeCondition, NodeStatus
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.controller.daemons import DaemonPod
 from imexdra.controller.nodehealth import lost_daemons, not_ready_reason
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap
-
+from imexdra.common.kube.models.core_v1 import ConfigMap
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.common.machinery.store import Store, index_by_label
 from imexdra.controller.caches import domain_label
 from imexdra.controller.overlay import DOMAIN_INDEX, Overlay

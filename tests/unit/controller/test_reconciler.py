@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube.models.meta_v1 import ObjectMeta
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import COMPUTE_DOMAIN_FINALIZER, daemon_object_name
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.common.machinery.store import object_key
 from imexdra.controller import reasons, render
 from imexdra.controller.caches import Caches, DaemonSetMeta
@@ -105,7 +105,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     writes, events = fake_writes(caches), Events()
     reconciler = Reconciler(config, caches, writes, events, DomainStatusMetrics())  # type: ignore[arg-type]
     yield Setup(caches, writes, events, reconciler, cd)
-    await client.close()
+    client.close()
 
 
 async def test_a_lookalike_is_reported_once_and_never_written(setup: Setup) -> None:

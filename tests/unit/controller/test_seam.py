@@ -50,7 +50,7 @@ async def _world(tmp_path: Path, **config: Any) -> AsyncIterator[World]:
     writes, events = fake_writes(caches), Events()
     reconciler = Reconciler(cfg, caches, writes, events, DomainStatusMetrics())  # type: ignore[arg-type]
     yield World(caches, writes, events, reconciler, object_key(cd))
-    await client.close()
+    client.close()
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ async def test_the_daemons_policy_follows_the_daemonset_in_the_status_round(tmp_
     (policy,) = policies.view.by_domain(uid)
     (ds,) = caches.daemon_sets_of(home_of(make_domain()))
     assert policy.metadata.ownerReferences[0].uid == ds.metadata.uid
-    await client.close()
+    client.close()
 
 
 async def test_a_second_reconcile_sees_the_first_writes(world: World) -> None:

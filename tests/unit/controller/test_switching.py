@@ -12,10 +12,10 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
 from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus
 from imexdra.api.constants import ComputeDomainStatusValue
+from imexdra.common.kube.models.resource_v1 import ResourceClaimTemplate
 from imexdra.controller import reasons, render
 from imexdra.controller.switching import ChannelKindDomains
 from tests.unit.controller.support import make_domain

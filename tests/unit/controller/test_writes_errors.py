@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap
 
 from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.common.kube.client import PermanentApiError
+from imexdra.common.kube.models.core_v1 import ConfigMap
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.common.machinery.store import Store
 from imexdra.controller.overlay import Overlay
 from imexdra.controller.writes import Writer

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from lightkube.models.meta_v1 import ObjectMeta
-
 from imexdra.api.computedomain import (
     ComputeDomain,
     ComputeDomainChannelSpec,
@@ -14,6 +12,7 @@ from imexdra.api.computedomain import (
 )
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY, ComputeDomainStatusValue
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.daemon.membership import (
     Identity,
     Membership,

@@ -9,10 +9,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from lightkube.models.meta_v1 import ObjectMeta
 
 from imexdra.api.computedomainclique import ComputeDomainClique, ComputeDomainDaemonInfo
 from imexdra.api.constants import COMPUTE_DOMAIN_LABEL_KEY
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.common.machinery.informer import EventHandler
 from imexdra.common.machinery.store import Store
 from imexdra.daemon.membership import Identity, Membership, belongs_to, membership_from_clique

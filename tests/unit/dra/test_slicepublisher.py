@@ -1,9 +1,8 @@
 """Cutting a pool into ResourceSlices the API accepts, naming them (docs/channel-isolation.md §5), and
 what makes a published slice differ from the wanted one."""
 
-from lightkube.models.resource_v1 import ResourceSliceSpec
-
 from imexdra.api.imexmode import DRIVER_MANAGED_IMEX, HOST_MANAGED_IMEX
+from imexdra.common.kube.models.resource_v1 import ResourceSliceSpec
 from imexdra.dra.slicepublisher import MAX_DEVICES_PER_SLICE, essentials, slice_name_prefix, split_devices
 from imexdra.kubeletplugin.slices import slice_devices
 

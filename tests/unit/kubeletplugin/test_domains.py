@@ -65,4 +65,4 @@ async def test_only_what_a_prepare_here_waits_for_wakes(
     seen = cache.changes.generation
     cache._updated(old, new)
     assert (cache.changes.generation != seen) is wakes
-    await client.close()
+    client.close()

@@ -5,7 +5,7 @@ The driver root is laid out like an NVIDIA driver install (docs/driver-root.md):
     dev/nvidia0..3, nvidiactl, nvidia-uvm, nvidia-caps/..., nvidia-caps-imex-channels/channel0
     proc/driver/nvidia/capabilities/fabric-imex-mgmt
     proc/driver/nvidia/params       with the driver's ImexChannelCount
-    usr/lib64/libnvidia-ml.so.<driver version>   a copy of the mock NVML library (tools/nvml-mock),
+    usr/lib64/libnvidia-ml.so.<driver version>   a copy of the mock NVML library (sim/nvml-mock),
     usr/lib64/libnvidia-ml.so.1     and its soname link, relative, as a driver install has them
     usr/lib64/nvml-mock-profile     the tray's GPUs and NVLink fabric, read by that library
     usr/bin/nvidia-imex             the fake IMEX daemon and its control tool (devices.fakeimex),

@@ -1,6 +1,6 @@
 """Where the binaries built by tools/k8s/build.sh live, and checking that they are there.
 
-Besides the cluster binaries that is the mock ``libnvidia-ml.so.1`` (tools/nvml-mock, docs/nvml-mock.md)
+Besides the cluster binaries that is the mock ``libnvidia-ml.so.1`` (sim/nvml-mock, docs/nvml-mock.md)
 and Debian's ``prometheus`` and ``promtool`` (tools/k8s/prometheus.sh, docs/monitoring.md §4).
 """
 
@@ -94,7 +94,7 @@ def locate(bin_dir: Path | None = None) -> Binaries:
 
 
 def nvml_mock_library() -> Path:
-    """Find the mock ``libnvidia-ml.so.1`` built by tools/nvml-mock/build.sh, or explain how to build it.
+    """Find the mock ``libnvidia-ml.so.1`` built by sim/nvml-mock/build.sh, or explain how to build it.
 
     Callers copy it next to a profile (docs/nvml-mock.md); it reads the profile beside its own path.
     """

@@ -2,8 +2,8 @@
 
 Components and the machinery (informers, leader election, events, the slice publisher) type their
 client as :class:`KubeApi`; ``common.kube.kubeclient.KubeClient`` is the one implementation that speaks
-HTTP, and a test may pass an in-memory fake instead (docs/kube-client.md). Objects are lightkube's
-resource classes (``lightkube.resources.*``) or our msgspec models registered as resources
+HTTP, and a test may pass an in-memory fake instead (docs/kube-client.md). Objects are models of a
+kind (``common.kube.resource``): the generated ones (``common.kube.models``) or ours
 (``api.computedomain``). Every failure is an ``ApiStatusError`` (``common.kube.client``).
 """
 
@@ -12,17 +12,31 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
-from lightkube.types import PatchType
 
 from imexdra.common.kube.transport import Response
 
 R = TypeVar("R")
 
-#: ``namespace=ALL_NAMESPACES`` lists or watches a namespaced kind in every namespace (lightkube's ``*``).
+#: ``namespace=ALL_NAMESPACES`` lists or watches a namespaced kind in every namespace.
 ALL_NAMESPACES = "*"
+
+
+class PatchType(Enum):
+    """A PATCH's kind, by its content type."""
+
+    #: A JSON patch (RFC 6902): a list of operations.
+    JSON = "application/json-patch+json"
+    #: A JSON merge patch (RFC 7386): null deletes, lists are replaced whole.
+    MERGE = "application/merge-patch+json"
+    #: Kubernetes' strategic merge patch: lists merge by their patch merge key.
+    STRATEGIC = "application/strategic-merge-patch+json"
+    #: Server-side apply of a whole intended object as this client's field manager.
+    APPLY = "application/apply-patch+yaml"
+
 
 Selector = str | Mapping[str, str | None] | Mapping[str, str]
 

@@ -1,7 +1,8 @@
 """Kubeconfig and TLS for the API client, and the one error model of every API call.
 
 - :func:`load_config` resolves a kubeconfig path, ``$KUBECONFIG`` or the in-cluster service account (in
-  that order, like client-go's ``BuildConfigFromFlags``), :func:`tls_context` its TLS;
+  that order, like client-go's ``BuildConfigFromFlags``; parsed by ``common.kube.kubeconfig``),
+  :func:`tls_context` its TLS (the cluster's CA or the system's, the user's client certificate);
   ``common.kube.connection`` builds the clients on them.
 - :class:`ApiStatusError` and its ``RetryableError``/``PermanentError`` subclasses are the one error
   model of every API call (``common.kube.transport`` raises them, keeping the HTTP status, reason and
@@ -12,21 +13,20 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import datetime as dt
 import os
 import ssl
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from lightkube import ConfigError as LightkubeConfigError
-from lightkube import KubeConfig, SingleConfig
-from lightkube.config.client_adapter import verify_cluster
-from lightkube.config.models import User
-
 from imexdra.common.errors import ConfigError, DriverError, PermanentError, RetryableError
+from imexdra.common.kube.kubeconfig import Kubeconfig, SingleConfig, User, service_account
 from imexdra.common.pacing.ratelimit import exponential_delay
 
 T = TypeVar("T")
@@ -160,20 +160,13 @@ def load_config(kubeconfig: Path | None = None, *, context: str | None = None) -
     ``context`` picks a kubeconfig context other than the current one (kubectl's ``--context``).
     """
     path = kubeconfig or (Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else None)
-    try:
-        if path is not None:
-            config = KubeConfig.from_file(path).get(context_name=context)
-        elif context is not None:
-            raise ConfigError(f"context {context!r} needs a kubeconfig; none given and $KUBECONFIG unset")
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config = KubeConfig.from_service_account().get()
-        else:
-            raise ConfigError("no kubeconfig given, $KUBECONFIG unset and not running in a cluster")
-    except LightkubeConfigError as error:
-        raise ConfigError(str(error), field="kubeconfig") from error
-    if config is None:
-        raise ConfigError(f"kubeconfig {path} has no current context", field="kubeconfig")
-    return config
+    if path is not None:
+        return Kubeconfig.from_file(path).get(context)
+    if context is not None:
+        raise ConfigError(f"context {context!r} needs a kubeconfig; none given and $KUBECONFIG unset")
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return service_account()
+    raise ConfigError("no kubeconfig given, $KUBECONFIG unset and not running in a cluster")
 
 
 def tls_context(config: SingleConfig) -> ssl.SSLContext | None:
@@ -184,7 +177,47 @@ def tls_context(config: SingleConfig) -> ssl.SSLContext | None:
     """
     if urlsplit(config.cluster.server).scheme != "https":
         return None
-    return verify_cluster(config.cluster, config.user or User(), config.abs_file)
+    cluster, user = config.cluster, config.user
+    if cluster.certificate_auth:
+        context = ssl.create_default_context(cafile=config.abs_file(cluster.certificate_auth))
+    elif cluster.certificate_auth_data:
+        context = ssl.create_default_context(cadata=_pem(cluster.certificate_auth_data))
+    elif cluster.insecure:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context = ssl.create_default_context()  # the system's CAs, or $SSL_CERT_FILE/$SSL_CERT_DIR's
+    if user is not None and (user.client_cert or user.client_cert_data):
+        _load_client_certificate(context, user, config.abs_file)
+    return context
+
+
+def _pem(data: str) -> str:
+    """A kubeconfig ``*-data`` field (base64 of PEM) as PEM text."""
+    try:
+        return base64.b64decode(data).decode()
+    except (binascii.Error, UnicodeDecodeError) as error:
+        raise ConfigError(f"not base64-encoded PEM: {error}", field="kubeconfig") from error
+
+
+def _load_client_certificate(context: ssl.SSLContext, user: User, abs_file: Callable[[str], str]) -> None:
+    """Load the user's client certificate and key (files, or ``*-data`` written to a private temp dir).
+
+    ``ssl`` loads a certificate chain from files only; the files are removed once it is loaded.
+    """
+    if not user.client_cert_data and not user.client_key_data:
+        context.load_cert_chain(abs_file(user.client_cert or ""), abs_file(user.client_key or ""))
+        return
+    with tempfile.TemporaryDirectory(prefix="imexdra-kubeconfig-") as scratch:
+        cert = Path(scratch) / "client.crt"
+        key = Path(scratch) / "client.key"
+        cert.write_text(_pem(user.client_cert_data) if user.client_cert_data else "")
+        key.write_text(_pem(user.client_key_data) if user.client_key_data else "")
+        context.load_cert_chain(
+            cert if user.client_cert_data else abs_file(user.client_cert or ""),
+            key if user.client_key_data else abs_file(user.client_key or ""),
+        )
 
 
 def microtime(moment: dt.datetime | None = None) -> dt.datetime:

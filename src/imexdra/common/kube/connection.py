@@ -18,11 +18,10 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from lightkube import SingleConfig
-
 from imexdra.common.kube.client import load_config, tls_context
 from imexdra.common.kube.credentials import Credentials
 from imexdra.common.kube.kubeclient import KubeClient
+from imexdra.common.kube.kubeconfig import SingleConfig
 from imexdra.common.kube.oidc import KubeconfigUser
 from imexdra.common.kube.proxy import proxy_url
 from imexdra.common.kube.restmetrics import RestClientMetrics, server_host

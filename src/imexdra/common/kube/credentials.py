@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from lightkube.config.models import User, UserExec
 
 from imexdra.common.errors import ConfigError, RetryableError
+from imexdra.common.kube.kubeconfig import User, UserExec
 from imexdra.common.kube.oidc import EXPIRY_MARGIN, KubeconfigUser, OidcProvider
 
 TOKEN_FILE_REFRESH_SECONDS = 60.0

@@ -1,11 +1,10 @@
-"""The typed Kubernetes API client every component uses: lightkube's resource classes over our transport.
+"""The typed Kubernetes API client every component uses: our models of the kinds over our transport.
 
 One client, one transport (``common.kube.transport``), watches included, so every request shares one
 error model (``ApiStatusError``), one 401 retry, one QPS bucket with client-go's ``rest_client_*``
-metrics, one set of credentials and one proxy (docs/kube-client.md). lightkube supplies only what
-nothing else does: its resource classes and models (``lightkube.resources.*``, ``lightkube.models.*``),
-their URL information (``lightkube.core.resource.api_info``) and their decoders; none of its HTTP
-client is used.
+metrics, one set of credentials and one proxy (docs/kube-client.md). The objects are models of kinds
+(``common.kube.models``, generated from the API's OpenAPI spec, or ours in ``api``): their URL facts
+and decoders are ``common.kube.resource``'s.
 
 Components depend on :class:`~imexdra.common.kube.api.KubeApi`, the Protocol this class implements, so
 a test can hand them an in-memory fake. Errors name the call as ``"<verb> <Kind> [<ns>/]<name>"`` unless
@@ -19,11 +18,9 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import msgspec
-from lightkube.core import decoders
-from lightkube.core import resource as lkr
-from lightkube.types import PatchType
 
-from imexdra.common.kube.api import ALL_NAMESPACES, ListPage, Selector, WatchEvent, selector
+from imexdra.common.kube.api import ALL_NAMESPACES, ListPage, PatchType, Selector, WatchEvent, selector
+from imexdra.common.kube.resource import api_info, decode_list, decode_object, is_resource
 from imexdra.common.kube.transport import Response, Transport, resource_path
 
 R = TypeVar("R")
@@ -35,8 +32,7 @@ def _where(name: str, namespace: str | None) -> str:
 
 def _scope(res: type[Any], namespace: str | None) -> str | None:
     """The namespace segment of ``res``'s URL: none for cluster-scoped kinds and for all namespaces."""
-    namespaced = issubclass(res, (lkr.NamespacedResource, lkr.NamespacedSubResource))
-    if not namespaced or namespace in (None, ALL_NAMESPACES):
+    if not api_info(res).namespaced or namespace in (None, ALL_NAMESPACES):
         return None
     return namespace
 
@@ -51,8 +47,8 @@ def _names(obj: Any, namespace: str | None) -> tuple[str, str | None]:
 
 def _body(obj: Any) -> bytes:
     """``obj`` as JSON, with its apiVersion and kind filled in from its class when unset."""
-    if isinstance(obj, lkr.Resource) and isinstance(obj, msgspec.Struct):
-        info = lkr.api_info(type(obj)).resource
+    if is_resource(obj) and isinstance(obj, msgspec.Struct):
+        info = api_info(obj)
         missing = {
             field: value
             for field, value in (("apiVersion", info.api_version), ("kind", info.kind))
@@ -99,7 +95,7 @@ class KubeClient:
         path = resource_path(res, name, namespace=_scope(res, namespace))
         action = action or f"get {res.__name__} {_where(name, namespace)}"
         response = await self._transport.request("GET", path, action=action)
-        decoded: R = decoders.decode_object(response.body, res)
+        decoded: R = decode_object(response.body, res)
         return decoded
 
     async def list_page(
@@ -125,7 +121,7 @@ class KubeClient:
             query={k: v for k, v in query.items() if v},
             action=action or f"list {res.__name__}",
         )
-        cont, version, items = decoders.decode_list(response.body, res)
+        cont, version, items = decode_list(response.body, res)
         return ListPage(items=items, resource_version=version or "", continue_token=cont or None)
 
     async def list(
@@ -167,7 +163,7 @@ class KubeClient:
             body=_body(obj),
             action=action or f"create {res.__name__}",
         )
-        created: R = decoders.decode_object(response.body, res)
+        created: R = decode_object(response.body, res)
         return created
 
     async def replace(self, obj: R, *, namespace: str | None = None, action: str | None = None) -> R:
@@ -181,7 +177,7 @@ class KubeClient:
             body=_body(obj),
             action=action or f"update {res.__name__} {_where(name, ns)}",
         )
-        replaced: R = decoders.decode_object(response.body, res)
+        replaced: R = decode_object(response.body, res)
         return replaced
 
     async def patch(
@@ -207,7 +203,7 @@ class KubeClient:
             content_type=patch_type.value,
             action=action or f"patch {res.__name__} {_where(name, namespace)}",
         )
-        patched: R = decoders.decode_object(response.body, res)
+        patched: R = decode_object(response.body, res)
         return patched
 
     async def apply(self, obj: R, *, namespace: str | None = None, force: bool = False) -> R:
@@ -283,5 +279,5 @@ async def _events(lines: AsyncIterator[bytes]) -> AsyncIterator[WatchEvent]:
 
 def decode(event: WatchEvent, res: type[R]) -> R:
     """A watch event's object as ``res`` (raises ``msgspec.ValidationError`` if it is not one)."""
-    decoded: R = decoders.decode_object(event.object, res)
+    decoded: R = decode_object(event.object, res)
     return decoded

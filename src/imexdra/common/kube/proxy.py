@@ -20,14 +20,12 @@ import base64
 import ssl
 import urllib.request
 from ipaddress import ip_address, ip_network
-from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
 
-import yaml
-from lightkube import SingleConfig
 from socksio import ProtocolError, socks5
 
 from imexdra.common.errors import ConfigError
+from imexdra.common.kube.kubeconfig import SingleConfig
 
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
 _DEFAULT_PORTS = {"http": 80, "https": 443, "socks5": 1080, "socks5h": 1080}
@@ -35,7 +33,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443, "socks5": 1080, "socks5h": 1080}
 
 def proxy_url(config: SingleConfig) -> str | None:
     """The proxy to reach ``config``'s server through, or None for a direct connection."""
-    explicit = _cluster_field(config, "proxy-url")
+    explicit = config.cluster.proxy_url
     url = urlsplit(config.cluster.server)
     host = url.hostname or ""
     if explicit:
@@ -178,18 +176,3 @@ def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
         if host.lower() == name or host.lower().endswith(f".{name}"):
             return True
     return False
-
-
-def _cluster_field(config: SingleConfig, key: str) -> str | None:
-    """A field of the context's cluster that lightkube's model does not keep (e.g. ``proxy-url``)."""
-    if config.fname is None:
-        return None
-    try:
-        raw = yaml.safe_load(Path(config.fname).read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return None  # load_config has read it already; a file changed since is read again next start
-    for entry in raw.get("clusters") or ():
-        if isinstance(entry, dict) and entry.get("name") == config.context.cluster:
-            value = (entry.get("cluster") or {}).get(key)
-            return str(value) if value else None
-    return None

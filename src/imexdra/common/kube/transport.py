@@ -1,6 +1,6 @@
 """The one HTTP/1.1 keep-alive transport to the API server: every request and watch of a component.
 
-Why our own: through lightkube's client on httpx2 one API request cost about 4 ms of CPU on the target
+Why our own: through a general-purpose client on httpx one API request cost about 4 ms of CPU on the target
 machine (URL parsing three times, anyio and httpcore layers); over a plain TLS stream about 0.3 ms and a
 third of the latency; the transport benchmark (docs/kube-client.md) compares it with aiohttp. The typed
 client (``common.kube.kubeclient``) sits on it; ``common.kube.connection`` builds it with the
@@ -33,14 +33,14 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import msgspec
-from lightkube.config.kubeconfig import SingleConfig
-from lightkube.core import resource as lkr
 
 from imexdra.common.kube import http11
 from imexdra.common.kube.client import PermanentApiError, RetryableApiError, is_retryable_status
 from imexdra.common.kube.credentials import Credentials
 from imexdra.common.kube.http11 import Head
+from imexdra.common.kube.kubeconfig import SingleConfig
 from imexdra.common.kube.proxy import dial
+from imexdra.common.kube.resource import api_info
 from imexdra.common.kube.restmetrics import RestClientMetrics, server_host
 from imexdra.common.observability.logging import REQUEST_LOGGER
 
@@ -355,15 +355,15 @@ def _status_error(
 
 
 def resource_path(res: type[Any], name: str | None = None, *, namespace: str | None = None) -> str:
-    """URL path of a lightkube resource class's collection, or of one object and its subresource."""
-    info = lkr.api_info(res)
-    group, version = info.resource.group, info.resource.version
+    """URL path of a kind's collection, or of one object and the subresource its class stands for."""
+    info = api_info(res)
+    group, version = info.group, info.version
     path = f"/apis/{group}/{version}" if group else f"/api/{version}"
     if namespace:
         path += f"/namespaces/{quote(namespace, safe='')}"
     path += f"/{info.plural}"
     if name is not None:
         path += f"/{quote(name, safe='')}"
-        if info.action:
-            path += f"/{info.action}"
+        if info.subresource:
+            path += f"/{info.subresource}"
     return path

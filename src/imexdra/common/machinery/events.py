@@ -25,15 +25,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import structlog
-from lightkube.core import resource as lkr
-from lightkube.models.core_v1 import ObjectReference
-from lightkube.models.events_v1 import EventSeries
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.events_v1 import Event
-from lightkube.types import PatchType
 
-from imexdra.common.kube.api import KubeApi
+from imexdra.common.kube.api import KubeApi, PatchType
 from imexdra.common.kube.client import ApiStatusError, is_not_found, kube_errors, microtime
+from imexdra.common.kube.models.core_v1 import ObjectReference
+from imexdra.common.kube.models.events_v1 import Event, EventSeries
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.resource import api_info, is_resource
 from imexdra.common.machinery.store import KubeObject
 from imexdra.common.observability.metrics import EVENTS_DROPPED
 from imexdra.common.pacing.ratelimit import TokenBucket
@@ -65,11 +63,11 @@ class ObjectRef:
 
     @classmethod
     def of(cls, obj: KubeObject) -> ObjectRef:
-        """Reference a lightkube resource instance (kind and version come from its class)."""
+        """Reference an object of a kind (kind and version come from its class)."""
         meta = obj.metadata
-        if not isinstance(obj, lkr.Resource) or meta is None or not meta.name:
-            raise ValueError("events can only be recorded about named lightkube resources")
-        info = lkr.api_info(obj).resource
+        if not is_resource(obj) or meta is None or not meta.name:
+            raise ValueError("events can only be recorded about named Kubernetes objects")
+        info = api_info(obj)
         return cls(info.api_version, info.kind, meta.name, meta.namespace or None, meta.uid)
 
 

@@ -26,12 +26,12 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 import structlog
-from lightkube.core import decoders
-from lightkube.core import resource as lkr
 
 from imexdra.common.kube.api import KubeApi, WatchEvent
 from imexdra.common.kube.client import ApiStatusError, RetryableApiError
 from imexdra.common.kube.kubeclient import decode
+from imexdra.common.kube.models.meta_v1 import Status
+from imexdra.common.kube.resource import api_info, decode_object
 from imexdra.common.machinery.store import (
     Changes,
     IndexFunc,
@@ -106,8 +106,8 @@ def enqueue(queue: _Queue[str], key: Callable[[T], str | None] = object_key) -> 
 
 
 def api_kind(resource: type[Any]) -> str:
-    """The API kind of a lightkube resource class, e.g. ``ResourceClaim``."""
-    kind: str = lkr.api_info(resource).resource.kind
+    """The API kind of a kind's class, e.g. ``ResourceClaim``."""
+    kind: str = api_info(resource).kind
     return kind
 
 
@@ -116,7 +116,7 @@ class Informer(Generic[T]):
 
     Args:
         client: the component's client (``common.kube.connection.Connection.kube``).
-        resource: a lightkube resource class, built-in (``lightkube.resources.*``) or custom.
+        resource: a kind's class, generated (``common.kube.models``) or ours.
         namespace: watch one namespace; None = all namespaces (or a cluster-scoped kind).
         label_selector: Kubernetes label selector string, e.g. ``"resource.nvidia.com/computeDomain"``.
         field_selector: Kubernetes field selector string, e.g. ``"spec.nodeName=node-1"``.
@@ -275,7 +275,7 @@ class Informer(Generic[T]):
             self._resource_version = bookmark.metadata.resource_version or self._resource_version
             return
         if event.type == "ERROR":
-            status = decoders.decode_status(event.object)
+            status = decode_object(event.object, Status)
             if status.code == 410:
                 raise ResourceExpiredError(status.message)
             raise RetryableApiError(

@@ -24,13 +24,12 @@ from typing import TypeVar
 
 import msgspec
 import structlog
-from lightkube.models.coordination_v1 import LeaseSpec
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.coordination_v1 import Lease
 
 from imexdra.common.errors import ConfigError, RetryableError
 from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.client import ApiStatusError, is_conflict, is_not_found, kube_errors, microtime
+from imexdra.common.kube.models.coordination_v1 import Lease, LeaseSpec
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 from imexdra.common.observability.metrics import LEADER_STATUS
 
 T = TypeVar("T")

@@ -7,7 +7,7 @@ copy (``msgspec.structs.replace`` or ``copy.deepcopy``) before modifying one to 
 
 :func:`diff` is the pure core of a relist: what was added, changed or removed between the cache and a
 fresh LIST. Its "removed" list is how objects deleted during a watch gap (410 Gone) still reach the
-delete handlers, which lightkube's own watch silently loses (docs/architecture.md §6).
+delete handlers, which a plain watch loop silently loses (docs/architecture.md §6).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from lightkube.models.meta_v1 import ObjectMeta
+from imexdra.common.kube.models.meta_v1 import ObjectMeta
 
 
 class KubeObject(Protocol):
-    """Anything with Kubernetes object metadata: every lightkube resource, typed or generic."""
+    """Anything with Kubernetes object metadata: every model of a kind, generated or ours."""
 
     @property
     def metadata(self) -> ObjectMeta | None:
