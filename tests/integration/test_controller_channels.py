@@ -31,6 +31,7 @@ from imexdra.api.computedomain import ComputeDomain
 from imexdra.api.constants import AllocationMode
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.api.flags.common import ImexIsolation
+from imexdra.api.imexmode import HOST_MANAGED_IMEX
 from imexdra.common.kube.connection import connect
 from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.machinery.events import EventRecorder
@@ -60,7 +61,7 @@ def config_for(isolation: ImexIsolation) -> ControllerConfig:
         daemon_log_verbosity=0,
         max_nodes_per_imex_domain=18,
         feature_gates=resolve_feature_gates("HostManagedIMEX=true"),
-        host_managed=True,
+        imex_mode=HOST_MANAGED_IMEX,
         imex_isolation=isolation,
         imex_channel_count=3,
     )

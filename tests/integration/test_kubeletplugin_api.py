@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from imexdra.api.constants import CLIQUE_LABEL_KEY, DRIVER_NAME
+from imexdra.api.imexmode import DRIVER_MANAGED_IMEX
 from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.kube.models.core_v1 import Node as NodeResource
 from imexdra.common.kube.models.resource_v1 import ResourceSlice
@@ -308,7 +309,7 @@ async def test_slice_publisher_converges(kube: KubeClient, api: KubeClient) -> N
         api,
         driver_name=DRIVER_NAME,
         node_name=pool,
-        devices=slice_devices(host_managed=False),
+        devices=slice_devices(imex=DRIVER_MANAGED_IMEX),
         node_uid=node_uid,
         settle_delay=0.1,
     )

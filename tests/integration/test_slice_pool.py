@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from imexdra.api.constants import DRIVER_NAME
+from imexdra.api.imexmode import HOST_MANAGED_IMEX
 from imexdra.common.kube.kubeclient import KubeClient
 from imexdra.common.kube.models.core_v1 import Node as NodeResource
 from imexdra.common.kube.models.resource_v1 import ResourceSlice
@@ -76,7 +77,7 @@ async def test_channel_isolation_pool_is_sixteen_slices_rewritten_as_one(
         node = await kube.get(NodeResource, pool)
         return str(node.metadata.uid)  # type: ignore[union-attr]
 
-    devices = slice_devices(host_managed=True, channel_isolation=True)
+    devices = slice_devices(imex=HOST_MANAGED_IMEX, channel_isolation=True)
     publisher = SlicePublisher(
         api, driver_name=DRIVER_NAME, node_name=pool, devices=devices, node_uid=node_uid, settle_delay=0.1
     )

@@ -129,7 +129,7 @@ class Caches:
         self.domains = watch(ComputeDomain, {DOMAIN_INDEX: index_by_uid})
         self.domain_view = Overlay([self.domains.store], own_uid)
         selector = COMPUTE_DOMAIN_LABEL_KEY
-        if config.host_managed:
+        if not config.imex_mode.runs_imex_daemons:
             selector += f",{TARGET_LABEL_KEY} in ({ClaimTemplateTarget.WORKLOAD.value})"
         self.templates = watch(ResourceClaimTemplate, by_label, label_selector=selector)
         self.template_view = Overlay([self.templates.store], domain_label)
@@ -137,7 +137,7 @@ class Caches:
         self.pods: list[Informer[Pod]] = []
         self.cliques: Informer[ComputeDomainClique] | None = None
         self.nodes: Informer[Node] | None = None
-        if not config.host_managed:
+        if config.imex_mode.runs_imex_daemons:
             for namespace in config.managed_namespaces:
                 scope = {"namespace": namespace, "label_selector": COMPUTE_DOMAIN_LABEL_KEY}
                 self.daemon_sets.append(watch(DaemonSetMeta, by_label, **scope))

@@ -1,7 +1,7 @@
 """The controller's effective configuration, resolved once from the command-line settings.
 
 Upstream hands one "bag" of twelve fields to every manager; here the bag is a frozen dataclass whose
-fields say which component reads them, and the derived facts (host-managed or not, which namespaces
+fields say which component reads them, and the derived facts (which namespaces
 hold daemon objects, whether cliques are in use) are computed once instead of at every call site.
 """
 
@@ -13,6 +13,7 @@ from imexdra.api.featuregates import FeatureGates, Gate
 from imexdra.api.flags.common import DEFAULT_IMEX_CHANNEL_COUNT, ImexIsolation, ImexSettings, LogFormat
 from imexdra.api.flags.controller import ControllerSettings
 from imexdra.api.flags.daemon import DEFAULT_IMEX_PEERS_POLL_INTERVAL
+from imexdra.api.imexmode import ImexManagement, choose_imex_mode
 
 #: Field manager and Event ``reportingController`` of every write the controller makes.
 CONTROLLER_NAME = "compute-domain.nvidia.com/controller"
@@ -50,8 +51,9 @@ class ControllerConfig:
     daemon_log_verbosity: int
     max_nodes_per_imex_domain: int
     feature_gates: FeatureGates
-    #: HostManagedIMEX: only the workload claim template; no daemons, cliques, node labels or status sync.
-    host_managed: bool
+    #: Who runs nvidia-imex (``imexdra.api.imexmode``); HostManagedIMEX: only the workload claim
+    #: template, no daemons, cliques, node labels or status sync.
+    imex_mode: ImexManagement
     #: ``channel`` gives each domain its own IMEX channel (docs/channel-isolation.md); host-managed only.
     imex_isolation: ImexIsolation = ImexIsolation.DOMAIN
     #: Channels ``0 .. count - 1`` on every node (docs/channel-isolation.md §3); channel isolation only.
@@ -76,7 +78,7 @@ class ControllerConfig:
     @property
     def cliques_enabled(self) -> bool:
         """Whether daemon membership is published in ComputeDomainClique objects (else in CD status)."""
-        return not self.host_managed and self.feature_gates.enabled(Gate.COMPUTE_DOMAIN_CLIQUES)
+        return self.imex_mode.cliques_enabled(self.feature_gates)
 
     @classmethod
     def from_settings(
@@ -90,7 +92,7 @@ class ControllerConfig:
     ) -> ControllerConfig:
         """Combine the option groups; ``ConfigError`` for hostManaged without the gate or a bad isolation."""
         namespaces = tuple(dict.fromkeys((namespace, *controller.additional_namespaces)))
-        host_managed = imex.host_managed(feature_gates)
+        imex_mode = choose_imex_mode(imex, feature_gates)
         return cls(
             driver_namespace=namespace,
             managed_namespaces=namespaces,
@@ -100,8 +102,8 @@ class ControllerConfig:
             daemon_log_verbosity=controller.log_verbosity_cd_daemon,
             max_nodes_per_imex_domain=controller.max_nodes_per_imex_domain,
             feature_gates=feature_gates,
-            host_managed=host_managed,
-            imex_isolation=imex.isolation(host_managed=host_managed),
+            imex_mode=imex_mode,
+            imex_isolation=imex_mode.admit_isolation(imex.imex_isolation),
             imex_channel_count=imex.imex_channel_count,
             in_use_protection=controller.compute_domain_in_use_protection,
             max_compute_domains_per_namespace=controller.max_compute_domains_per_namespace,
@@ -113,7 +115,7 @@ class ControllerConfig:
     @property
     def writes_network_policies(self) -> bool:
         """Whether the controller makes daemon NetworkPolicies (driver-managed mode, option on)."""
-        return self.daemon_network_policy and not self.host_managed
+        return self.daemon_network_policy and self.imex_mode.runs_imex_daemons
 
     @property
     def binding_conditions(self) -> bool:

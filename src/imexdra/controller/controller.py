@@ -114,7 +114,7 @@ class Controller:
         self.binding: BindingConditions | None = None
         if config.binding_conditions:
             self.binding = BindingConditions(
-                self.caches, writer, events, runs_daemons=not config.host_managed
+                self.caches, writer, events, runs_daemons=config.imex_mode.runs_imex_daemons
             )
         self._started = asyncio.Event()
         self._wire()

@@ -16,6 +16,7 @@ import structlog
 
 from imexdra.api.featuregates import FeatureGates, log_feature_gates
 from imexdra.api.flags.common import (
+    ImexMode,
     ImexSettings,
     KubeClientSettings,
     LoggingSettings,
@@ -91,7 +92,7 @@ def main(
         additionalNamespaces=list(config.managed_namespaces[1:]),
         imageName=config.image_name,
         maxNodesPerIMEXDomain=config.max_nodes_per_imex_domain,
-        hostManagedIMEX=config.host_managed,
+        hostManagedIMEX=config.imex_mode.mode is ImexMode.HOST_MANAGED,
         imexIsolation=config.imex_isolation.value,
         imexChannelCount=config.imex_channel_count,
         maxComputeDomainsPerNamespace=config.max_compute_domains_per_namespace,

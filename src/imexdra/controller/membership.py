@@ -166,12 +166,8 @@ def published_from_status(nodes: Iterable[ComputeDomainNode]) -> dict[str, list[
     return published
 
 
-def global_status(
-    nodes: Sequence[ComputeDomainNode], *, num_nodes: int, host_managed: bool
-) -> ComputeDomainStatusValue:
-    """Upstream's ``calculateGlobalStatus``."""
-    if host_managed:
-        return READY
+def global_status(nodes: Sequence[ComputeDomainNode], *, num_nodes: int) -> ComputeDomainStatusValue:
+    """Upstream's ``calculateGlobalStatus`` for driver-managed IMEX (host-managed: see ``sync``)."""
     if len(nodes) < num_nodes or any(n.status == NOT_READY for n in nodes):
         return NOT_READY
     return READY

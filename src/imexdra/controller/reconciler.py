@@ -176,7 +176,7 @@ class Reconciler:
             if held is not None:
                 return await self._refuse(cd, held)
         steps: list[Awaitable[float | None]] = [self._ensure_workload_template(cd)]
-        if not self._config.host_managed:
+        if self._config.imex_mode.runs_imex_daemons:
             steps.append(self._ensure_daemon_objects(home))
         retry: float | None = None
         for result in await tasks.settle(*steps):
@@ -184,7 +184,7 @@ class Reconciler:
         # The daemons' NetworkPolicy names the DaemonSet as its owner, so it follows the DaemonSet; it
         # has no bearing on the status, so the two writes share one round trip instead of two.
         finishing: list[Awaitable[float | None]] = [self._sync.sync(cd)]
-        if self._policies is not None and not self._config.host_managed:
+        if self._policies is not None and self._config.imex_mode.runs_imex_daemons:
             finishing.append(self._ensure_policy(home))
         for result in await tasks.settle(*finishing):
             retry = _sooner_retry(retry, result)

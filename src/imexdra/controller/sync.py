@@ -142,7 +142,7 @@ class MembershipSync:
             return None
         # A domain released from IsolationSwitchPending drops that condition: its status is upstream's.
         others = _without_channel_condition(cd)
-        if self._config.host_managed:
+        if not self._config.imex_mode.runs_imex_daemons:
             # Ready means the workload claim template exists (docs/host-managed.md), not someone else's
             # template of that name, which the reconciler reports as ClaimTemplateConflict; no nodes.
             ready = self._has_workload_template(home)
@@ -166,7 +166,7 @@ class MembershipSync:
         num_nodes = cd.spec.num_nodes if cd.spec else 0
         base = others if others is not None else (cd.status.conditions if cd.status else [])
         status = ComputeDomainStatus(
-            status=membership.global_status(nodes, num_nodes=num_nodes, host_managed=False),
+            status=membership.global_status(nodes, num_nodes=num_nodes),
             nodes=nodes,
             conditions=self._health.conditions(cd, base, nodes, self._now()),
         )
@@ -357,7 +357,7 @@ class MembershipSync:
             self._record_transition(cd, desired)
 
     def _record_transition(self, cd: ComputeDomain, status: ComputeDomainStatus) -> None:
-        if self._config.host_managed:
+        if not self._config.imex_mode.runs_imex_daemons:
             template = cd.spec.channel.resource_claim_template.name if cd.spec and cd.spec.channel else ""
             verb = "exists" if status.status == membership.READY else "is missing"
             note = f"workload ResourceClaimTemplate {template} {verb} (HostManagedIMEX)"

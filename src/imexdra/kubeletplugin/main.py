@@ -36,6 +36,7 @@ from imexdra.api.flags.common import (
     node_name_options,
 )
 from imexdra.api.flags.kubelet_plugin import KubeletPluginSettings, kubelet_plugin_options
+from imexdra.api.imexmode import choose_imex_mode
 from imexdra.common.errors import ConfigError, DriverError
 from imexdra.common.process.termination import write_termination_message
 from imexdra.kubeletplugin.hardware import HardwareSettings
@@ -77,8 +78,8 @@ def main(
     logging.configure()
     log = structlog.get_logger("imexdra.kubeletplugin")
     try:
-        host_managed = imex.host_managed(feature_gates)
-        isolation = imex.isolation(host_managed=host_managed)
+        imex_mode = choose_imex_mode(imex, feature_gates)
+        isolation = imex_mode.admit_isolation(imex.imex_isolation)
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     log_feature_gates(feature_gates)
@@ -87,7 +88,7 @@ def main(
         namespace=namespace,
         kubelet=kubelet_plugin,
         gates=feature_gates,
-        host_managed=host_managed,
+        imex=imex_mode,
         kube_client=kube_client,
         metrics=metrics,
         hardware=HardwareSettings(
@@ -103,7 +104,7 @@ def main(
         nodeName=node_name,
         namespace=namespace,
         klogVerbosity=logging.verbosity,
-        imexMode="hostManaged" if host_managed else "driverManaged",
+        imexMode=imex_mode.mode.value,
         imexIsolation=isolation.value,
         imexChannelCount=imex.imex_channel_count,
         kubeletPluginsDirectoryPath=str(kubelet_plugin.kubelet_plugins_directory_path),

@@ -31,8 +31,9 @@ import structlog
 
 from imexdra.api.constants import DRIVER_NAME
 from imexdra.api.featuregates import FeatureGates, Gate
-from imexdra.api.flags.common import KubeClientSettings, MetricsSettings
+from imexdra.api.flags.common import ImexMode, KubeClientSettings, MetricsSettings
 from imexdra.api.flags.kubelet_plugin import KubeletPluginSettings
+from imexdra.api.imexmode import ImexManagement
 from imexdra.common.kube.api import KubeApi
 from imexdra.common.kube.connection import connect
 from imexdra.common.observability.metrics import Probes, start_http_server
@@ -77,7 +78,8 @@ class PluginConfig:
     namespace: str
     kubelet: KubeletPluginSettings
     gates: FeatureGates
-    host_managed: bool
+    #: Who runs nvidia-imex (``imexdra.api.imexmode``): every mode-dependent step asks it.
+    imex: ImexManagement
     kube_client: KubeClientSettings
     metrics: MetricsSettings
     hardware: HardwareSettings
@@ -104,7 +106,7 @@ async def run(config: PluginConfig, stop: asyncio.Event | None = None) -> None:
     devices = hardware.open_imex_devices(config.hardware)
     if config.channel_isolation:
         hardware.check_channel_pool(config.hardware)
-    if not config.host_managed and config.gates.enabled(Gate.IMEX_DAEMONS_WITH_DNS_NAMES):
+    if config.imex.checks_driver_version(config.gates):
         await asyncio.to_thread(hardware.check_driver_version, nvml)
     # One client for everything (watches, slices, Events, the claim reads and node label writes of every
     # prepare): one transport, credentials and QPS bucket (docs/kube-client.md).
@@ -138,7 +140,7 @@ class _Parts:
 
 async def _assemble(config: PluginConfig, client: KubeApi, nvml: Nvml, devices: HostImexDevices) -> _Parts:
     """Startup steps 5-8 (docs/data-path.md §14): clique ID, base CDI spec, checkpoint, prepare machinery."""
-    labeler = NodeLabeler(client, config.node_name, watch=None if config.host_managed else client)
+    labeler = NodeLabeler(client, config.node_name, watch=client if config.imex.labels_nodes else None)
     cliques = CliqueTracker(
         nvml,
         config.gates,
@@ -146,7 +148,7 @@ async def _assemble(config: PluginConfig, client: KubeApi, nvml: Nvml, devices: 
         registration_timeout=config.kubelet.fabric_registration_timeout.total_seconds(),
     )
     await cliques.discover()
-    base = hardware.build_base_spec(config.hardware, runs_imex_daemons=not config.host_managed)
+    base = hardware.build_base_spec(config.hardware, runs_imex_daemons=config.imex.runs_imex_daemons)
     await cdi_files.write_base_spec(config.kubelet.cdi_root, base)
     store = CheckpointStore(config.paths.plugin_data_dir)
     boot_id = read_boot_id(config.boot_id_path) if config.boot_id_path else read_boot_id()
@@ -160,11 +162,10 @@ async def _assemble(config: PluginConfig, client: KubeApi, nvml: Nvml, devices: 
         namespace=config.namespace,
         clique_id=cliques.current,
         changes=domains.changes,
-        # Host-managed, no daemon runs and no clique exists (the chart grants no access to them).
-        cliques_enabled=config.gates.enabled(Gate.COMPUTE_DOMAIN_CLIQUES) and not config.host_managed,
+        cliques_enabled=config.imex.cliques_enabled(config.gates),
     )
     applier = ConfigApplier(
-        host_managed=config.host_managed,
+        imex=config.imex,
         devices=devices,
         paths=config.paths,
         clique_id=lambda: cliques.current,
@@ -187,7 +188,7 @@ async def _assemble(config: PluginConfig, client: KubeApi, nvml: Nvml, devices: 
         on_change=lambda cp: metrics.sync_prepared_devices(config.node_name, cp),
     )
     published = slices.slice_devices(
-        host_managed=config.host_managed,
+        imex=config.imex,
         channel_isolation=config.channel_isolation,
         channel_count=devices.channel_count,
         binding_conditions=config.gates.enabled(Gate.COMPUTE_DOMAIN_BINDING_CONDITIONS),
@@ -236,7 +237,11 @@ async def _serve(
         await server.start()
         stack.push_async_callback(server.stop)
         await _start_endpoints(config, stack, parts.domains)
-        _log.info("Kubelet plugin started", node=config.node_name, host_managed=config.host_managed)
+        _log.info(
+            "Kubelet plugin started",
+            node=config.node_name,
+            host_managed=config.imex.mode is ImexMode.HOST_MANAGED,
+        )
         await supervise(_services(config, parts), stop=stop, grace=10.0)
     _log.info("shutdown")
 

@@ -28,6 +28,7 @@ from imexdra.api.constants import (
     DEVICE_ATTRIBUTE_TYPE,
     DeviceType,
 )
+from imexdra.api.imexmode import ImexManagement
 from imexdra.devices.procfs import IMEX_CHANNEL_COUNT
 
 _DEVICE_NAME = re.compile(r"(channel|daemon)-(0|[1-9][0-9]*)")
@@ -76,13 +77,15 @@ def parse_device_name(name: str) -> AllocatableDevice | None:
 
 
 def published_devices(
-    allocatable: dict[str, AllocatableDevice], *, host_managed: bool, channel_isolation: bool = False
+    allocatable: dict[str, AllocatableDevice], *, imex: ImexManagement, channel_isolation: bool = False
 ) -> list[AllocatableDevice]:
     """The subset advertised to the scheduler, channels first, by ID (see the module docstring)."""
 
     def published(device: AllocatableDevice) -> bool:
+        if device.type not in imex.published_device_types:
+            return False
         if device.type == DeviceType.DAEMON:
-            return not host_managed
+            return True
         return device.id >= 1 if channel_isolation else device.id == 0
 
     chosen = [device for device in allocatable.values() if published(device)]
@@ -91,13 +94,13 @@ def published_devices(
 
 def slice_devices(
     *,
-    host_managed: bool,
+    imex: ImexManagement,
     channel_isolation: bool = False,
     channel_count: int = IMEX_CHANNEL_COUNT,
     binding_conditions: bool = False,
 ) -> list[dict[str, Any]]:
     """The ``spec.devices`` entries of the node's pool, in publishing order."""
     devices = published_devices(
-        allocatable_devices(channel_count), host_managed=host_managed, channel_isolation=channel_isolation
+        allocatable_devices(channel_count), imex=imex, channel_isolation=channel_isolation
     )
     return [device.slice_entry(binding_conditions=binding_conditions) for device in devices]

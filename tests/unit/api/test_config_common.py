@@ -29,7 +29,6 @@ from imexdra.api.flags.common import (
     node_name_options,
 )
 from imexdra.api.flags.groups import OptionGroup
-from imexdra.common.errors import ConfigError
 from tests.unit.api.cli import invoke, settings_of
 
 COUNT_FLAG = "'--imex-channel-count'"
@@ -183,56 +182,6 @@ def test_single_value_groups_from_env(group: OptionGroup[Any], env: dict[str, st
 def test_metrics_disabled_without_endpoint() -> None:
     """No endpoint means no metrics server."""
     assert settings_of(metrics_options).listen_address is None
-
-
-@pytest.mark.parametrize(
-    ("mode", "gates", "expected"),
-    [
-        (ImexMode.DRIVER_MANAGED, "", False),
-        (ImexMode.DRIVER_MANAGED, "HostManagedIMEX=true", True),
-        (ImexMode.HOST_MANAGED, "HostManagedIMEX=true", True),
-        (ImexMode.HOST_MANAGED, "HostManagedIMEXDaemon=true", True),
-    ],
-    ids=["default", "gate-decides", "mode-and-gate", "mode-and-upstream-gate"],
-)
-def test_host_managed_is_decided_by_the_gate(mode: ImexMode, gates: str, expected: bool) -> None:
-    """The HostManagedIMEX gate selects host mode; IMEX_MODE may agree with it."""
-    imex = ImexSettings(imex_mode=mode, imex_isolation=ImexIsolation.DOMAIN)
-    assert imex.host_managed(resolve_feature_gates(gates)) is expected
-
-
-def test_host_managed_mode_without_gate_is_rejected() -> None:
-    """IMEX_MODE=hostManaged without the gate is a ConfigError, as upstream requires its gate."""
-    imex = ImexSettings(imex_mode=ImexMode.HOST_MANAGED, imex_isolation=ImexIsolation.DOMAIN)
-    with pytest.raises(ConfigError) as caught:
-        imex.host_managed(resolve_feature_gates(""))
-    assert caught.value.field == "imex_mode"
-    assert "HostManagedIMEX=true" in str(caught.value)
-
-
-@pytest.mark.parametrize("host_managed", [False, True], ids=["driver-managed", "host-managed"])
-def test_domain_isolation_works_in_both_modes(host_managed: bool) -> None:
-    """Domain isolation (upstream's only one) is what both IMEX modes run with by default."""
-    imex = ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation=ImexIsolation.DOMAIN)
-    assert imex.isolation(host_managed=host_managed) is ImexIsolation.DOMAIN
-
-
-def test_channel_isolation_is_refused_with_driver_managed_imex() -> None:
-    """Channel isolation under driver-managed IMEX says why it adds nothing and what would work."""
-    imex = ImexSettings(imex_mode=ImexMode.DRIVER_MANAGED, imex_isolation=ImexIsolation.CHANNEL)
-    with pytest.raises(ConfigError) as caught:
-        imex.isolation(host_managed=False)
-    assert caught.value.field == "imex_isolation"
-    message = str(caught.value)
-    assert "needs host-managed IMEX" in message
-    assert "already isolates domains" in message
-    assert "HostManagedIMEX=true" in message
-
-
-def test_channel_isolation_with_host_managed_imex() -> None:
-    """Host-managed IMEX is what channel isolation needs: the setting is taken as given."""
-    imex = ImexSettings(imex_mode=ImexMode.HOST_MANAGED, imex_isolation=ImexIsolation.CHANNEL)
-    assert imex.isolation(host_managed=True) is ImexIsolation.CHANNEL
 
 
 def test_pprof_path_is_the_controller_s_option() -> None:

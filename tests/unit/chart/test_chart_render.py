@@ -15,6 +15,7 @@ import pytest
 
 from imexdra.api.constants import DEVICE_CLASS_DAEMON, DEVICE_CLASS_DEFAULT_CHANNEL
 from imexdra.api.featuregates import resolve_feature_gates
+from imexdra.api.imexmode import DRIVER_MANAGED_IMEX
 from imexdra.controller import render as render_daemon
 from imexdra.controller.config import ControllerConfig
 from imexdra.controller.main import main as controller_main
@@ -588,7 +589,7 @@ def test_commands_and_daemon_account_match_the_package() -> None:
         daemon_log_verbosity=0,
         max_nodes_per_imex_domain=18,
         feature_gates=resolve_feature_gates(""),
-        host_managed=False,
+        imex_mode=DRIVER_MANAGED_IMEX,
     )
     daemons = render_daemon.daemon_set("0000-uid", config)
     assert daemons.spec is not None and daemons.spec.template.spec is not None

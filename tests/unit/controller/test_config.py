@@ -6,6 +6,7 @@ import pytest
 
 from imexdra.api.featuregates import resolve_feature_gates
 from imexdra.api.flags.common import ImexIsolation, ImexMode, ImexSettings
+from imexdra.api.imexmode import DRIVER_MANAGED_IMEX, HOST_MANAGED_IMEX, ImexManagement
 from imexdra.common.errors import ConfigError
 from imexdra.controller.config import ControllerConfig
 from tests.unit.controller.support import controller_settings, make_config
@@ -18,19 +19,19 @@ def test_managed_namespaces_start_with_the_driver_namespace_without_duplicates()
 
 
 @pytest.mark.parametrize(
-    ("gates", "host_managed", "cliques"),
+    ("gates", "imex", "cliques"),
     [
-        ("", False, True),
-        ("ComputeDomainCliques=false", False, False),
-        ("HostManagedIMEX=true", True, False),
-        ("HostManagedIMEXDaemon=true", True, False),
+        ("", DRIVER_MANAGED_IMEX, True),
+        ("ComputeDomainCliques=false", DRIVER_MANAGED_IMEX, False),
+        ("HostManagedIMEX=true", HOST_MANAGED_IMEX, False),
+        ("HostManagedIMEXDaemon=true", HOST_MANAGED_IMEX, False),
     ],
     ids=["defaults", "cliques-off", "host-managed", "upstream-gate-name"],
 )
-def test_mode_and_cliques_follow_the_gates(gates: str, host_managed: bool, cliques: bool) -> None:
+def test_mode_and_cliques_follow_the_gates(gates: str, imex: ImexManagement, cliques: bool) -> None:
     """HostManagedIMEX selects host mode and turns clique publishing off."""
     config = make_config(gates=gates)
-    assert config.host_managed is host_managed
+    assert config.imex_mode == imex
     assert config.cliques_enabled is cliques
 
 

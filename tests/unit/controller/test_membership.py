@@ -144,16 +144,14 @@ def node(name: str, status: ComputeDomainStatusValue) -> ComputeDomainNode:
 
 
 @pytest.mark.parametrize(
-    ("nodes", "num_nodes", "host_managed", "expected"),
+    ("nodes", "num_nodes", "expected"),
     [
-        ([], 0, False, READY),
-        ([], 2, False, NOT_READY),
-        ([node("a", READY)], 2, False, NOT_READY),
-        ([node("a", READY), node("b", READY)], 2, False, READY),
-        ([node("a", READY), node("b", NOT_READY)], 1, False, NOT_READY),
-        ([node("a", READY), node("b", READY), node("c", READY)], 2, False, READY),
-        ([], 5, True, READY),
-        ([node("a", NOT_READY)], 0, True, READY),
+        ([], 0, READY),
+        ([], 2, NOT_READY),
+        ([node("a", READY)], 2, NOT_READY),
+        ([node("a", READY), node("b", READY)], 2, READY),
+        ([node("a", READY), node("b", NOT_READY)], 1, NOT_READY),
+        ([node("a", READY), node("b", READY), node("c", READY)], 2, READY),
     ],
     ids=[
         "zero-of-zero",
@@ -162,15 +160,13 @@ def node(name: str, status: ComputeDomainStatusValue) -> ComputeDomainNode:
         "two-of-two",
         "one-not-ready",
         "more-than-asked",
-        "host-managed-ignores-num-nodes",
-        "host-managed-ignores-nodes",
     ],
 )
 def test_global_status(
-    nodes: list[ComputeDomainNode], num_nodes: int, host_managed: bool, expected: ComputeDomainStatusValue
+    nodes: list[ComputeDomainNode], num_nodes: int, expected: ComputeDomainStatusValue
 ) -> None:
-    """Upstream's rule: fewer nodes than numNodes or any NotReady node is NotReady; host-managed is Ready."""
-    assert membership.global_status(nodes, num_nodes=num_nodes, host_managed=host_managed) is expected
+    """Upstream's rule: fewer nodes than numNodes or any NotReady node is NotReady."""
+    assert membership.global_status(nodes, num_nodes=num_nodes) is expected
 
 
 def test_same_nodes_ignores_order_but_not_content() -> None:

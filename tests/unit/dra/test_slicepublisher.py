@@ -1,6 +1,7 @@
 """Cutting a pool into ResourceSlices the API accepts, naming them (docs/channel-isolation.md §5), and
 what makes a published slice differ from the wanted one."""
 
+from imexdra.api.imexmode import DRIVER_MANAGED_IMEX, HOST_MANAGED_IMEX
 from imexdra.common.kube.models.resource_v1 import ResourceSliceSpec
 from imexdra.dra.slicepublisher import MAX_DEVICES_PER_SLICE, essentials, slice_name_prefix, split_devices
 from imexdra.kubeletplugin.slices import slice_devices
@@ -11,7 +12,7 @@ DAEMON_0 = {"name": "daemon-0", "attributes": {"type": {"string": "daemon"}, "id
 
 def test_split_devices_into_slices_the_api_accepts() -> None:
     """2047 devices make 16 slices of at most 128 in order; a short list one slice; none one empty slice."""
-    devices = slice_devices(host_managed=True, channel_isolation=True)
+    devices = slice_devices(imex=HOST_MANAGED_IMEX, channel_isolation=True)
     slices = split_devices(devices)
     assert [len(s) for s in slices] == [MAX_DEVICES_PER_SLICE] * 15 + [127]
     assert [d for s in slices for d in s] == devices
@@ -38,8 +39,8 @@ def test_a_slice_differs_when_only_the_binding_conditions_do() -> None:
         published: dict[str, object] = ResourceSliceSpec.from_dict(wanted).to_dict()  # as the API returns it
         return published
 
-    plain = slice_devices(host_managed=False)
-    marked = slice_devices(host_managed=False, binding_conditions=True)
-    assert essentials(spec(plain)) == essentials(spec(slice_devices(host_managed=False)))
+    plain = slice_devices(imex=DRIVER_MANAGED_IMEX)
+    marked = slice_devices(imex=DRIVER_MANAGED_IMEX, binding_conditions=True)
+    assert essentials(spec(plain)) == essentials(spec(slice_devices(imex=DRIVER_MANAGED_IMEX)))
     assert essentials(spec(plain)) != essentials(spec(marked))
     assert essentials(spec(marked)) != essentials(spec(plain))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imexdra.api.imexmode import DRIVER_MANAGED_IMEX, ImexManagement
 from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.devices.hostimex import HostImexNotReadyError
 from imexdra.devices.procfs import HostImexDevices
@@ -192,7 +193,7 @@ class Node:
     """One simulated node's plugin state on disk plus the API stand-ins."""
 
     root: Path
-    host_managed: bool = False
+    imex: ImexManagement = DRIVER_MANAGED_IMEX
     channel_isolation: bool = False
     clique: str = CLIQUE
     domains: Domains = field(default_factory=Domains)
@@ -219,7 +220,7 @@ class Node:
     ) -> DeviceState:
         """A DeviceState over this node's files, as a freshly started plugin would build it."""
         applier = ConfigApplier(
-            host_managed=self.host_managed,
+            imex=self.imex,
             devices=self.devices,
             paths=self.paths,
             clique_id=lambda: self.clique,

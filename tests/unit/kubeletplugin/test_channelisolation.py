@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from imexdra.api.constants import DeviceType
+from imexdra.api.imexmode import HOST_MANAGED_IMEX
 from imexdra.common.errors import PermanentError, RetryableError, is_permanent
 from imexdra.kubeletplugin.checkpoint.model import ClaimState
 from imexdra.kubeletplugin.configs.apply import DomainInfo
@@ -20,7 +21,7 @@ from tests.unit.kubeletplugin.support import DOMAIN_UID, NAMESPACE, OTHER_DOMAIN
 @pytest.fixture
 async def node(tmp_path: Path) -> Node:
     """A host-managed node under channel isolation; domain ``train-a`` has channel 7."""
-    n = Node(tmp_path, host_managed=True, channel_isolation=True)
+    n = Node(tmp_path, imex=HOST_MANAGED_IMEX, channel_isolation=True)
     n.domains.known[DOMAIN_UID] = DomainInfo(DOMAIN_UID, "train-a", NAMESPACE, channel=7)
     n.domains.known[OTHER_DOMAIN_UID] = DomainInfo(OTHER_DOMAIN_UID, "train-b", NAMESPACE, channel=8)
     await n.initialize()
@@ -139,7 +140,7 @@ async def test_the_same_domain_may_hold_its_channel_twice(node: Node) -> None:
 
 async def test_domain_isolation_refuses_a_channel_isolation_claim(tmp_path: Path) -> None:
     """Under domain isolation a claim on channel-5 (published only under channel isolation) is permanent."""
-    node = Node(tmp_path, host_managed=True)
+    node = Node(tmp_path, imex=HOST_MANAGED_IMEX)
     await node.initialize()
     with pytest.raises(PermanentError, match="channel-5, which only channel isolation publishes"):
         await node.state.prepare(claim_on("channel-5"))

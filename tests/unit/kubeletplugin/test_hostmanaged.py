@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from imexdra.api.imexmode import HOST_MANAGED_IMEX
 from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError, is_permanent
 from imexdra.dra.resourceclaim import ClaimRef, ResourceClaim, resource_claim
 from imexdra.kubeletplugin.checkpoint.model import Checkpoint, ClaimState
@@ -35,14 +36,14 @@ from tests.unit.kubeletplugin.support import (
 
 @pytest.fixture
 async def node(tmp_path: Path) -> Node:
-    n = Node(tmp_path, host_managed=True)
+    n = Node(tmp_path, imex=HOST_MANAGED_IMEX)
     await n.initialize()
     return n
 
 
 def test_resource_slice_omits_daemon_device() -> None:
     """The kubelet ResourceSlice has no daemon device under the gate."""
-    assert [d["name"] for d in slice_devices(host_managed=True)] == ["channel-0"]
+    assert [d["name"] for d in slice_devices(imex=HOST_MANAGED_IMEX)] == ["channel-0"]
 
 
 @pytest.mark.parametrize("mode", [None, "", "Single"], ids=["absent", "empty", "Single"])
@@ -218,7 +219,7 @@ async def test_fault_at_each_prepare_step(
     tmp_path: Path, fault: dict[str, Any], expected: type[DriverError], left: str | None
 ) -> None:
     """A fault at one step fails the claim with the right class, leaves the right entry and no CDI spec."""
-    node = Node(tmp_path, host_managed=True)
+    node = Node(tmp_path, imex=HOST_MANAGED_IMEX)
     await node.initialize()
     if "before" in fault:
         await fault["before"](node)

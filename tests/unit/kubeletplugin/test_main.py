@@ -106,6 +106,7 @@ def test_startup_logs_gates_then_fails_without_channel_major(
     assert lines["Feature gates"]["featureGates"]["HostManagedIMEX"] is forced
     assert ("Feature gate forced" in lines) == forced
     assert lines["Flags"]["nodeName"] == "node-a"
+    assert lines["Flags"]["imexMode"] == ("hostManaged" if forced else "driverManaged")
     assert "nvidia-caps-imex-channels" in lines["Kubelet plugin failed"]["error"]
     message = termination_log.read_text()
     assert message.startswith("kubelet plugin failed: ") and "nvidia-caps-imex-channels" in message

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from imexdra.api.constants import DeviceType
+from imexdra.api.imexmode import DRIVER_MANAGED_IMEX, HOST_MANAGED_IMEX, ImexManagement
 from imexdra.kubeletplugin.paths import PluginPaths
 from imexdra.kubeletplugin.slices import (
     AllocatableDevice,
@@ -22,21 +23,21 @@ DAEMON_0 = {"name": "daemon-0", "attributes": {"type": {"string": "daemon"}, "id
 
 
 @pytest.mark.parametrize(
-    ("host_managed", "expected"),
-    [(False, [CHANNEL_0, DAEMON_0]), (True, [CHANNEL_0])],
+    ("imex", "expected"),
+    [(DRIVER_MANAGED_IMEX, [CHANNEL_0, DAEMON_0]), (HOST_MANAGED_IMEX, [CHANNEL_0])],
     ids=["driver-managed", "host-managed-no-daemon"],
 )
-def test_slice_devices(host_managed: bool, expected: list[dict[str, object]]) -> None:
+def test_slice_devices(imex: ImexManagement, expected: list[dict[str, object]]) -> None:
     """Driver-managed publishes channel-0 and daemon-0; host-managed only channel-0, each with type and id."""
-    assert slice_devices(host_managed=host_managed) == expected
+    assert slice_devices(imex=imex) == expected
 
 
 @pytest.mark.parametrize(
-    ("host_managed", "names"),
-    [(False, ["channel-0", "daemon-0"]), (True, ["channel-0"])],
+    ("imex", "names"),
+    [(DRIVER_MANAGED_IMEX, ["channel-0", "daemon-0"]), (HOST_MANAGED_IMEX, ["channel-0"])],
     ids=["driver-managed", "host-managed"],
 )
-def test_published_subset_of_allocatable(host_managed: bool, names: list[str]) -> None:
+def test_published_subset_of_allocatable(imex: ImexManagement, names: list[str]) -> None:
     """Of {channel-0, channel-1, daemon-0} only channel 0 and (unless host-managed) the daemon go out."""
     allocatable = {
         d.name: d
@@ -46,7 +47,7 @@ def test_published_subset_of_allocatable(host_managed: bool, names: list[str]) -
             AllocatableDevice(DeviceType.CHANNEL, 0),
         )
     }
-    assert [d.name for d in published_devices(allocatable, host_managed=host_managed)] == names
+    assert [d.name for d in published_devices(allocatable, imex=imex)] == names
 
 
 def test_allocatable_devices() -> None:
@@ -78,7 +79,7 @@ def test_parse_device_name(name: str, expected: AllocatableDevice | None) -> Non
 
 def test_channel_isolation_publishes_every_channel_but_zero() -> None:
     """Under channel isolation a node publishes channel-1..channel-2047, one device each, no channel-0."""
-    devices = slice_devices(host_managed=True, channel_isolation=True)
+    devices = slice_devices(imex=HOST_MANAGED_IMEX, channel_isolation=True)
     assert len(devices) == 2047
     assert devices[0] == {
         "name": "channel-1",
@@ -91,7 +92,7 @@ def test_channel_isolation_publishes_every_channel_but_zero() -> None:
 def test_binding_conditions_mark_the_channel_devices_only() -> None:
     """Gate ComputeDomainBindingConditions: channel-0 waits for IMEXDaemonReady (fails on IMEXDaemonFailed),
     daemon-0 carries nothing (the daemon is what readiness waits for)."""
-    channel, daemon = slice_devices(host_managed=False, binding_conditions=True)
+    channel, daemon = slice_devices(imex=DRIVER_MANAGED_IMEX, binding_conditions=True)
     assert channel == CHANNEL_0 | {
         "bindingConditions": ["IMEXDaemonReady"],
         "bindingFailureConditions": ["IMEXDaemonFailed"],
@@ -102,7 +103,7 @@ def test_binding_conditions_mark_the_channel_devices_only() -> None:
 def test_binding_conditions_mark_every_isolated_channel() -> None:
     """Host-managed under channel isolation: each of channel-1..3 carries both conditions."""
     devices = slice_devices(
-        host_managed=True, channel_isolation=True, channel_count=4, binding_conditions=True
+        imex=HOST_MANAGED_IMEX, channel_isolation=True, channel_count=4, binding_conditions=True
     )
     assert [d["bindingConditions"] for d in devices] == [["IMEXDaemonReady"]] * 3
     assert [d["bindingFailureConditions"] for d in devices] == [["IMEXDaemonFailed"]] * 3
@@ -110,7 +111,9 @@ def test_binding_conditions_mark_every_isolated_channel() -> None:
 
 def test_channel_isolation_follows_the_channel_count() -> None:
     """A smaller pool (--imex-channel-count 4) publishes channel-1..channel-3."""
-    names = [d["name"] for d in slice_devices(host_managed=True, channel_isolation=True, channel_count=4)]
+    names = [
+        d["name"] for d in slice_devices(imex=HOST_MANAGED_IMEX, channel_isolation=True, channel_count=4)
+    ]
     assert names == ["channel-1", "channel-2", "channel-3"]
 
 

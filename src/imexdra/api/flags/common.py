@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from imexdra.api.featuregates import FeatureGates, Gate, resolve_feature_gates
+from imexdra.api.featuregates import FeatureGates, resolve_feature_gates
 from imexdra.api.flags.groups import GoDuration, OptionGroup, check_dns_label, check_dns_subdomain, option
 from imexdra.common.errors import ConfigError
 from imexdra.common.observability.verbosity import VModule, parse_vmodule
@@ -304,7 +304,7 @@ def _channel_count(_ctx: click.Context, _param: click.Parameter, value: str | in
 
 @dataclass(frozen=True, slots=True)
 class ImexSettings:
-    """Upstream's IMEX mode and isolation flags; the mode and the feature gates decide what they mean.
+    """Upstream's IMEX mode and isolation flags; ``imexdra.api.imexmode`` says what they mean with the gates.
 
     ``imex_channel_count`` is ours (upstream hard-codes 2048): how many channels every node's driver
     has, read by channel isolation only.
@@ -313,31 +313,6 @@ class ImexSettings:
     imex_mode: ImexMode
     imex_isolation: ImexIsolation
     imex_channel_count: int = DEFAULT_IMEX_CHANNEL_COUNT
-
-    def host_managed(self, gates: FeatureGates) -> bool:
-        """Whether the host runs nvidia-imex: the gate decides; ``--imex-mode=hostManaged`` needs it on."""
-        enabled = gates.enabled(Gate.HOST_MANAGED_IMEX)
-        if self.imex_mode is ImexMode.HOST_MANAGED and not enabled:
-            raise ConfigError(
-                f"{ImexMode.HOST_MANAGED.value} requires feature gate {Gate.HOST_MANAGED_IMEX.value}=true",
-                field="imex_mode",
-            )
-        return enabled
-
-    def isolation(self, *, host_managed: bool) -> ImexIsolation:
-        """The isolation to run with, given the resolved IMEX mode; ``ConfigError`` if not usable."""
-        if self.imex_isolation is ImexIsolation.DOMAIN:
-            return ImexIsolation.DOMAIN
-        if not host_managed:
-            raise ConfigError(
-                f"--imex-isolation={ImexIsolation.CHANNEL.value} (IMEX_ISOLATION) needs host-managed IMEX: "
-                "with driver-managed IMEX every ComputeDomain runs its own IMEX daemon on each of its "
-                "nodes, which already isolates domains from each other. "
-                f'Use "{ImexIsolation.DOMAIN.value}", or turn on feature gate '
-                f"{Gate.HOST_MANAGED_IMEX.value}=true if the hosts run nvidia-imex themselves",
-                field="imex_isolation",
-            )
-        return ImexIsolation.CHANNEL
 
 
 imex_options = OptionGroup(

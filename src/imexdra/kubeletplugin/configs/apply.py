@@ -36,7 +36,8 @@ removing a label, for entries older versions (or upstream) recorded before the c
 (docs/tenancy.md).
 
 The collaborators that reach the API are Protocols, implemented in ``domains``, ``nodelabels`` and
-``daemonowners``.
+``daemonowners``. Which rules above apply is asked of the IMEX mode (``imex``, ``imexdra.api.imexmode``:
+whether daemons run, whether the node is labelled, which ``allocationMode`` is served).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from typing import Protocol
 import structlog
 
 from imexdra.api.constants import AllocationMode, DeviceType
+from imexdra.api.imexmode import ImexManagement
 from imexdra.api.opaque import ComputeDomainChannelConfig, ComputeDomainDaemonConfig
 from imexdra.common.errors import DriverError, PermanentError, RetryableError, RetryLaterError
 from imexdra.devices.hostimex import HostImexNotReadyError, HostImexReadiness
@@ -168,7 +170,9 @@ def _retryable(what: str) -> Iterator[None]:
 class ConfigApplier:
     """Applies channel and daemon configs on this node; see the module docstring for the rules."""
 
-    host_managed: bool
+    #: Who runs nvidia-imex: whether daemon claims are served, channel claims label the node and wait
+    #: for the domain's daemons, and which allocation modes a channel claim may ask.
+    imex: ImexManagement
     devices: ImexDevices
     paths: PluginPaths
     clique_id: Callable[[], str]
@@ -186,7 +190,7 @@ class ConfigApplier:
         config = group.config
         if not isinstance(config, ComputeDomainDaemonConfig):
             return
-        if self.host_managed:
+        if not self.imex.runs_imex_daemons:
             raise PermanentError(DAEMON_CLAIMS_DISABLED_MESSAGE)
         await self.daemon_owners.check(claim, config.domain_id)
 
@@ -209,11 +213,7 @@ class ConfigApplier:
         if self.channel_isolation:
             domain = await self._check_isolated_channel(config, number, claim, checkpoint)
             return CheckedGroup(group, domain)
-        if self.host_managed and config.allocation_mode != AllocationMode.SINGLE:
-            raise PermanentError(
-                f'allocationMode "{config.allocation_mode}" is not supported under HostManagedIMEX '
-                "(only Single, or unset, is allowed)"
-            )
+        self.imex.check_allocation_mode(config.allocation_mode)
         if number != 0:
             raise PermanentError(
                 f"claim was allocated channel-{number}, which only channel isolation publishes; this driver "
@@ -241,7 +241,7 @@ class ConfigApplier:
         namespace keeps its label. The same goes for ``users``, the other claims on this node naming
         the domain: only those whose claim may use it keep the label.
         """
-        if group.device_type != DeviceType.CHANNEL or self.host_managed:
+        if group.device_type != DeviceType.CHANNEL or not self.imex.labels_nodes:
             return
         domain_uid = group.config.domain_id
         if not checked and not await self._may_use(domain_uid, namespace):
@@ -272,7 +272,7 @@ class ConfigApplier:
         if self.channel_isolation:
             await self._host_imex_ready(clique_id)
             return AppliedConfig(state, self._channels((number,)))
-        if self.host_managed:
+        if not self.imex.runs_imex_daemons:
             await self._host_imex_ready(clique_id)
             return AppliedConfig(state, self._channels(range(1)))
         with _retryable("error adding node label"):
