@@ -28,9 +28,9 @@ log "cache: $out"
 "$here/../../sim/nvml-mock/build.sh"
 
 # Three groups of steps run at once (docs/local-cluster.md §3): Kubernetes alone (the largest, about
-# 10 min); the other Go tools; the node runtime with everything that downloads Debian packages (apt
-# runs in one group only), CoreDNS and, last, the images (they pack CoreDNS's binary). A cold build
-# spends much of its time downloading modules and packages, which overlaps with another group's compiles.
+# 16 min cold on 2 cores); the other Go tools; the node runtime with everything that downloads Debian
+# packages (apt runs in one group only), CoreDNS and, last, the images (they pack CoreDNS's binary). A
+# cold build spends much of its time downloading, which overlaps with another group's compiles.
 build_kubernetes() {
   build_kube "$KUBE_VERSION" "$STAGING_VERSION" kube
 }
