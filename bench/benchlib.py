@@ -256,11 +256,6 @@ def feature_gates(*, host_managed: bool, binding_conditions: bool = False) -> st
     return ",".join(gates)
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
-
-
 @dataclass
 class ControllerProcess:
     """A ComputeDomain controller as a child process, from a command template (ours by default)."""

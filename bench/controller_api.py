@@ -20,8 +20,8 @@ from typing import Any
 from benchlib import (
     ControllerProcess,
     gathered,
-    percentile,
 )
+from stats import percentile
 
 from imexdra.api.computedomain import ComputeDomain
 from imexdra.common.kube.kubeclient import KubeClient, decode

@@ -58,7 +58,6 @@ from benchlib import (
     OUR_CONTROLLER_COMMAND,
     RESULTS,
     ControllerProcess,
-    percentile,
 )
 from controller_api import (
     CONTROLLER_RESOURCES,
@@ -74,6 +73,7 @@ from controller_api import (
 )
 from controller_channels import POOL, burst_channel_isolation
 from plotting import write_controller_plot
+from stats import percentile
 from upstream_build import command_upstream_commit
 
 from imexdra.common.kube.connection import connect

@@ -20,7 +20,6 @@ from benchlib import (
     OUR_CONTROLLER_COMMAND,
     ControllerProcess,
     Profiler,
-    percentile,
 )
 from jobstart_api import Api, job
 from jobstart_fleet import Fleet, install_api, node_mib
@@ -34,6 +33,7 @@ from jobstart_watch import (
     daemon_breakdown,
     stuck,
 )
+from stats import percentile
 
 from imexdra_sim.builders import compute_domain
 from imexdra_sim.localcluster.cluster import LocalCluster

@@ -18,11 +18,11 @@ from typing import Any
 
 from benchlib import (
     cpu_seconds,
-    percentile,
 )
 from daemonsim import DAEMON_STAGES, DaemonKubelet, claim_reserved_for, kubelet_prepare, kubelet_unprepare
 from jobstart_api import CLAIM, Api
 from jobstart_fleet import Fleet, rack_clique
+from stats import percentile
 
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.promtext import Samples

@@ -14,6 +14,7 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from stats import percentile
 
 P50_COLOUR = "tab:green"
 P99_COLOUR = "tab:red"
@@ -97,8 +98,7 @@ def _ready_curve(
 
 def percentile_of(samples: list[float], fraction: float = 0.5) -> float:
     """The ``fraction`` percentile of ``samples`` (nearest rank, as the benchmarks report), rounded."""
-    ordered = sorted(samples)
-    return round(ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))], 1)
+    return round(percentile(samples, fraction), 1)
 
 
 def write_prepare_plot(results: dict[str, Any], path: Path) -> None:

@@ -5,7 +5,7 @@
   (its daemon's, its host nvidia-imex's) in that range;
 - ``daemons``: the node list the controller writes once every node's IMEX daemon is Ready, as the
   ComputeDomainClique's ``daemons`` and the domain's ``status.nodes`` spell it;
-- ``summary``/``nearest_rank``: p50, p99 and max of one figure (nearest rank);
+- ``summary``: p50, p99 and max of one figure (nearest rank, ``stats.percentile``);
 - ``pool``: one plugin's figures over every node's turn: the per-cycle figures pooled over all nodes'
   cycles, the per-process ones (RSS, idle CPU) as the mean over nodes with the max beside it, and the
   turns themselves under ``by_node``.
@@ -16,6 +16,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from typing import Any
+
+from stats import percentile
 
 NODE = "bench-node"
 #: Per-cycle figures of a turn (``plugin_turn.Cycles.cycle``) summarised with ``summary``, as
@@ -63,21 +65,11 @@ def daemons(names: list[str], clique: str) -> list[dict[str, Any]]:
     ]
 
 
-def nearest_rank(values: list[float], fraction: float) -> float:
-    """The ``fraction`` percentile of ``values``, nearest rank, as ``benchlib.percentile``.
-
-    Its own here: this module imports none of the bench's, so that its unit test needs no runtime venv
-    (``benchlib`` builds one on import).
-    """
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
-
-
 def summary(values: list[float]) -> dict[str, float]:
     """p50, p99 and max (nearest rank) of ``values``, rounded to 3 decimals."""
     return {
-        "p50": round(nearest_rank(values, 0.5), 3),
-        "p99": round(nearest_rank(values, 0.99), 3),
+        "p50": round(percentile(values, 0.5), 3),
+        "p99": round(percentile(values, 0.99), 3),
         "max": round(max(values), 3),
     }
 

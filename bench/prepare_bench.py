@@ -72,12 +72,12 @@ from benchlib import (
     install_crds,
     kubectl_apply,
     peak_rss_mib,
-    percentile,
     simulated_node,
     wait_for_socket,
 )
 from plotting import write_prepare_plot
 from prepare_isolation import allocate_claims, isolation_phase
+from stats import percentile
 
 from imexdra.api.constants import NODE_LABEL_KEY
 from imexdra.common.kube.connection import connect

@@ -46,10 +46,10 @@ from benchlib import (
     PLUGIN_BIN,
     DraStub,
     HostImex,
-    percentile,
     simulated_node,
     wait_for_socket,
 )
+from stats import percentile
 
 from imexdra.common.kube.connection import connect
 from imexdra.dra._pb import dra_v1_pb2 as dra

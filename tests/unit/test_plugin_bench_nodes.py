@@ -15,7 +15,8 @@ CLIQUE = "7c9a3e1f-0d2b-4c5e-8f6a-1b2c3d4e5f60.32766"
 
 @pytest.fixture(scope="module")
 def nodes() -> ModuleType:
-    """The module, loaded as the bench's scripts are (it imports none of them)."""
+    """The module, loaded as the bench's scripts are, after the one bench module it imports (``stats``)."""
+    load_script(BENCH / "stats.py")
     return load_script(BENCH / "plugin_nodes.py")
 
 
