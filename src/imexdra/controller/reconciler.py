@@ -2,8 +2,10 @@
 
 Live domain (docs/data-path.md §2; §10 under HostManagedIMEX):
 
-1. add the finalizer ``resource.nvidia.com/computeDomain`` unless the domain already has it;
-2. ensure, concurrently, the workload ResourceClaimTemplate and (driver-managed only) the daemon
+1. decide from the caches whether it may have its objects (the namespace's bound, an isolation
+   mismatch, a pending isolation switch); a refusal adds the finalizer, then says why in the status;
+2. add the finalizer ``resource.nvidia.com/computeDomain`` unless the domain already has it and,
+   concurrently, ensure the workload ResourceClaimTemplate and (driver-managed only) the daemon
    ResourceClaimTemplate and the DaemonSet (found by the CD label, create-if-absent, never updated);
 3. publish membership and status (``sync``) and, concurrently, (driver-managed only) ensure the
    daemons' NetworkPolicy, which names the DaemonSet as its owner.
@@ -150,37 +152,28 @@ class Reconciler:
     # -- live domain ---------------------------------------------------------------------------
 
     async def _ensure(self, cd: ComputeDomain) -> float | None:
-        # The finalizer first (upstream's order, in both IMEX modes): nothing exists that it does not guard.
-        if not has_finalizer(cd):
-            cd = await self._writer.add_finalizer(cd, self._caches.domain_view)
-        # The namespace's bound before anything the bound guards: a template, a channel, daemons.
-        beyond = self._quota.decide(cd) if self._quota is not None else None
-        if beyond is not None:
-            return await self._refuse(cd, beyond)
-        if self._assigner is not None:
+        refusal = self._refusal(cd)
+        if refusal is not None or self._assigner is not None:
+            # The finalizer first (upstream's order): the refusal's status and the channel's record are
+            # writes of the domain itself, guarded by its resourceVersion.
+            if not has_finalizer(cd):
+                cd = await self._writer.add_finalizer(cd, self._caches.domain_view)
+            if refusal is not None:
+                return await self._refuse(cd, refusal)
+            assert self._assigner is not None
             return await self._ensure_channel(cd, self._assigner)
+        # The finalizer goes in the same round trip as the domain's objects, not one before them
+        # (docs/data-path.md §2): a domain deleted before its finalizer lands leaves them to the sweep.
         home = home_of(cd)
-        if records_channel(cd) or self._has_template_on(home, DEVICE_CLASS_CHANNEL):
-            return await self._refuse(
-                cd,
-                Verdict(
-                    None,
-                    False,
-                    reasons.ISOLATION_MISMATCH,
-                    'created under isolation "channel", the driver now runs "domain": delete and '
-                    "recreate it, or set isolation back",
-                ),
-            )
-        if self._switching is not None and not self._has_live_workload_template(home):
-            held = self._switching.hold(cd)
-            if held is not None:
-                return await self._refuse(cd, held)
         steps: list[Awaitable[float | None]] = [self._ensure_workload_template(cd)]
         if self._config.imex_mode.runs_imex_daemons:
             steps.append(self._ensure_daemon_objects(home))
+        if not has_finalizer(cd):
+            steps.append(self._add_finalizer(cd))
         retry: float | None = None
         for result in await tasks.settle(*steps):
             retry = _sooner_retry(retry, result)
+        cd = self._caches.domain_view.get(object_key(cd)) or cd  # as the finalizer's write left it
         # The daemons' NetworkPolicy names the DaemonSet as its owner, so it follows the DaemonSet; it
         # has no bearing on the status, so the two writes share one round trip instead of two.
         finishing: list[Awaitable[float | None]] = [self._sync.sync(cd)]
@@ -189,6 +182,31 @@ class Reconciler:
         for result in await tasks.settle(*finishing):
             retry = _sooner_retry(retry, result)
         return retry
+
+    async def _add_finalizer(self, cd: ComputeDomain) -> None:
+        await self._writer.add_finalizer(cd, self._caches.domain_view)
+
+    def _refusal(self, cd: ComputeDomain) -> Verdict | None:
+        """Why a live domain may not have its objects under ``domain`` isolation, from the caches alone.
+
+        The namespace's bound comes before anything it guards; under channel isolation the assigner's
+        verdict (``_ensure_channel``) decides the rest.
+        """
+        beyond = self._quota.decide(cd) if self._quota is not None else None
+        if beyond is not None or self._assigner is not None:
+            return beyond
+        home = home_of(cd)
+        if records_channel(cd) or self._has_template_on(home, DEVICE_CLASS_CHANNEL):
+            return Verdict(
+                None,
+                False,
+                reasons.ISOLATION_MISMATCH,
+                'created under isolation "channel", the driver now runs "domain": delete and '
+                "recreate it, or set isolation back",
+            )
+        if self._switching is not None and not self._has_live_workload_template(home):
+            return self._switching.hold(cd)
+        return None
 
     async def _ensure_channel(self, cd: ComputeDomain, assigner: ChannelAssigner) -> float | None:
         """The number first (recorded in status), then the template, then the status (§4 write order)."""

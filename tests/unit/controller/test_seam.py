@@ -1,7 +1,7 @@
 """The reconciler's decisions on the real caches and the in-memory writer seam (``ApiWrites``).
 
-Aspects covered: a new domain gets its finalizer first, then its workload template, and (driver-managed)
-its daemon template and DaemonSet, then its status beside the daemons' NetworkPolicy; a second
+Aspects covered: a new domain gets its finalizer in one round with its workload template and
+(driver-managed) its daemon template and DaemonSet, then its status beside the daemons' NetworkPolicy; a second
 reconcile sees the first's writes and creates nothing again; host-managed makes the workload template
 only; an API error surfaces as a ``ReconcileFailed`` event and is raised for the work queue to judge.
 """
@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from imexdra.api.computedomain import ComputeDomain
+from imexdra.api.computedomain import ComputeDomain, ComputeDomainStatus, ComputeDomainStatusValue
 from imexdra.api.constants import daemon_object_name
 from imexdra.common.errors import PermanentError, RetryableError
 from imexdra.common.machinery.store import object_key
@@ -25,6 +26,7 @@ from imexdra.controller.metrics import DomainStatusMetrics
 from imexdra.controller.netpolicy import DaemonPolicies
 from imexdra.controller.placement import home_of
 from imexdra.controller.reconciler import Reconciler
+from imexdra.controller.writes import has_finalizer
 from tests.support.apiwrites import FakeWrites
 from tests.support.offline import offline_client
 from tests.unit.controller.support import Events, fake_writes, make_config, make_domain
@@ -60,10 +62,26 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         yield w
 
 
-async def test_a_new_domain_gets_its_finalizer_before_anything_else(world: World) -> None:
-    """The finalizer is the first write: nothing exists that it does not guard."""
+async def test_a_new_domain_gets_its_finalizer_with_its_objects_and_before_its_status(world: World) -> None:
+    """The finalizer is written in the round that creates the objects, and the status only after both:
+    a status never speaks for a domain whose deletion the controller would not see through."""
     await world.reconciler.reconcile(world.key)
-    assert world.writes.verbs()[0] == "add_finalizer"
+    verbs = world.writes.verbs()
+    assert sorted(verbs[: verbs.index("write_status")]) == ["add_finalizer", "create", "create", "create"]
+    cd = world.caches.domain_view.get(world.key)
+    assert cd is not None and has_finalizer(cd)
+
+
+async def test_a_refused_domain_gets_its_finalizer_before_its_status_and_no_objects(world: World) -> None:
+    """A domain refused (here: it records a channel, made under channel isolation, which the driver no
+    longer runs): the finalizer, then its status saying why, and nothing else."""
+    cd = world.caches.domain_view.get(world.key)
+    assert cd is not None
+    status = ComputeDomainStatus(status=ComputeDomainStatusValue.NOT_READY, channel=3)
+    world.caches.domains.store.upsert(msgspec.structs.replace(cd, status=status))
+    await world.reconciler.reconcile(world.key)
+    assert world.writes.verbs() == ["add_finalizer", "write_status"]
+    assert world.events.reasons() == [reasons.ISOLATION_MISMATCH]
 
 
 async def test_driver_managed_creates_templates_and_daemonset(world: World) -> None:
@@ -125,7 +143,7 @@ async def test_an_api_error_is_an_event_and_raised(world: World) -> None:
     with pytest.raises(PermanentError):
         await world.reconciler.reconcile(world.key)
     assert world.events.reasons() == [reasons.RECONCILE_FAILED] * 2
-    assert world.writes.log == []
+    assert "write_status" not in world.writes.verbs()  # no status for a domain without its finalizer
 
 
 async def test_host_managed_makes_the_workload_template_only(tmp_path: Path) -> None:
