@@ -22,8 +22,6 @@ import urllib.request
 from ipaddress import ip_address, ip_network
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from socksio import ProtocolError, socks5
-
 from imexdra.common.errors import ConfigError
 from imexdra.common.kube.kubeconfig import SingleConfig
 
@@ -106,6 +104,9 @@ async def _socks5_connect(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, url: SplitResult, host: str, port: int
 ) -> None:
     """The SOCKS5 handshake (RFC 1928, username/password of RFC 1929 when the URL has them)."""
+    # Imported only for a SOCKS proxy: most installs have none, and every process would pay its RSS.
+    from socksio import ProtocolError, socks5
+
     connection = socks5.SOCKS5Connection()
 
     async def exchange(request: object) -> object:

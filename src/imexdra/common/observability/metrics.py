@@ -22,8 +22,6 @@ from urllib.parse import urlsplit
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
-from imexdra.common.observability.pprof import Profiler
-
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0)
 
 WORKQUEUE_DEPTH = Gauge("workqueue_depth", "Current depth of the work queue.", ["name"])
@@ -142,7 +140,12 @@ async def start_http_server(
     ``pprof_path`` serves the profiling endpoints (``common.observability.pprof``) below it, an empty one
     none (404).
     """
-    profiler = Profiler(pprof_path) if pprof_path else None
+    profiler = None
+    if pprof_path:
+        # Imported only when asked for: otherwise every process would pay its RSS (bench/README.md).
+        from imexdra.common.observability.pprof import Profiler
+
+        profiler = Profiler(pprof_path)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
