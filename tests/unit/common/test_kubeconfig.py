@@ -124,6 +124,19 @@ def test_the_in_cluster_service_account(
         service_account(tmp_path)
 
 
+def test_outside_a_pod_the_in_cluster_config_says_what_would_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mounted service account without the kubelet's service variables is a ConfigError naming
+    --kubeconfig, not a KeyError."""
+    (tmp_path / "token").write_text("sa-token")
+    (tmp_path / "namespace").write_text("driver")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(ConfigError, match=r"KUBERNETES_SERVICE_HOST .* pass --kubeconfig or set KUBECONFIG"):
+        service_account(tmp_path)
+
+
 def _config(tmp_path: Path, cluster: Cluster, user: User | None = None) -> SingleConfig:
     return SingleConfig(
         context_name="x", context=Context(cluster="c"), cluster=cluster, user=user, fname=tmp_path / "kc"

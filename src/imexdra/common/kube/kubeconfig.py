@@ -184,7 +184,13 @@ def service_account(account: Path = SERVICE_ACCOUNT) -> SingleConfig:
         namespace = (account / "namespace").read_text()
     except FileNotFoundError as error:
         raise ConfigError(str(error), field="kubeconfig") from error
-    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:  # client-go's ErrNotInCluster, and what would work instead
+        raise ConfigError(
+            "not running in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be set "
+            "(the kubelet sets them in every pod); outside a pod pass --kubeconfig or set KUBECONFIG",
+            field="kubeconfig",
+        )
     if ":" in host:  # an IPv6 address
         host = f"[{host}]"
     return SingleConfig(
