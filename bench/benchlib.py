@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,6 +44,7 @@ from imexdra_sim.localcluster.binaries import nvml_mock_library
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port
 from imexdra_sim.promtext import Samples, parse_metrics
+from imexdra_sim.waiting import poll, poll_async
 
 # Progress logs (e.g. the local cluster's) go to stderr, so stdout carries only the JSON summary.
 configure_logging(log_format="text", stream=sys.stderr)
@@ -159,16 +160,27 @@ class HostImex:
 
     async def wait_ready(self, within: float = 60) -> None:
         """Until the driver root's ``nvidia-imex-ctl -q`` answers ``READY``: the plugin's own check."""
-        check = CtlHostImex(driver_root=self.driver_root, socket=host_imex_socket(self.base))
-        deadline = time.monotonic() + within
-        while True:
+        ctl = CtlHostImex(driver_root=self.driver_root, socket=host_imex_socket(self.base))
+        answer = ""
+
+        async def ready() -> bool:
+            nonlocal answer
             try:
-                await check.check()
-                return
+                await ctl.check()
             except HostImexNotReadyError as error:
-                if self.process is None or self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"host IMEX of {self.base} not ready: {error}") from error
-            await asyncio.sleep(0.1)
+                answer = str(error)
+                return False
+            return True
+
+        assert self.process is not None, "start() first"
+        await poll_async(
+            f"the host IMEX of {self.base} READY",
+            ready,
+            within=within,
+            interval=0.1,
+            require=running(self.process, f"the host IMEX of {self.base}"),
+            explain=lambda: f": {answer}",
+        )
 
     def stop(self) -> None:
         """``systemctl stop nvidia-imex`` (no-op when stopped)."""
@@ -186,12 +198,25 @@ class HostImex:
         return rss_mib(self.process.pid)["VmRSS"] if self.process is not None else 0.0
 
 
+def running(process: subprocess.Popen[bytes], what: str) -> Callable[[], None]:
+    """A wait's ``require`` (``imexdra_sim.waiting``): ends the wait once ``process`` has exited."""
+
+    def check() -> None:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+
+    return check
+
+
 def wait_for_socket(socket: Path, process: subprocess.Popen[bytes], within: float = 60) -> None:
-    deadline = time.monotonic() + within
-    while not socket.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"plugin did not serve {socket} (exit code {process.poll()})")
-        time.sleep(0.1)
+    """Until the plugin ``process`` serves ``socket``."""
+    poll(
+        f"the plugin serving {socket}",
+        socket.exists,
+        within=within,
+        interval=0.1,
+        require=running(process, "plugin"),
+    )
 
 
 def _status_fields(pid: int) -> dict[str, float]:
