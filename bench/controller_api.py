@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchlib import (
-    ControllerProcess,
+    BenchController,
     gathered,
 )
 from stats import percentile
@@ -153,7 +153,7 @@ def apiserver_writes(samples: Samples) -> float:
 
 
 async def burst(
-    user: User, observer: Observer, controller: ControllerProcess, prefix: str, count: int
+    user: User, observer: Observer, controller: BenchController, prefix: str, count: int
 ) -> dict[str, Any]:
     names = [f"{prefix}-{i}" for i in range(count)]
     sent: dict[str, float] = {}

@@ -57,7 +57,7 @@ from benchlib import (
     DRIVER_NAMESPACE,
     OUR_CONTROLLER_COMMAND,
     RESULTS,
-    ControllerProcess,
+    BenchController,
 )
 from controller_api import (
     CONTROLLER_RESOURCES,
@@ -91,7 +91,7 @@ TARGET_BURST_S = 10.0
 async def single_domains(
     user: User,
     observer: Observer,
-    controller: ControllerProcess,
+    controller: BenchController,
     prefix: str,
     count: int,
     cluster: LocalCluster,
@@ -181,7 +181,7 @@ async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> 
     modes = MODES if label == "ours" else tuple(args.other_modes)
     try:
         for mode in modes:
-            controller = ControllerProcess(
+            controller = BenchController(
                 cluster.kubeconfig,
                 cluster.run_dir / f"{label}-{mode}.log",
                 host_managed=mode == "host_managed",
