@@ -1,13 +1,13 @@
-"""Pieces the benchmarks share: paths, a simulated node's plugin environment, process readings, metrics.
+"""Pieces the benchmarks share: paths, a simulated node's plugin environment, the controller, readings.
 
 - ``simulated_node``: the stand-in hardware (``imexdra_sim.devices.driverroot_fake``: a driver root with the
   mock NVML library and its GB200 profile and a dev root of regular files, a fake ``/proc/devices``) and
   kubelet directories of one node, as the environment of a ``compute-domain-kubelet-plugin``;
 - ``HostImex``: a simulated node's own ``nvidia-imex.service`` for HostManagedIMEX (the sim's fake, as
   the rack runs it), answering ``READY`` on the command socket ``simulated_node`` tells the plugin about;
-- ``ControllerProcess``: a ComputeDomain controller as a child process, started from a command template
-  (ours by default; ``--controller-command`` runs another implementation against the same workload);
-- ``parse_metrics``/``total``/``apiserver_metrics``: Prometheus text to samples, sums by labels;
+- ``BenchController``: a ComputeDomain controller as a child process (``imexdra_sim.controllerprocess``),
+  started from a command template (ours by default; ``--controller-command`` runs another
+  implementation against the same workload);
 - ``peak_rss_mib``/``rss_mib``/``cpu_seconds``: readings from ``/proc/<pid>``.
 
 Our controller and plugin run from ``runtimevenv`` (what the image installs), not from the dev venv.
@@ -23,10 +23,8 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,12 +36,14 @@ from runtimevenv import runtime_venv
 from imexdra.common.observability.logging import configure_logging
 from imexdra.devices.hostimex import CtlHostImex, HostImexNotReadyError
 from imexdra.dra._pb import dra_v1_pb2 as dra_v1
+from imexdra_sim.controllerprocess import ControllerProcess
 from imexdra_sim.devices import driverroot_fake
 from imexdra_sim.devices.fakeimex.hostservice import SOCKET_NAME, HostImexService, service_argv
 from imexdra_sim.localcluster.binaries import nvml_mock_library
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import free_port
 from imexdra_sim.promtext import Samples, parse_metrics
+from imexdra_sim.waiting import poll, poll_async
 
 # Progress logs (e.g. the local cluster's) go to stderr, so stdout carries only the JSON summary.
 configure_logging(log_format="text", stream=sys.stderr)
@@ -62,7 +62,7 @@ RUNTIME_BIN = runtime_venv() / "bin"
 PLUGIN_BIN = RUNTIME_BIN / "compute-domain-kubelet-plugin"
 CONTROLLER_BIN = RUNTIME_BIN / "compute-domain-controller"
 
-#: Our controller as a ``--controller-command`` template (the placeholders are ControllerProcess's).
+#: Our controller as a ``--controller-command`` template (the placeholders are BenchController's).
 OUR_CONTROLLER_COMMAND = (
     f"{CONTROLLER_BIN} --kubeconfig={{kubeconfig}} --pod-name=bench-controller --namespace={{namespace}}"
     " --image-name=imexdra.test/compute-domain-daemon:bench --log-verbosity-cd-daemon=0"
@@ -159,16 +159,27 @@ class HostImex:
 
     async def wait_ready(self, within: float = 60) -> None:
         """Until the driver root's ``nvidia-imex-ctl -q`` answers ``READY``: the plugin's own check."""
-        check = CtlHostImex(driver_root=self.driver_root, socket=host_imex_socket(self.base))
-        deadline = time.monotonic() + within
-        while True:
+        ctl = CtlHostImex(driver_root=self.driver_root, socket=host_imex_socket(self.base))
+        answer = ""
+
+        async def ready() -> bool:
+            nonlocal answer
             try:
-                await check.check()
-                return
+                await ctl.check()
             except HostImexNotReadyError as error:
-                if self.process is None or self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"host IMEX of {self.base} not ready: {error}") from error
-            await asyncio.sleep(0.1)
+                answer = str(error)
+                return False
+            return True
+
+        assert self.process is not None, "start() first"
+        await poll_async(
+            f"the host IMEX of {self.base} READY",
+            ready,
+            within=within,
+            interval=0.1,
+            require=running(self.process, f"the host IMEX of {self.base}"),
+            explain=lambda: f": {answer}",
+        )
 
     def stop(self) -> None:
         """``systemctl stop nvidia-imex`` (no-op when stopped)."""
@@ -186,12 +197,25 @@ class HostImex:
         return rss_mib(self.process.pid)["VmRSS"] if self.process is not None else 0.0
 
 
+def running(process: subprocess.Popen[bytes], what: str) -> Callable[[], None]:
+    """A wait's ``require`` (``imexdra_sim.waiting``): ends the wait once ``process`` has exited."""
+
+    def check() -> None:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+
+    return check
+
+
 def wait_for_socket(socket: Path, process: subprocess.Popen[bytes], within: float = 60) -> None:
-    deadline = time.monotonic() + within
-    while not socket.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"plugin did not serve {socket} (exit code {process.poll()})")
-        time.sleep(0.1)
+    """Until the plugin ``process`` serves ``socket``."""
+    poll(
+        f"the plugin serving {socket}",
+        socket.exists,
+        within=within,
+        interval=0.1,
+        require=running(process, "plugin"),
+    )
 
 
 def _status_fields(pid: int) -> dict[str, float]:
@@ -257,11 +281,16 @@ def feature_gates(*, host_managed: bool, binding_conditions: bool = False) -> st
 
 
 @dataclass
-class ControllerProcess:
-    """A ComputeDomain controller as a child process, from a command template (ours by default)."""
+class BenchController(ControllerProcess):
+    """A ComputeDomain controller as a child process, from a command template (ours by default).
+
+    The simulator's one controller runner (``imexdra_sim.controllerprocess``) with the benchmarks'
+    command line: ``command`` with the placeholders of ``CONTROLLER_COMMAND_HELP`` filled in, and
+    the same values in the environment.
+    """
 
     kubeconfig: Path
-    log: Path
+    log_path: Path
     host_managed: bool
     #: ``--imex-isolation``: ``domain`` or ``channel`` (host-managed only).
     isolation: str = "domain"
@@ -271,11 +300,15 @@ class ControllerProcess:
     #: Gate ComputeDomainBindingConditions (docs/binding-conditions.md; ours only).
     binding_conditions: bool = False
     port: int = field(default_factory=free_port)
-    process: subprocess.Popen[bytes] | None = None
+    name: str = "bench-controller"
 
     @property
     def ours(self) -> bool:
         return self.command == OUR_CONTROLLER_COMMAND
+
+    def __post_init__(self) -> None:
+        if not self.ours:  # another implementation may serve no /readyz: /metrics answering tells it is up
+            self.ready_paths = ("/readyz", "/metrics")
 
     def values(self) -> dict[str, str]:
         return {
@@ -291,64 +324,36 @@ class ControllerProcess:
             "kube_api_burst": str(self.burst),
         }
 
-    def start(self) -> None:
-        values = self.values()
-        argv = shlex.split(self.command.format(**values))
-        env = {**os.environ, **{key.upper(): value for key, value in values.items()}}
-        env["POD_NAME"] = "bench-controller"
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    def argv(self) -> list[str]:
+        return shlex.split(self.command.format(**self.values()))
 
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
-                return int(response.status), response.read().decode()
-        except OSError:
-            return 0, ""
+    def environment(self) -> dict[str, str]:
+        values = {key.upper(): value for key, value in self.values().items()}
+        return {**os.environ, **values, "POD_NAME": self.name}
 
     async def wait_ready(self, within: float = 60) -> None:
         """Until ``/readyz`` (or, for another implementation, ``/metrics``) answers 200.
 
-        Another implementation whose command has no ``{http_endpoint}`` is only checked to be alive
-        for 2 s; the benchmarks then warm up with one domain before measuring.
+        Another implementation whose command has no ``{http_endpoint}`` has nothing to ask: it is only
+        checked to be alive after 2 s; the benchmarks then warm up with one domain before measuring.
         """
-        deadline = time.monotonic() + within
-        if not self.ours and "{http_endpoint}" not in self.command:
+        if "{http_endpoint}" not in self.command:
             await asyncio.sleep(2)
-            self._check_alive()
+            self.require_alive()
             return
-        paths = ("/readyz",) if self.ours else ("/readyz", "/metrics")
-        while not any(self.get(path)[0] == 200 for path in paths):
-            self._check_alive()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"controller did not become ready; see {self.log}")
-            await asyncio.sleep(0.1)
-
-    def _check_alive(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            tail = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
-            raise RuntimeError(f"controller exited; the end of its log {self.log}:\n{tail}")
+        await super().wait_ready(within)
 
     def metrics(self) -> Samples:
-        return parse_metrics(self.get("/metrics")[1])
+        """Its /metrics; none when another implementation serves none (its own figures then read 0)."""
+        status, text = self.get("/metrics")
+        return parse_metrics(text) if status == 200 else {}
 
     def rss_mib(self) -> dict[str, float]:
-        assert self.process is not None
-        return rss_mib(self.process.pid)
+        return rss_mib(self.pid)
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the controller has used so far."""
-        assert self.process is not None
-        return cpu_seconds(self.process.pid)
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        return cpu_seconds(self.pid)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import statistics
@@ -38,6 +39,7 @@ from imexdra.api.constants import DRIVER_NAME
 from imexdra_sim import demo, rack, seedworkloads
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.promtext import parse_metrics
+from imexdra_sim.waiting import poll
 
 GATE = "ComputeDomainBindingConditions"
 WORKERS = "training.kubeflow.org/job-role=worker"
@@ -71,15 +73,6 @@ def _prepare_calls(cluster: LocalCluster) -> float:
     return calls
 
 
-def _wait(what: str, check: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
-    return found
-
-
 def run_job(cluster: LocalCluster, workers: int, gate: bool) -> dict[str, Any]:
     """One seed job with the gate ``gate``: its figures, then the job and domain deleted."""
     namespace = demo.WORKLOAD_NAMESPACE
@@ -94,7 +87,7 @@ def run_job(cluster: LocalCluster, workers: int, gate: bool) -> dict[str, Any]:
         ready = [p for p in pods if p["status"].get("phase") == "Running" and _time(p, "Ready")]
         return ready if len(ready) == workers else None
 
-    pods = _wait(f"{workers} workers Running", running, timeout=300 + 10 * workers)
+    pods = poll(f"{workers} workers Running", running, within=300 + 10 * workers, interval=0.5)
     job_start = time.monotonic() - started
     uid = _json(cluster, "computedomain", demo.DOMAIN, "-n", namespace)["metadata"]["uid"]
     daemons = _json(
@@ -126,10 +119,11 @@ def run_job(cluster: LocalCluster, workers: int, gate: bool) -> dict[str, Any]:
     }
     cluster.kubectl("delete", "mpijob", demo.JOB, "-n", namespace, "--wait=true", timeout=180)
     cluster.kubectl("delete", "namespace", namespace, "--wait=true", timeout=300)
-    _wait(
+    poll(
         "no node labelled for a domain",
         lambda: not _json(cluster, "nodes", "-l", "resource.nvidia.com/computeDomain")["items"],
-        timeout=180,
+        within=180,
+        interval=0.5,
     )
     return result
 
@@ -180,10 +174,11 @@ def main() -> None:
             for gate in (False, True):
                 rack.upgrade_chart(cluster, {"featureGates": {GATE: gate}})
                 # A plugin restarted by the upgrade republishes its slice a moment after helm returns.
-                _wait(
+                poll(
                     "the slices following the gate",
-                    lambda gate=gate: rack.slices_follow_gate(cluster, gate),
-                    180,
+                    functools.partial(rack.slices_follow_gate, cluster, gate),
+                    within=180,
+                    interval=0.5,
                 )
                 jobs.append(run_job(cluster, args.nodes, gate))
                 print(json.dumps(jobs[-1]), flush=True)

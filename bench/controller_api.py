@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchlib import (
-    ControllerProcess,
+    BenchController,
     gathered,
 )
 from stats import percentile
@@ -29,6 +29,7 @@ from imexdra.common.kube.transport import Transport, resource_path
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.promtext import Samples, apiserver_metrics, metric
+from imexdra_sim.waiting import WaitTimeoutError
 
 NAMESPACE = "bench"
 #: Every resource a ComputeDomain controller writes (ours: the daemons' NetworkPolicy too, which
@@ -105,12 +106,13 @@ class Observer:
         self.changed.set()
 
     async def until(self, check: Callable[[], bool], within: float) -> None:
+        """Until ``check`` holds, looked at again whenever the watch saw a change (no polling)."""
         deadline = time.monotonic() + within
         while not check():
             self.changed.clear()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError("benchmark phase timed out")
+                raise WaitTimeoutError("the benchmark phase", within)
             try:
                 await asyncio.wait_for(self.changed.wait(), timeout=remaining)
             except TimeoutError:
@@ -151,7 +153,7 @@ def apiserver_writes(samples: Samples) -> float:
 
 
 async def burst(
-    user: User, observer: Observer, controller: ControllerProcess, prefix: str, count: int
+    user: User, observer: Observer, controller: BenchController, prefix: str, count: int
 ) -> dict[str, Any]:
     names = [f"{prefix}-{i}" for i in range(count)]
     sent: dict[str, float] = {}

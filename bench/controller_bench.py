@@ -57,7 +57,7 @@ from benchlib import (
     DRIVER_NAMESPACE,
     OUR_CONTROLLER_COMMAND,
     RESULTS,
-    ControllerProcess,
+    BenchController,
 )
 from controller_api import (
     CONTROLLER_RESOURCES,
@@ -82,6 +82,7 @@ from imexdra.common.kube.models.networking_v1 import NetworkPolicy
 from imexdra.common.kube.transport import resource_path
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.promtext import apiserver_metrics, metric
+from imexdra_sim.waiting import poll_async
 
 TARGET_P50_MS = 100.0
 MODES = ("driver_managed", "host_managed")
@@ -91,7 +92,7 @@ TARGET_BURST_S = 10.0
 async def single_domains(
     user: User,
     observer: Observer,
-    controller: ControllerProcess,
+    controller: BenchController,
     prefix: str,
     count: int,
     cluster: LocalCluster,
@@ -181,7 +182,7 @@ async def run(cluster: LocalCluster, args: argparse.Namespace, command: str) -> 
     modes = MODES if label == "ours" else tuple(args.other_modes)
     try:
         for mode in modes:
-            controller = ControllerProcess(
+            controller = BenchController(
                 cluster.kubeconfig,
                 cluster.run_dir / f"{label}-{mode}.log",
                 host_managed=mode == "host_managed",
@@ -338,12 +339,12 @@ async def owned_objects_collected(cluster: LocalCluster, within: float = 600) ->
     """
     transport = connect(cluster.kubeconfig).transport(user_agent="imexdra-bench")
     path = resource_path(NetworkPolicy, namespace=DRIVER_NAMESPACE)
-    deadline = time.monotonic() + within
+
+    async def collected() -> bool:
+        return not json.loads((await transport.request("GET", path)).body)["items"]
+
     try:
-        while json.loads((await transport.request("GET", path)).body)["items"]:
-            if time.monotonic() > deadline:
-                raise TimeoutError("our NetworkPolicies were not garbage-collected")
-            await asyncio.sleep(0.5)
+        await poll_async("our NetworkPolicies garbage-collected", collected, within=within, interval=0.5)
     finally:
         transport.close()
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from benchlib import (
     OUR_CONTROLLER_COMMAND,
-    ControllerProcess,
+    BenchController,
 )
 from controller_api import (
     CONTROLLER_RESOURCES,
@@ -101,7 +101,7 @@ async def burst_channel_isolation(
     if count > POOL:
         raise ValueError(f"--channel-burst {count}: the default pool holds {POOL} channel-isolated domains")
     assert cluster.run_dir is not None
-    controller = ControllerProcess(
+    controller = BenchController(
         cluster.kubeconfig,
         cluster.run_dir / f"{label}-channel-isolation.log",
         host_managed=True,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from imexdra.common.kube.client import ApiStatusError
 from imexdra.common.kube.connection import connect
 from imexdra.common.kube.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
+from imexdra_sim.waiting import poll_async
 
 # -- the workload ---------------------------------------------------------------------------------
 
@@ -145,16 +145,21 @@ class Api:
         return watches
 
     async def until_slices(self, count: int, within: float = 300) -> None:
-        deadline = time.monotonic() + within
-        while True:
-            listing = await self.get(
-                "/apis/resource.k8s.io/v1/resourceslices", fieldSelector=f"spec.driver={DRIVER}"
-            )
-            if len(listing["items"]) >= count:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(listing['items'])} of {count} ResourceSlices published")
-            await asyncio.sleep(0.5)
+        published = 0
+
+        async def all_published() -> bool:
+            nonlocal published
+            path = "/apis/resource.k8s.io/v1/resourceslices"
+            published = len((await self.get(path, fieldSelector=f"spec.driver={DRIVER}"))["items"])
+            return published >= count
+
+        await poll_async(
+            f"{count} ResourceSlices published",
+            all_published,
+            within=within,
+            interval=0.5,
+            explain=lambda: f" ({published} were)",
+        )
 
 
 async def exists(http: Transport, path: str) -> bool:

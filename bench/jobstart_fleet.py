@@ -36,6 +36,7 @@ from benchlib import (
     kubectl_apply,
     peak_rss_mib,
     rss_mib,
+    running,
     simulated_node,
 )
 from jobstart_api import Api
@@ -47,6 +48,7 @@ from imexdra_sim.builders import daemon_device_class, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.nodes import GPU_NODE_LABELS, NodeSpec
 from imexdra_sim.localcluster.processes import free_port
+from imexdra_sim.waiting import poll_async
 
 RACK = 18
 PLUGIN_MIB = 64
@@ -300,11 +302,13 @@ class Fleet:
         return node
 
     async def _wait_socket(self, node: PluginNode, within: float = 120) -> None:
-        deadline = time.monotonic() + within
-        while not node.socket.exists():
-            if node.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"plugin of {node.name} did not serve {node.socket}; see {node.base}")
-            await asyncio.sleep(0.1)
+        await poll_async(
+            f"the plugin of {node.name} serving {node.socket} (see {node.base})",
+            node.socket.exists,
+            within=within,
+            interval=0.1,
+            require=running(node.process, f"the plugin of {node.name} (see {node.base})"),
+        )
 
     def rss(self) -> dict[str, float]:
         if not self.nodes:

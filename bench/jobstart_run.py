@@ -18,7 +18,7 @@ from typing import Any
 from benchlib import (
     DRIVER_NAMESPACE,
     OUR_CONTROLLER_COMMAND,
-    ControllerProcess,
+    BenchController,
     Profiler,
 )
 from jobstart_api import Api, job
@@ -63,7 +63,7 @@ async def job_start(
     cluster: LocalCluster,
     api: Api,
     fleet: Fleet,
-    controller: ControllerProcess,
+    controller: BenchController,
     pods: int,
     namespace: str,
     profile: bool,
@@ -100,12 +100,12 @@ async def job_start(
     poll = simulator.poll if simulator is not None else checkpoint_poller(fleet, state)
     mode = "host" if fleet.host_managed else "driver"
     profilers: list[tuple[str, Profiler]] = []
-    if profile and controller.process is not None:
+    if profile and controller.popen is not None:
         assert cluster.run_dir is not None
         profilers = [
             (
                 "controller",
-                Profiler(controller.process.pid, cluster.run_dir / f"profile-controller-{mode}-{pods}.txt"),
+                Profiler(controller.pid, cluster.run_dir / f"profile-controller-{mode}-{pods}.txt"),
             ),
             (
                 "plugin_node_0",
@@ -285,7 +285,7 @@ async def series(
                 per_size: dict[str, Any] = {"nodes": size, "series": name}
                 per_size["fleet_growth_s"] = round(grow_s, 1)
                 for label, command in commands:
-                    controller = ControllerProcess(
+                    controller = BenchController(
                         cluster.kubeconfig,
                         cluster.run_dir / f"controller-{label}.log",
                         host_managed=host_managed,

@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 from benchlib import DRIVER, Profiler
@@ -39,8 +39,7 @@ from plugin_processes import (
 from imexdra.common.kube.transport import Transport
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.promtext import Samples, parse_metrics
-
-T = TypeVar("T")
+from imexdra_sim.waiting import poll_async
 
 NAMESPACE = "bench"
 TEMPLATE = "bench-channel"
@@ -54,18 +53,8 @@ RATE_LIMITED = "rest_client_rate_limiter_duration_seconds_sum"
 #: N times less often, so the bench's own requests (and the parsing of a kubelet's /metrics on its
 #: one event loop) stay what one node's are, not N times that on the same cores as the cluster.
 POLL_S = 0.02
-
-
-async def until(
-    what: str, check: Callable[[], Awaitable[T | None]], within: float = 120, poll_s: float = POLL_S
-) -> T:
-    """Poll ``check`` every ``poll_s`` until it returns something truthy; its value."""
-    deadline = time.monotonic() + within
-    while not (found := await check()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {within:.0f} s waiting for {what}")
-        await asyncio.sleep(poll_s)
-    return found
+#: How long one step of a cycle (a pod Running, a claim unprepared, a registration) may take.
+WAIT_S = 120
 
 
 def pod(name: str, node: str) -> dict[str, Any]:
@@ -151,7 +140,7 @@ class Cycles:
             self.plugin.pid  # noqa: B018 (a plugin that exited fails the wait at once)
             return found if found["status"].get("phase") == "Running" else None
 
-        found = await until(f"pod {name} Running", running, poll_s=self.poll_s)
+        found = await poll_async(f"pod {name} Running", running, within=WAIT_S, interval=self.poll_s)
         running_s = time.monotonic() - created
         claim = found["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
         pod_uid = found["metadata"]["uid"]
@@ -169,10 +158,19 @@ class Cycles:
             samples = await self.kubelet.samples()
             return samples if self.kubelet.calls(samples, UNPREPARE)[0] > prepared else None
 
-        after = await until(f"claim of {name} unprepared", unprepared, poll_s=self.poll_s)
-        await until(f"pod {name} gone", lambda: self._gone(f"{pods}/{name}"), poll_s=self.poll_s)
+        after = await poll_async(
+            f"claim of {name} unprepared", unprepared, within=WAIT_S, interval=self.poll_s
+        )
+        await poll_async(
+            f"pod {name} gone", lambda: self._gone(f"{pods}/{name}"), within=WAIT_S, interval=self.poll_s
+        )
         claims = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
-        await until(f"claim {claim} gone", lambda: self._gone(f"{claims}/{claim}"), poll_s=self.poll_s)
+        await poll_async(
+            f"claim {claim} gone",
+            lambda: self._gone(f"{claims}/{claim}"),
+            within=WAIT_S,
+            interval=self.poll_s,
+        )
         gone_s = time.monotonic() - deleted
         own_after = parse_metrics(await asyncio.to_thread(self.plugin.own_metrics))
         figures: dict[str, Any] = {
@@ -240,13 +238,16 @@ class Turn:
         self.files.reset()
         started = time.monotonic()
         self.plugin.start()
-        await until(
+        await poll_async(
             f"the kubelet of {self.node} registering the {self.plugin.name} plugin",
             self.kubelet.registered,
-            poll_s=self.poll_s,
+            within=WAIT_S,
+            interval=self.poll_s,
         )
         self.read["start_to_registered_s"] = round(time.monotonic() - started, 2)
-        await until(f"the plugin's ResourceSlice on {self.node}", self._sliced, poll_s=self.poll_s)
+        await poll_async(
+            f"the plugin's ResourceSlice on {self.node}", self._sliced, within=WAIT_S, interval=self.poll_s
+        )
 
     async def first_cycle(self) -> None:
         self.read["first_cycle"] = await self.cycles.cycle()
@@ -300,7 +301,9 @@ class Turn:
 
     async def finish(self, idle_seconds: float, count: int) -> dict[str, Any]:
         """Once stopped: until the kubelet has dropped the plugin; delete its slices; the turn's figures."""
-        await until("the kubelet dropping the plugin", self._dropped, poll_s=self.poll_s)
+        await poll_async(
+            "the kubelet dropping the plugin", self._dropped, within=WAIT_S, interval=self.poll_s
+        )
         selector = f"--field-selector=spec.nodeName={self.node},spec.driver={DRIVER}"
         await asyncio.to_thread(self.cluster.kubectl, "delete", "resourceslices", selector)
         found = await self.transport.request("GET", f"/api/v1/nodes/{self.node}")

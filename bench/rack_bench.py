@@ -51,7 +51,7 @@ from typing import Any
 from benchlib import (
     DRIVER_NAMESPACE,
     RESULTS,
-    ControllerProcess,
+    BenchController,
     add_controller_rate_args,
     gathered,
 )
@@ -98,7 +98,7 @@ class Domains:
 
 
 async def rack_start(
-    cluster: LocalCluster, api: Api, fleet: Fleet, controller: ControllerProcess, racks: int
+    cluster: LocalCluster, api: Api, fleet: Fleet, controller: BenchController, racks: int
 ) -> dict[str, Any]:
     """One start of ``4 × racks`` domains on ``72 × racks`` nodes until every clique is published."""
     count = racks * NODES_PER_RACK
@@ -269,7 +269,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         )
         try:
             for racks in args.racks:
-                controller = ControllerProcess(
+                controller = BenchController(
                     cluster.kubeconfig,
                     cluster.run_dir / f"controller-{racks}.log",
                     host_managed=False,

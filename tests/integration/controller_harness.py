@@ -1,8 +1,9 @@
 """What the controller's integration tests stand on: the real binary under real RBAC, and readings.
 
-- ``ControllerProcess`` runs the real ``compute-domain-controller`` entry point as a subprocess (so it
-  can be SIGKILLed), authenticated as a ServiceAccount bound to exactly ``imexdra.controller.rbac``'s
-  rules, with its metrics and probes on a local port; ``controller_running`` is the fixture body every
+- ``ControllerUnderTest`` runs the real ``compute-domain-controller`` entry point as a subprocess (so it
+  can be SIGKILLed; the simulator's one controller runner, ``imexdra_sim.controllerprocess``),
+  authenticated as a ServiceAccount bound to exactly ``imexdra.controller.rbac``'s rules, with its
+  metrics and probes on a local port; ``controller_running`` is the fixture body every
   controller module uses (namespaces, identity, start, ready; domains deleted and process stopped after).
 - Readings: the controller's and the apiserver's metrics, the objects labelled for a domain.
 - ``label_as_daemon`` stands in for a daemon announcing its clique on its own pod; the other
@@ -13,12 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import signal
-import subprocess
 import sys
-import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,9 +36,10 @@ from imexdra.common.kube.models.apps_v1 import DaemonSet
 from imexdra.common.kube.models.core_v1 import Node
 from imexdra.common.kube.models.resource_v1 import ResourceClaimTemplate
 from imexdra.controller import rbac
+from imexdra_sim.controllerprocess import ControllerProcess
 from imexdra_sim.localcluster.cluster import LocalCluster
-from imexdra_sim.localcluster.processes import free_port, tail
-from imexdra_sim.promtext import Samples, apiserver_metrics, metric, parse_metrics
+from imexdra_sim.localcluster.processes import free_port
+from imexdra_sim.promtext import Samples, apiserver_metrics, metric
 from tests.support.kubectl import apply, get_json
 
 CONTROLLER_BINARY = Path(sys.executable).parent / "compute-domain-controller"
@@ -132,23 +130,22 @@ def install_driver_namespace(cluster: LocalCluster, namespace: str) -> None:
 
 
 @dataclass
-class ControllerProcess:
-    """The real ``compute-domain-controller`` as a child process."""
+class ControllerUnderTest(ControllerProcess):
+    """The real ``compute-domain-controller`` as a child process (``imexdra_sim.controllerprocess``)."""
 
     cluster: LocalCluster
     kubeconfig: Path
     namespace: str
     name: str = "controller-0"
     gates: str = ""
+    #: Read at every start: a test may change them between a stop and a restart.
     extra_args: tuple[str, ...] = ()
     port: int = field(default_factory=free_port)
-    popen: subprocess.Popen[bytes] | None = None
-    starts: int = 0
+    log_path: Path = field(init=False)
 
-    @property
-    def log_path(self) -> Path:
+    def __post_init__(self) -> None:
         assert self.cluster.run_dir is not None
-        return self.cluster.run_dir / "logs" / f"{self.name}.log"
+        self.log_path = self.cluster.run_dir / "logs" / f"{self.name}.log"
 
     def argv(self) -> list[str]:
         return [
@@ -166,79 +163,9 @@ class ControllerProcess:
             *self.extra_args,
         ]
 
-    def start(self) -> ControllerProcess:
-        """Start (or restart) the process, appending to its log."""
-        assert self.popen is None or self.popen.poll() is not None, "already running"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "FEATURE_GATES", "NAMESPACE")}
-        with self.log_path.open("ab") as log:
-            log.write(f"--- start {self.starts} ---\n".encode())
-            self.popen = subprocess.Popen(
-                self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        self.starts += 1
-        return self
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup, no lease release, writes cut off wherever they were."""
-        if self.alive():
-            assert self.popen is not None
-            self.popen.kill()
-            self.popen.wait(timeout=10)
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM and wait; return the exit code."""
-        if self.popen is None:
-            return None
-        if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=10)
-        return self.popen.returncode
-
-    def _get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:
-                return response.status, response.read().decode()
-        except OSError as error:
-            return getattr(error, "code", 0) or 0, str(error)
-
-    async def wait_ready(self, within: float = 60.0) -> None:
-        """Wait until /readyz says the caches are filled and the workers run."""
-        deadline = asyncio.get_running_loop().time() + within
-        while self._get("/readyz")[0] != 200:
-            if not self.alive():
-                code = self.popen.returncode if self.popen else None
-                raise AssertionError(f"controller exited with {code}:\n{self.log_tail()}")
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"controller not ready after {within}s:\n{self.log_tail()}")
-            await asyncio.sleep(0.2)
-
-    def ready(self) -> bool:
-        return self._get("/readyz")[0] == 200
-
-    def metrics(self) -> Samples:
-        """Every sample of the controller's /metrics, by (name, sorted labels)."""
-        status, text = self._get("/metrics")
-        assert status == 200, text
-        return parse_metrics(text)
-
-    def log_tail(self, lines: int = 40) -> str:
-        return tail(self.log_path, lines)
-
-    def log_events(self) -> list[dict[str, Any]]:
-        """The JSON log lines written so far."""
-        events = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                events.append(json.loads(line))
-        return events
+    def environment(self) -> dict[str, str]:
+        # The flags say everything: the test runner's own KUBECONFIG and friends must not leak in.
+        return {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "FEATURE_GATES", "NAMESPACE")}
 
 
 @contextlib.asynccontextmanager
@@ -252,7 +179,7 @@ async def controller_running(
     extra_args: tuple[str, ...] = (),
     namespaces: bool = True,
     clean_up: bool = True,
-) -> AsyncIterator[ControllerProcess]:
+) -> AsyncIterator[ControllerUnderTest]:
     """The controller under test, ready, as an account with only its RBAC: every module's fixture.
 
     ``namespaces``: create the driver namespace (with the daemon ServiceAccount) and ``user_ns`` first,
@@ -264,7 +191,7 @@ async def controller_running(
         install_driver_namespace(cluster, driver_ns)
         cluster.create_namespace(user_ns)
     kubeconfig = install_controller_identity(cluster, driver_ns)
-    process = ControllerProcess(
+    process = ControllerUnderTest(
         cluster, kubeconfig, driver_ns, name=name, gates=gates, extra_args=extra_args
     ).start()
     try:

@@ -47,7 +47,7 @@ from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.promtext import Samples
 from tests.integration.controller_harness import (
-    ControllerProcess,
+    ControllerUnderTest,
     apiserver_requests,
     controller_running,
     leftovers,
@@ -122,7 +122,7 @@ async def own_kube(own_cluster: LocalCluster) -> AsyncIterator[KubeClient]:
 
 
 @pytest.fixture(scope="module")
-async def controller(own_cluster: LocalCluster) -> AsyncIterator[ControllerProcess]:
+async def controller(own_cluster: LocalCluster) -> AsyncIterator[ControllerUnderTest]:
     """The controller under test, driver-managed, on the module's control plane."""
     async with controller_running(
         own_cluster, DRIVER_NS, USER_NS, "controller-cpf", clean_up=False
@@ -228,7 +228,7 @@ async def outage(cluster: LocalCluster, component: str, down_for: float) -> floa
 # -- readings ---------------------------------------------------------------------------------------
 
 
-def writes(process: ControllerProcess) -> dict[str, collections.Counter[str]]:
+def writes(process: ControllerUnderTest) -> dict[str, collections.Counter[str]]:
     """The controller's write attempts so far: ``{code: {"verb resource": count}}``; the code is ``2xx``,
     an HTTP status, or ``error`` when no answer came (refused, reset, timed out)."""
     found: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
@@ -287,7 +287,7 @@ def converged(cluster: LocalCluster, uids: dict[str, str]) -> bool:
     return owned_by_domain(cluster) == expected
 
 
-def relists(process: ControllerProcess) -> dict[str, int]:
+def relists(process: ControllerUnderTest) -> dict[str, int]:
     """What the controller's informers went through: 410 relists (log and metric) and reconnects."""
     events = collections.Counter(e.get("msg") for e in process.log_events())
     samples = process.metrics()
@@ -312,7 +312,7 @@ def conflicts(segments: list[tuple[Samples, Samples]]) -> dict[str, float]:
 async def test_etcd_and_apiserver_restarts_under_load_miss_nothing_and_write_nothing_twice(
     own_cluster: LocalCluster,
     own_kube: KubeClient,
-    controller: ControllerProcess,
+    controller: ControllerUnderTest,
     pytestconfig: pytest.Config,
 ) -> None:
     """Load, etcd restart, apiserver restart: everything converges, nothing twice, no crash."""

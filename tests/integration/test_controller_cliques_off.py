@@ -27,7 +27,7 @@ from imexdra_sim.apinodes import FakeKubelet
 from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
-    ControllerProcess,
+    ControllerUnderTest,
     controller_running,
     install_driver_namespace,
     label_as_daemon,
@@ -67,7 +67,7 @@ async def kubelet(cluster: LocalCluster, api: KubeClient) -> AsyncIterator[FakeK
 @pytest.fixture(scope="module")
 async def controller(
     cluster: LocalCluster, compute_domain_crds: None, kubelet: FakeKubelet
-) -> AsyncIterator[ControllerProcess]:
+) -> AsyncIterator[ControllerUnderTest]:
     """A controller with the cliques gate off; at the end every domain of this module is deleted."""
     name = f"controller-nc-{SUFFIX}"
     gates = "ComputeDomainCliques=false"
@@ -98,7 +98,7 @@ async def start_daemon(kube: KubeClient, kubelet: FakeKubelet, pod: Pod) -> None
 
 
 async def test_indices_live_in_status_and_survive_a_restart(
-    cluster: LocalCluster, kube: KubeClient, kubelet: FakeKubelet, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, kubelet: FakeKubelet, controller: ControllerUnderTest
 ) -> None:
     """status.nodes holds indices 0..2, no clique exists; after a SIGKILL a rejoining node gets its index."""
     created = await kube.create(compute_domain_model("legacy", USER_NS, num_nodes=3))

@@ -34,7 +34,7 @@ from imexdra.common.kube.models.core_v1 import Node, Pod
 from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
-    ControllerProcess,
+    ControllerUnderTest,
     TeardownWatch,
     controller_running,
     events_of,
@@ -78,7 +78,7 @@ async def daemon_devices(cluster: LocalCluster, kube: KubeClient) -> AsyncIterat
 @pytest.fixture(scope="module")
 async def controller(
     cluster: LocalCluster, compute_domain_crds: None, daemon_devices: list[DaemonDevicePlugin]
-) -> AsyncIterator[ControllerProcess]:
+) -> AsyncIterator[ControllerUnderTest]:
     """A driver-managed controller; at the end every domain of this module is deleted through it."""
     async with controller_running(cluster, DRIVER_NS, USER_NS, f"controller-drv-{SUFFIX}") as process:
         yield process
@@ -150,7 +150,7 @@ async def delete_and_wait_gone(cluster: LocalCluster, kube: KubeClient, name: st
 
 
 async def test_create_makes_finalizer_templates_daemonset_and_ready(
-    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerUnderTest
 ) -> None:
     """A numNodes-0 domain gets its finalizer, both templates, its DaemonSet, and is Ready at once."""
     uid = await create_domain(kube, "solo")
@@ -186,7 +186,7 @@ async def test_create_makes_finalizer_templates_daemonset_and_ready(
 
 
 async def test_daemon_network_policy_is_made_again_and_goes_with_its_daemonset(
-    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerUnderTest
 ) -> None:
     """The daemons' NetworkPolicy: owned by the DaemonSet, made again when deleted, collected with it."""
     uid = await create_domain(kube, "fenced")
@@ -215,7 +215,7 @@ async def test_daemon_network_policy_is_made_again_and_goes_with_its_daemonset(
 
 
 async def test_daemons_join_one_clique_with_stable_indices(
-    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerUnderTest
 ) -> None:
     """Two daemons get indices 0 and 1 and Ready; a replaced one gets its index back; delete cleans up."""
     uid = await create_domain(kube, "pair", num_nodes=2)
@@ -297,7 +297,7 @@ def assert_teardown_order(teardown: TeardownWatch) -> None:
 
 
 async def test_non_fabric_daemon_is_reported_with_index_minus_one(
-    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerUnderTest
 ) -> None:
     """An empty clique ID makes a status node with cliqueID "" and index -1, and no clique object."""
     uid = await create_domain(kube, "plain", num_nodes=1)
@@ -316,7 +316,7 @@ async def test_non_fabric_daemon_is_reported_with_index_minus_one(
 
 
 async def test_claim_template_name_clash_is_reported_then_resolved(
-    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerUnderTest
 ) -> None:
     """A foreign template of the requested name gives a Warning Event; once it is gone, ours is created."""
     apply(cluster, foreign_template("clash-channel", USER_NS))
@@ -355,7 +355,7 @@ def labelled_template(
 
 
 async def test_a_lookalike_in_another_namespace_is_ignored(
-    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerUnderTest
 ) -> None:
     """A tenant's template labelled with the domain's UID and holding a finalizer of its own.
 
@@ -419,7 +419,7 @@ def has_domain(cluster: LocalCluster, name: str) -> bool:
 
 
 async def test_objects_of_vanished_domains_are_swept(
-    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerUnderTest
 ) -> None:
     """A finalized template, a clique and a node label naming an unknown domain are removed.
 

@@ -23,7 +23,7 @@ from imexdra.common.kube.models.resource_v1 import ResourceClaimTemplate
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
-    ControllerProcess,
+    ControllerUnderTest,
     controller_running,
     events_of,
     foreign_template,
@@ -43,7 +43,7 @@ FINALIZER = "resource.nvidia.com/computeDomain"
 
 
 @pytest.fixture(scope="module")
-async def controller(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIterator[ControllerProcess]:
+async def controller(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIterator[ControllerUnderTest]:
     """A host-managed controller; at the end every domain of this module is deleted through it."""
     name = f"controller-host-{SUFFIX}"
     async with controller_running(cluster, DRIVER_NS, USER_NS, name, gates="HostManagedIMEX=true") as process:
@@ -61,7 +61,7 @@ async def ready_domain(kube: KubeClient, name: str, **spec: object) -> ComputeDo
     return cd
 
 
-def test_resolved_gate_overrides_are_logged(controller: ControllerProcess) -> None:
+def test_resolved_gate_overrides_are_logged(controller: ControllerUnderTest) -> None:
     """Startup logs both forced gates and the effective map with HostManagedIMEX on."""
     events = controller.log_events()
     forced = {e["gate"]: e["value"] for e in events if e.get("msg") == "Feature gate forced"}
@@ -72,7 +72,7 @@ def test_resolved_gate_overrides_are_logged(controller: ControllerProcess) -> No
 
 
 async def test_create_makes_only_the_workload_template_and_is_ready(
-    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerUnderTest
 ) -> None:
     """Finalizer, workload template with the spec's ChannelConfig (All stays All: the plugin rejects it
     at prepare, docs/data-path.md §10), Ready despite numNodes; nothing else."""
@@ -110,7 +110,7 @@ async def test_create_makes_only_the_workload_template_and_is_ready(
 
 
 async def test_delete_removes_template_then_domain_and_forgets_metrics(
-    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerUnderTest
 ) -> None:
     """Deletion removes the template and both finalizers; the domain goes and its gauge entry with it."""
     cd = await ready_domain(kube, "train-b")
@@ -141,7 +141,7 @@ async def test_delete_removes_template_then_domain_and_forgets_metrics(
 
 
 async def test_ready_waits_for_the_workload_template(
-    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerUnderTest
 ) -> None:
     """A foreign template of the wanted name: NotReady with ClaimTemplateConflict; once it goes, Ready."""
     apply(cluster, foreign_template("clash-channel", USER_NS))

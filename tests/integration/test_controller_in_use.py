@@ -28,7 +28,7 @@ from imexdra.api.constants import DRIVER_NAME
 from imexdra.common.kube.kubeclient import KubeClient
 from imexdra_sim.builders import channel_claim, channel_config, compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
-from tests.integration.controller_harness import ControllerProcess, controller_running, events_of, labelled
+from tests.integration.controller_harness import ControllerUnderTest, controller_running, events_of, labelled
 from tests.support.builders import channel_pod
 from tests.support.kubectl import apply, get_json, patch_status
 from tests.support.waiting import eventually
@@ -44,7 +44,7 @@ NO_SCHEDULER = "imexdra-no-such-scheduler"
 
 
 @pytest.fixture
-async def protected(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIterator[ControllerProcess]:
+async def protected(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIterator[ControllerUnderTest]:
     """A host-managed controller with in-use protection (its default)."""
     async with controller_running(cluster, DRIVER_NS, USER_NS, f"inuse-{SUFFIX}", gates=HOST_MANAGED) as c:
         yield c
@@ -53,7 +53,7 @@ async def protected(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIt
 @pytest.fixture
 async def protected_victim(
     cluster: LocalCluster, compute_domain_crds: None
-) -> AsyncIterator[ControllerProcess]:
+) -> AsyncIterator[ControllerUnderTest]:
     """A host-managed controller with in-use protection, for a victim team's namespace of its own."""
     async with controller_running(
         cluster, f"{DRIVER_NS}-v", f"{USER_NS}-v", f"inuse-v-{SUFFIX}", gates=HOST_MANAGED
@@ -62,7 +62,7 @@ async def protected_victim(
 
 
 @pytest.fixture
-async def unprotected(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIterator[ControllerProcess]:
+async def unprotected(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIterator[ControllerUnderTest]:
     """A host-managed controller with upstream's immediate teardown."""
     async with controller_running(
         cluster,
@@ -126,7 +126,7 @@ def in_use_events(cluster: LocalCluster, namespace: str, uid: str) -> list[dict[
 
 
 async def test_a_domain_in_use_waits_for_its_pods(
-    cluster: LocalCluster, kube: KubeClient, protected: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, protected: ControllerUnderTest
 ) -> None:
     """Deleted under a reserved claim: Terminating, template kept, InUse names the pod; pod gone → gone."""
     uid = await ready_domain(kube, "held", USER_NS)
@@ -147,7 +147,7 @@ async def test_a_domain_in_use_waits_for_its_pods(
 
 
 async def test_a_claim_of_another_namespace_does_not_hold_the_domain(
-    cluster: LocalCluster, kube: KubeClient, protected_victim: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, protected_victim: ControllerUnderTest
 ) -> None:
     """A tenant's reserved claim naming the domain's UID: the domain still goes at once, no InUse event."""
     namespace = f"{USER_NS}-v"
@@ -166,7 +166,7 @@ async def test_a_claim_of_another_namespace_does_not_hold_the_domain(
 
 
 async def test_protection_off_tears_down_at_once(
-    cluster: LocalCluster, kube: KubeClient, unprotected: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, unprotected: ControllerUnderTest
 ) -> None:
     """With --compute-domain-in-use-protection=false the domain goes while its pod still holds the claim."""
     namespace = f"{USER_NS}-off"

@@ -31,7 +31,7 @@ from imexdra.common.kube.models.coordination_v1 import Lease
 from imexdra_sim.builders import compute_domain_model
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
-    ControllerProcess,
+    ControllerUnderTest,
     install_controller_identity,
     install_driver_namespace,
     leftovers,
@@ -67,7 +67,7 @@ async def identity(cluster: LocalCluster, compute_domain_crds: None) -> AsyncIte
     cluster.create_namespace(USER_NS)
     kubeconfig = install_controller_identity(cluster, DRIVER_NS)
     yield kubeconfig
-    cleaner = ControllerProcess(
+    cleaner = ControllerUnderTest(
         cluster, kubeconfig, DRIVER_NS, name=f"controller-res-cleanup-{SUFFIX}"
     ).start()
     cluster.kubectl("delete", "computedomains", "--all", "-n", USER_NS, "--timeout=90s", check=False)
@@ -163,18 +163,18 @@ def steps_done(cluster: LocalCluster, uids: dict[str, str], mode: Mode) -> int:
     return (len(uids) * mode.owned - live) + (len(uids) - len(found))
 
 
-def synced_count(process: ControllerProcess) -> int:
+def synced_count(process: ControllerUnderTest) -> int:
     if not process.log_path.exists():
         return 0
     return sum(e.get("msg") == "Informer caches synced" for e in process.log_events())
 
 
-def synced_more_than(process: ControllerProcess, count: int) -> bool:
+def synced_more_than(process: ControllerUnderTest, count: int) -> bool:
     return synced_count(process) > count
 
 
 async def kill_mid_work(
-    process: ControllerProcess,
+    process: ControllerUnderTest,
     cluster: LocalCluster,
     uids: dict[str, str],
     mode: Mode,
@@ -227,7 +227,7 @@ async def test_sigkill_during_create_and_delete_converges_without_leaks(
         kubeconfig = install_controller_identity(
             cluster, DRIVER_NS, "imexdra-controller-channels", isolation=mode.isolation
         )
-    process = ControllerProcess(
+    process = ControllerUnderTest(
         cluster,
         kubeconfig,
         DRIVER_NS,
@@ -278,7 +278,7 @@ async def test_two_replicas_elect_one_leader_and_fail_over(
 ) -> None:
     """One of two replicas leads (and only it reconciles); SIGKILL hands over, SIGTERM releases the Lease."""
     replicas = [
-        ControllerProcess(
+        ControllerUnderTest(
             cluster, identity, DRIVER_NS, name=f"replica-{i}-{SUFFIX}", extra_args=ELECTION_ARGS
         )
         for i in range(2)

@@ -34,7 +34,7 @@ from imexdra_sim.apinodes import FakeKubelet
 from imexdra_sim.builders import compute_domain_model, daemon_slice
 from imexdra_sim.localcluster.cluster import LocalCluster
 from tests.integration.controller_harness import (
-    ControllerProcess,
+    ControllerUnderTest,
     apiserver_requests,
     controller_running,
     install_driver_namespace,
@@ -87,14 +87,14 @@ async def kubelet(cluster: LocalCluster, api: KubeClient) -> AsyncIterator[FakeK
 @pytest.fixture(scope="module")
 async def controller(
     cluster: LocalCluster, compute_domain_crds: None, kubelet: FakeKubelet
-) -> AsyncIterator[ControllerProcess]:
+) -> AsyncIterator[ControllerUnderTest]:
     """The controller under test (its metrics count only its own writes)."""
     name = f"controller-wr-{SUFFIX}"
     async with controller_running(cluster, DRIVER_NS, USER_NS, name, namespaces=False) as process:
         yield process
 
 
-def writes(process: ControllerProcess) -> dict[str, float]:
+def writes(process: ControllerUnderTest) -> dict[str, float]:
     """The controller's writes by resource (all verbs and outcomes)."""
     samples = process.metrics()
     names = ("computedomains", "computedomains/status", "computedomaincliques", "resourceclaimtemplates")
@@ -105,7 +105,7 @@ def writes(process: ControllerProcess) -> dict[str, float]:
     return found
 
 
-def conflicts(process: ControllerProcess) -> float:
+def conflicts(process: ControllerUnderTest) -> float:
     """409s the controller received on any request, writes or not."""
     samples = process.metrics()
     return metric(samples, "rest_client_requests_total", code="409") + metric(
@@ -174,7 +174,7 @@ async def test_eighteen_daemons_cost_a_handful_of_writes_and_no_conflicts(
     cluster: LocalCluster,
     kube: KubeClient,
     kubelet: FakeKubelet,
-    controller: ControllerProcess,
+    controller: ControllerUnderTest,
     pytestconfig: pytest.Config,
 ) -> None:
     """Formation, restart and deletion of an 18-daemon domain: few writes, no 409 anywhere, no leftovers."""
@@ -220,7 +220,7 @@ async def test_eighteen_daemons_cost_a_handful_of_writes_and_no_conflicts(
 
 
 async def test_a_domain_born_with_its_finalizer_costs_no_finalizer_write(
-    cluster: LocalCluster, kube: KubeClient, controller: ControllerProcess
+    cluster: LocalCluster, kube: KubeClient, controller: ControllerUnderTest
 ) -> None:
     """Created holding its finalizer (restored from a backup, or written so by a tool): the controller goes
     straight to the templates and DaemonSet without a PATCH of the domain; its one write on the domain is

@@ -26,6 +26,7 @@ import yaml
 from imexdra_sim import rack, seedworkloads
 from imexdra_sim.localcluster.cluster import LocalCluster
 from imexdra_sim.localcluster.processes import exit_on_sigterm
+from imexdra_sim.waiting import poll
 
 WORKLOAD_NAMESPACE = "nvbandwidth"
 #: The names in examples/gb200-mpijob.yaml (tests/unit/test_examples.py holds the file to them).
@@ -148,9 +149,12 @@ def run_demo(config: rack.RackConfig, *, keep: bool) -> dict[str, float]:
             # A full rack on 2 cores is CPU-bound: 18 nodes' kubelets, IMEX daemons and their probes
             # (docs/node-runtime.md §9); the waits grow with the rack.
             workers_running = functools.partial(_workers_running, cluster, config.nodes)
-            rack.wait_for("all workers Running", workers_running, timeout=120 + 20 * config.nodes)
-            rack.wait_for(
-                "ComputeDomain Ready", lambda: _domain_ready(cluster), timeout=60 + 20 * config.nodes
+            poll("all workers Running", workers_running, within=120 + 20 * config.nodes, interval=0.5)
+            poll(
+                "ComputeDomain Ready",
+                lambda: _domain_ready(cluster),
+                within=60 + 20 * config.nodes,
+                interval=0.5,
             )
         click.secho("\nWhat a user sees:", bold=True)
         for args in (

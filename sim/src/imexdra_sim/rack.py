@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -490,13 +489,3 @@ def bring_up(
             chart = publish_release(cluster)["chart"]
     with step(f"helm install imexdra {chart} (controller + kubelet plugin as pods)"):
         install_chart(cluster, config)
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float, interval: float = 0.5) -> float:
-    """Poll ``check`` until true; return the seconds it took, or raise TimeoutError naming ``what``."""
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > timeout:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-    return time.monotonic() - start

@@ -8,12 +8,12 @@ pointing at the right log.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +21,7 @@ from pathlib import Path
 import structlog
 
 from imexdra.common.errors import DriverError
+from imexdra_sim.waiting import poll
 
 log = structlog.get_logger(__name__)
 
@@ -197,21 +198,27 @@ def wait_until(
     process: ManagedProcess | None = None,
     interval: float = 0.2,
 ) -> None:
-    """Poll ``check`` until it is true; fail early, with the log's tail, if ``process`` dies."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if process is not None and not process.alive():
-            raise ClusterStartError(
-                f"{process.name} exited with {process.popen.returncode} while waiting for {what}; "
-                f"last log lines ({process.log_path}):\n{tail(process.log_path)}"
-            )
-        with contextlib.suppress(Exception):
-            if check():
-                return
-        if time.monotonic() > deadline:
-            hint = f"; see {process.log_path}:\n{tail(process.log_path)}" if process else ""
-            raise ClusterStartError(f"timed out after {timeout:.0f}s waiting for {what}{hint}")
-        time.sleep(interval)
+    """Poll ``check`` until it is true; fail early, with the log's tail, if ``process`` dies.
+
+    A check that raises counts as "not yet": the probes ask servers that are still starting.
+    """
+    poll(
+        what,
+        check,
+        within=timeout,
+        interval=interval,
+        tolerate=(Exception,),
+        require=None if process is None else functools.partial(_require_alive, process, what),
+        explain=None if process is None else lambda: f"; see {process.log_path}:\n{tail(process.log_path)}",
+    )
+
+
+def _require_alive(process: ManagedProcess, what: str) -> None:
+    if not process.alive():
+        raise ClusterStartError(
+            f"{process.name} exited with {process.popen.returncode} while waiting for {what}; "
+            f"last log lines ({process.log_path}):\n{tail(process.log_path)}"
+        )
 
 
 def exit_on_sigterm() -> None:
