@@ -1,9 +1,10 @@
 """The reconciler's decisions on the real caches and the in-memory writer seam (``ApiWrites``).
 
 Aspects covered: a new domain gets its finalizer in one round with its workload template and
-(driver-managed) its daemon template and DaemonSet, then its status beside the daemons' NetworkPolicy; a second
-reconcile sees the first's writes and creates nothing again; host-managed makes the workload template
-only; an API error surfaces as a ``ReconcileFailed`` event and is raised for the work queue to judge.
+(driver-managed) its daemon template and DaemonSet, then its status beside the daemons'
+NetworkPolicy; a refused domain gets its finalizer and a status only; a second reconcile sees the
+first's writes and creates nothing again; host-managed makes the workload template only; an API
+error surfaces as a ``ReconcileFailed`` event and is raised for the work queue to judge.
 """
 
 from __future__ import annotations
