@@ -206,3 +206,50 @@ async def test_lines_are_cut_at_newlines_only(chunks: list[bytes], expected: lis
             yield piece
 
     assert [line async for line in http11.lines(source())] == expected
+
+
+async def test_a_watch_takes_the_connection_its_list_gave_back(server: Scripted) -> None:
+    """A LIST then its WATCH, as an informer sends them: both go over one connection, which the watch
+    takes out of the pool, so the next request dials a connection of its own."""
+    connections: list[int] = []
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(len(connections))
+        while (head := await server.head(reader)) and b"watch=true" not in head:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+        writer.write(CHUNKED_HEAD + chunk(b'{"type":"ADDED"}\n') + b"0\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # until the client closes the stream's connection
+
+    server.script = script
+    transport = server.transport()
+    await transport.request("GET", "/api/v1/pods")
+    assert await collect(transport, query={"watch": "true"}) == [b'{"type":"ADDED"}']
+    assert len(connections) == 1
+    await transport.request("GET", "/api/v1/pods")
+    assert len(connections) == 2  # the stream's connection was closed with it, not pooled again
+    transport.close()
+
+
+async def test_a_watch_on_a_pooled_connection_the_server_dropped_dials_anew(server: Scripted) -> None:
+    """An idle pooled connection the server closed meanwhile is not the watch's end: it goes out on a
+    fresh connection."""
+    connections: list[int] = []
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(len(connections))
+        head = await server.head(reader)
+        if b"watch=true" not in head:  # answer the LIST, then drop the connection while it is idle
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+            return
+        writer.write(CHUNKED_HEAD + chunk(b'{"n":1}\n') + b"0\r\n\r\n")
+        await writer.drain()
+
+    server.script = script
+    transport = server.transport()
+    await transport.request("GET", "/api/v1/pods")
+    await server.closed.wait()
+    assert await collect(transport, query={"watch": "true"}) == [b'{"n":1}']
+    assert len(connections) == 2
