@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -106,11 +105,11 @@ async def test_profile_returns_collapsed_stacks_without_blocking_the_loop(port: 
     thread = threading.Thread(target=spin, args=(stop,), name="spinner", daemon=True)
     thread.start()
     try:
-        profile = asyncio.create_task(http_get(port, f"{PPROF}/profile?seconds=0.5"))
+        profile = asyncio.create_task(http_get(port, f"{PPROF}/profile?seconds=2"))
         await eventually("the profile being taken", sampling, within=5, interval=0.01)
-        started = time.monotonic()
         assert (await http_get(port, "/healthz"))[0] == 200
-        assert time.monotonic() - started < 0.3, "the profile must not hold the event loop"
+        # Answered while the profile still runs: a profile holding the loop would answer only after it.
+        assert not profile.done(), "the profile must not hold the event loop"
         status, _, body = await profile
     finally:
         stop.set()
@@ -121,7 +120,7 @@ async def test_profile_returns_collapsed_stacks_without_blocking_the_loop(port: 
     spinner = [line for line in lines if line.startswith("spinner;")]
     assert spinner and any("spin (" in line for line in spinner)
     # Every round samples every thread: the spinner ran throughout, as did the main thread, so both
-    # were seen in each round. How many rounds fit in the 0.5 s is the machine's load, not a behaviour.
+    # were seen in each round. How many rounds fit in the 2 s is the machine's load, not a behaviour.
     rounds = sum(int(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("MainThread;"))
     assert rounds >= 1
     assert sum(int(line.rsplit(" ", 1)[1]) for line in spinner) == rounds

@@ -23,7 +23,6 @@ exported: a family that is always empty would only look like data.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -86,11 +85,12 @@ class RestClientMetrics:
         """Wait for the bucket (if any) to grant a request and record the wait, zero included."""
         if self.bucket is None:
             return
-        started = time.monotonic()
+        clock = self.bucket.clock  # the wait is the bucket's, on the clock it reserves against
+        started = clock()
         delay = self.bucket.reserve()
         if delay > 0:
             await asyncio.sleep(delay)
-        RATE_LIMITER_DURATION.labels(verb=verb, host=self.host).observe(time.monotonic() - started)
+        RATE_LIMITER_DURATION.labels(verb=verb, host=self.host).observe(clock() - started)
 
     def result(self, method: str, code: int | None) -> None:
         """Count one request by its HTTP status (``None``: no response, a transport error)."""
