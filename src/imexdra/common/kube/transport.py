@@ -232,19 +232,7 @@ class Transport:
     ) -> tuple[_Connection, Head]:
         self._streams.add(connection)
         try:
-            try:
-                connection.writer.write(head)
-                await connection.writer.drain()
-                status_line = await connection.reader.readline()
-            except (ConnectionError, ssl.SSLError) as error:
-                if reused:  # closed by the server while idle: nothing was processed
-                    raise _StaleConnectionError(str(error)) from error
-                raise
-            if not status_line:
-                if reused:
-                    raise _StaleConnectionError("closed by the server")
-                raise ConnectionResetError("connection closed before the status line")
-            return connection, await http11.read_head(connection.reader, status_line)
+            return connection, await _send_for_head(connection, head, reused=reused)
         except BaseException:
             self._forget(connection)
             raise
@@ -321,19 +309,7 @@ class Transport:
     ) -> tuple[int, Mapping[str, str], bytes]:
         keep = False
         try:
-            try:
-                connection.writer.write(message)
-                await connection.writer.drain()
-                status_line = await connection.reader.readline()
-            except (ConnectionError, ssl.SSLError) as error:
-                if reused:  # closed by the server while idle: nothing was processed
-                    raise _StaleConnectionError(str(error)) from error
-                raise
-            if not status_line:
-                if reused:
-                    raise _StaleConnectionError("closed by the server")
-                raise ConnectionResetError("connection closed before the status line")
-            head = await http11.read_head(connection.reader, status_line)
+            head = await _send_for_head(connection, message, reused=reused)
             body = await http11.read_body(connection.reader, head)
             keep = head.keep_alive and head.framed
             return head.status, head.headers, body
@@ -342,6 +318,23 @@ class Transport:
                 self._idle.append(connection)
             else:
                 connection.writer.close()
+
+
+async def _send_for_head(connection: _Connection, message: bytes, *, reused: bool) -> Head:
+    """Send ``message`` and read the response's head; a pooled connection found closed is stale."""
+    try:
+        connection.writer.write(message)
+        await connection.writer.drain()
+        status_line = await connection.reader.readline()
+    except (ConnectionError, ssl.SSLError) as error:
+        if reused:  # closed by the server while idle: nothing was processed
+            raise _StaleConnectionError(str(error)) from error
+        raise
+    if not status_line:
+        if reused:
+            raise _StaleConnectionError("closed by the server")
+        raise ConnectionResetError("connection closed before the status line")
+    return await http11.read_head(connection.reader, status_line)
 
 
 def bound_tls_read_buffer() -> None:
