@@ -154,8 +154,8 @@ class Reconciler:
     async def _ensure(self, cd: ComputeDomain) -> float | None:
         refusal = self._refusal(cd)
         if refusal is not None or self._assigner is not None:
-            # The finalizer first (upstream's order): the refusal's status and the channel's record are
-            # writes of the domain itself, guarded by its resourceVersion.
+            # The finalizer first (upstream's order): a refusal creates nothing to share its round with,
+            # and the channel's record is a write of the domain guarded by its resourceVersion.
             if not has_finalizer(cd):
                 cd = await self._writer.add_finalizer(cd, self._caches.domain_view)
             if refusal is not None:
